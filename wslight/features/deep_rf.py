@@ -1,0 +1,81 @@
+"""Deep random features (DeepRF / DRF): L ReLU layers with He-scaled Gaussian weights, paper.md §4.2."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+
+from ..seeding import generator
+from ._checks import check_input, positive_int, resolve_dtype
+
+
+class _Frozen(nn.Module):
+    """Holds one layer's random weight as a buffer `V` (no gradient, moves with .to, lands in checkpoints)."""
+
+    def __init__(self, V: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("V", V)
+
+
+class DeepRandomFeatures(nn.Module):
+    """Deep random features phi_DRF(X) = relu(V_L relu(... relu(V_1 flat(X)))) (paper.md §4.2).
+
+    Input (B, n, d), output (B, width). Every layer has entries N(0, 2/fan_in), the first layer included: the
+    authors' scaling (He), which keeps the feature norm roughly constant through depth. No biases. Weights are
+    buffers `Vs.<l>.V`, drawn in order from one generator seeded by `seed`.
+
+    Args:
+        n: number of tokens the map is built for.
+        d: embedding dimension.
+        depth: number of layers L (the paper uses 2, 4, 8).
+        width: width of every layer (the authors' code uses D = n d); None means D.
+        seed: seed of the map's own generator.
+        dtype: "float32" or "float64".
+    """
+
+    def __init__(
+        self,
+        n: int,
+        d: int,
+        depth: int = 2,
+        width: int | None = None,
+        seed: int = 0,
+        dtype: Literal["float32", "float64"] = "float32",
+    ) -> None:
+        super().__init__()
+        self.n, self.d = positive_int("n", n), positive_int("d", d)
+        self.depth = positive_int("depth", depth)
+        self.D = n * d
+        self.width = self.D if width is None else positive_int("width", width)
+        self.seed = int(seed)
+        dt = resolve_dtype(dtype)
+        g = generator(self.seed, "deep_rf.Vs")
+        layers = []
+        fan_in = self.D
+        for _ in range(self.depth):
+            # Paper (authors' code): sqrt(2) * randn(D, D) / sqrt(D) for every layer, i.e. N(0, 2/fan_in)
+            V = torch.randn(self.width, fan_in, generator=g) * (2.0 / fan_in) ** 0.5
+            layers.append(_Frozen(V.to(dt)))
+            fan_in = self.width
+        self.Vs = nn.ModuleList(layers)
+
+    @property
+    def out_dim(self) -> int:
+        return self.width
+
+    @property
+    def weight_dtype(self) -> torch.dtype:
+        return self.Vs[0].V.dtype
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """(B, n, d) -> (B, width)."""
+        check_input(X, self.n, self.d)
+        h = X.reshape(X.shape[0], self.D).to(self.weight_dtype)  # (B, D)
+        for layer in self.Vs:
+            h = torch.relu(h @ layer.V.T)  # (B, fan_in) @ (fan_in, width) -> (B, width)
+        return h
+
+    def extra_repr(self) -> str:
+        return f"n={self.n}, d={self.d}, depth={self.depth}, width={self.width}, seed={self.seed}"

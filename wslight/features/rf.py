@@ -1,0 +1,149 @@
+"""Random features (RF): phi(V flat(X)), paper.md §4.1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Literal
+
+import torch
+from torch import nn
+
+from ..seeding import generator
+from ._checks import check_input, check_position, positive_int, resolve_dtype
+
+ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "gelu": nn.functional.gelu}
+
+# V is drawn in fixed chunks of rows, each from its own seeded generator, so that the stored V and the memory-bounded
+# path (which regenerates chunks on the fly) produce the very same matrix whatever the block size used to consume it.
+ROWS_PER_DRAW = 256
+# Above this many bytes V is not stored; the map regenerates it in chunks (the paper's largest RF is 53 GB in float32).
+DEFAULT_MAX_STORED_BYTES = 2 * 1024**3
+
+
+def draw_rows(seed: int, start: int, stop: int, D: int, dtype: torch.dtype) -> torch.Tensor:
+    """Rows [start, stop) of V (entries N(0, 1/D)), drawn chunk by chunk from their seeded generators.
+
+    Draws happen in float32 on the CPU and are cast, so a float64 map holds exactly the float32 map's weights.
+    """
+    parts = []
+    for chunk in range(start // ROWS_PER_DRAW, (stop - 1) // ROWS_PER_DRAW + 1):
+        lo, hi = chunk * ROWS_PER_DRAW, (chunk + 1) * ROWS_PER_DRAW
+        g = generator(seed, "rf.V", chunk)
+        rows = torch.randn(ROWS_PER_DRAW, D, generator=g)  # (256, D), the whole chunk, so draws do not depend on range
+        parts.append(rows[max(start, lo) - lo : min(stop, hi) - lo])
+    # Paper: Eq. (rf), V_ij ~ N(0, 1/D)
+    return (torch.cat(parts) / D**0.5).to(dtype)
+
+
+class RandomFeatures(nn.Module):
+    """Random features map phi_RF(X) = phi(V flat(X)) (paper.md §4.1).
+
+    Input (B, n, d), output (B, k). V in R^{k x D}, D = n d, entries N(0, 1/D), no bias; with rows of norm sqrt(d)
+    the pre-activations have unit variance. V is a buffer named `V` when it fits in `max_stored_bytes`; otherwise it is
+    never held whole and is regenerated from the seed in row chunks (the memory-bounded path, same numbers).
+
+    Args:
+        n: number of tokens the map is built for.
+        d: embedding dimension.
+        k: number of neurons (the paper and the authors' code use k = D = n d); None means D.
+        activation: component-wise nonlinearity phi ("relu" as in the paper's experiments, "tanh", "gelu").
+        seed: seed of the map's own generator; two maps with the same seed are equal on any device.
+        dtype: "float32" or "float64".
+        max_stored_bytes: largest V stored as a buffer; larger maps use the memory-bounded path.
+        block_rows: rows of V generated at a time on the memory-bounded path (memory ~ block_rows * D floats).
+    """
+
+    def __init__(
+        self,
+        n: int,
+        d: int,
+        k: int | None = None,
+        activation: Literal["relu", "tanh", "gelu"] = "relu",
+        seed: int = 0,
+        dtype: Literal["float32", "float64"] = "float32",
+        max_stored_bytes: int = DEFAULT_MAX_STORED_BYTES,
+        block_rows: int = 1024,
+    ) -> None:
+        super().__init__()
+        self.n, self.d = positive_int("n", n), positive_int("d", d)
+        self.D = n * d
+        self.k = self.D if k is None else positive_int("k", k)
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.activation = activation
+        self.phi = ACTIVATIONS[activation]
+        self.seed = int(seed)
+        self.block_rows = positive_int("block_rows", block_rows)
+        dt = resolve_dtype(dtype)
+        self.stored = self.k * self.D * dt.itemsize <= max_stored_bytes
+        if self.stored:
+            self.register_buffer("V", draw_rows(self.seed, 0, self.k, self.D, dt))  # (k, D)
+        else:
+            self.register_buffer("V", None)
+            self.register_buffer("_dtype_probe", torch.zeros((), dtype=dt))  # follows .to(device/dtype)
+
+    @property
+    def out_dim(self) -> int:
+        return self.k
+
+    @property
+    def weight_dtype(self) -> torch.dtype:
+        return self.V.dtype if self.V is not None else self._dtype_probe.dtype
+
+    @property
+    def weight_device(self) -> torch.device:
+        return self.V.device if self.V is not None else self._dtype_probe.device
+
+    def row_blocks(self) -> Iterator[tuple[int, torch.Tensor]]:
+        """Yield (start row, V[start:start+block_rows]) on the map's device and dtype."""
+        if self.V is not None:
+            yield 0, self.V
+            return
+        for start in range(0, self.k, self.block_rows):
+            stop = min(start + self.block_rows, self.k)
+            yield start, draw_rows(self.seed, start, stop, self.D, self.weight_dtype).to(self.weight_device)
+
+    def preactivations(self, X: torch.Tensor) -> torch.Tensor:
+        """z = V flat(X): (B, n, d) -> (B, k)."""
+        check_input(X, self.n, self.d)
+        x = X.reshape(X.shape[0], self.D).to(self.weight_dtype)  # (B, D), row-major flat(X)
+        if self.V is not None:
+            return x @ self.V.T  # (B, D) @ (D, k) -> (B, k)
+        return torch.cat([x @ V_b.T for _, V_b in self.row_blocks()], dim=1)  # blocks of (B, rows)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """phi(V flat(X)): (B, n, d) -> (B, k)."""
+        # Paper: Eq. (rf), phi applied component-wise
+        return self.phi(self.preactivations(X))
+
+    def token_block(self, position: int) -> torch.Tensor:
+        """V^{(i)}: the k x d columns of V that multiply token `position`, (k, d)."""
+        check_position(position, self.n)
+        cols = slice(position * self.d, (position + 1) * self.d)
+        return torch.cat([V_b[:, cols] for _, V_b in self.row_blocks()])  # (k, d)
+
+    def preactivations_and_token_blocks(
+        self, X: torch.Tensor, positions: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Everything a single-token perturbation needs, in one pass over V.
+
+        Moving token i by delta changes the pre-activations to z + V^{(i)} delta, so the clean z and the column blocks
+        V^{(i)} suffice; the dense V is never held on the memory-bounded path.
+
+        Returns:
+            z: (B, k) clean pre-activations; blocks: (P, k, d) with blocks[j] = V^{(positions[j])}.
+        """
+        check_input(X, self.n, self.d)
+        for p in positions:
+            check_position(p, self.n)
+        x = X.reshape(X.shape[0], self.D).to(self.weight_dtype)  # (B, D)
+        zs, blocks = [], []
+        for _, V_b in self.row_blocks():
+            zs.append(x @ V_b.T)  # (B, D) @ (D, rows) -> (B, rows)
+            blocks.append(torch.stack([V_b[:, p * self.d : (p + 1) * self.d] for p in positions]))  # (P, rows, d)
+        return torch.cat(zs, dim=1), torch.cat(blocks, dim=1)
+
+    def extra_repr(self) -> str:
+        return (
+            f"n={self.n}, d={self.d}, k={self.k}, activation={self.activation}, seed={self.seed}, stored={self.stored}"
+        )
