@@ -24,6 +24,8 @@ def output_dim(feature_map: object, n: int) -> int:
     """Size p of phi(X) for n tokens."""
     name = map_name(feature_map)
     if name in ("raf", "relu_raf"):
+        if feature_map.n is not None and feature_map.n != n:  # type: ignore[attr-defined]
+            raise ValueError(f"n: the map was built for n={feature_map.n} tokens, got n={n}")  # type: ignore[attr-defined]
         return n * feature_map.d  # type: ignore[attr-defined]
     return feature_map.out_dim  # type: ignore[attr-defined]
 

@@ -14,10 +14,12 @@ from ._checks import check_input, positive_int, resolve_dtype
 class _RandomAttentionBase(nn.Module):
     """Shared part: the buffer W (d x d, entries N(0, 1/d)) and the scores S = X W X^T / sqrt(d)."""
 
-    def __init__(self, d: int, seed: int = 0, dtype: Literal["float32", "float64"] = "float32") -> None:
+    def __init__(
+        self, d: int, seed: int = 0, dtype: Literal["float32", "float64"] = "float32", n: int | None = None
+    ) -> None:
         super().__init__()
         self.d = positive_int("d", d)
-        self.n = None  # works for any number of tokens
+        self.n = None if n is None else positive_int("n", n)  # None: any number of tokens
         self.seed = int(seed)
         g = generator(self.seed, "attention.W")
         # Paper: Eq. (raf), W_ij ~ N(0, 1/d); W stands for W_Q^T W_K, no value matrix
@@ -33,7 +35,7 @@ class _RandomAttentionBase(nn.Module):
 
     def scores(self, X: torch.Tensor) -> torch.Tensor:
         """S = X W X^T / sqrt(d): (B, n, d) -> (B, n, n); unit variance for rows of norm sqrt(d)."""
-        check_input(X, None, self.d)
+        check_input(X, self.n, self.d)
         X = X.to(self.W.dtype)
         return (X @ self.W) @ X.transpose(1, 2) / self.d**0.5  # (B, n, d) @ (d, d) @ (B, d, n) -> (B, n, n)
 
@@ -60,6 +62,7 @@ class RandomAttentionFeatures(_RandomAttentionBase):
         d: embedding dimension.
         seed: seed of the map's own generator.
         dtype: "float32" or "float64".
+        n: number of tokens, checked on input when given; None accepts any n (the map itself works for any n).
     """
 
     def attention(self, S: torch.Tensor) -> torch.Tensor:
@@ -77,6 +80,7 @@ class ReLUAttentionFeatures(_RandomAttentionBase):
         d: embedding dimension.
         seed: seed of the map's own generator (same seed, same W as RandomAttentionFeatures).
         dtype: "float32" or "float64".
+        n: number of tokens, checked on input when given; None accepts any n.
     """
 
     def attention(self, S: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,144 @@
+"""results.jsonl: one JSON object per finished trial, appended atomically, resumable, never torn.
+
+Every record carries `run_key` (a hash of the resolved evaluation config) and `trial_key` (the trial's identity within
+the run). A re-run of the same config reads the file, skips the trials already there and appends only the missing
+ones; a changed config has another key, so results never mix. A torn last line (a crash in the middle of a write) is
+detected, reported with a warning and cut off before anything is appended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import signal
+import threading
+import warnings
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+RESULTS_NAME = "results.jsonl"
+
+
+def config_key(config: Any, length: int = 12) -> str:
+    """A short stable hash of a JSON-serialisable config (keys sorted)."""
+    text = json.dumps(config, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe value: tensors and numpy scalars to Python, NaN/Inf to None (strict JSON has neither)."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM until the block ends, so a write is never cut in half (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[tuple[int, Any]] = []
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in old:
+        signal.signal(s, lambda signum, frame: pending.append((signum, frame)))
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        for signum, frame in pending:
+            handler = old[signum]
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)
+
+
+def read_records(path: str | os.PathLike, repair: bool = False) -> list[dict]:
+    """All complete records of a results file ([] when it does not exist).
+
+    A last line without its newline or that does not parse is a torn write: it is skipped with a warning and, with
+    `repair=True`, cut off the file so that later appends start on a clean line. A bad line elsewhere is corruption and
+    raises a ValueError naming the file and the line.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    tail = lines.pop()  # b"" when the file ends with a newline
+    records, good_bytes = [], 0
+    for lineno, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if lineno == len(lines) and not tail:
+                tail = line  # the last complete-looking line is torn (e.g. cut inside a string)
+                break
+            raise ValueError(f"{path}: line {lineno} is not valid JSON ({e}); the file is corrupt") from e
+        good_bytes += len(line) + 1
+    if tail:
+        warnings.warn(
+            f"{path}: dropping a torn last line ({len(tail)} bytes) left by an interrupted write", stacklevel=2
+        )
+        if repair:
+            with open(path, "r+b") as f:
+                f.truncate(good_bytes)
+                f.flush()
+                os.fsync(f.fileno())
+    return records
+
+
+class ResultsFile:
+    """The results.jsonl of one evaluation run, keyed by `run_key`.
+
+    Args:
+        path: the file (its folder is created on the first append).
+        run_key: identity of the resolved config; only records with this key count as finished trials.
+    """
+
+    def __init__(self, path: str | os.PathLike, run_key: str) -> None:
+        self.path = Path(path)
+        self.run_key = run_key
+
+    def records(self, repair: bool = False) -> list[dict]:
+        """Records of this run, one per trial_key (the first written wins)."""
+        seen: dict[str, dict] = {}
+        for r in read_records(self.path, repair=repair):
+            if r.get("run_key") == self.run_key:
+                seen.setdefault(str(r.get("trial_key")), r)
+        return list(seen.values())
+
+    def finished_keys(self) -> set[str]:
+        return {str(r["trial_key"]) for r in self.records()}
+
+    def append(self, records: Iterable[dict]) -> int:
+        """Append records not yet in the file; each line is written whole, flushed and fsync'd. Returns the count."""
+        done = {str(r["trial_key"]) for r in self.records(repair=True)}
+        lines = []
+        for r in records:
+            key = str(r["trial_key"])
+            if key in done:
+                continue  # DDP padding duplicates and already-finished trials
+            done.add(key)
+            lines.append(json.dumps(_clean({**r, "run_key": self.run_key}), sort_keys=False) + "\n")
+        if not lines:
+            return 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with deferred_signals(), open(self.path, "a", encoding="utf-8") as f:
+            for line in lines:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+        return len(lines)
