@@ -74,7 +74,12 @@ class WSLightCLI(LightningCLI):
             self.model.run_key = self.run_key
 
 
+_interrupted = False
+
+
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
+    global _interrupted
+    _interrupted = True
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -84,10 +89,19 @@ def main(args: list[str] | None = None, run: bool = True, evaluate: bool = False
     `evaluate=True` is the entry point of `evaluate.py`:
     `main(["test", "--config", "configs/ws/raf.yaml"], evaluate=True)`.
     """
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)  # SIGTERM stops like Ctrl-C: cleanly, resumable
-    cli = WSLightCLI(args=args, run=run, evaluate=evaluate)
-    if run and getattr(cli.trainer, "interrupted", False):
-        print("interrupted: finished trials are saved; run the same command again to resume", file=sys.stderr)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # SIGTERM stops like Ctrl-C: cleanly, resumable
+        signal.signal(sig, _raise_keyboard_interrupt)
+    hint = "interrupted: finished trials are saved in results.jsonl; run the same command again to resume"
+    try:
+        cli = WSLightCLI(args=args, run=run, evaluate=evaluate)
+    except (KeyboardInterrupt, SystemExit):
+        # Lightning turns SIGINT/SIGTERM into a graceful shutdown and exits non-zero
+        if evaluate and _interrupted:
+            print(hint, file=sys.stderr)
+        raise
+    if run and (cli.trainer.interrupted or _interrupted):
+        if evaluate:
+            print(hint, file=sys.stderr)
         raise SystemExit(130)
     path = getattr(cli.model, "results_path", None)
     if run and path is not None and cli.trainer.is_global_zero:
