@@ -57,3 +57,15 @@ def test_non_finite_numbers_become_null(tmp_path):
 def test_config_key_is_order_independent_and_sensitive():
     assert config_key({"a": 1, "b": [1, 2]}) == config_key({"b": [1, 2], "a": 1})
     assert config_key({"a": 1}) != config_key({"a": 2})
+
+
+def test_a_trial_with_several_records_counts_only_when_complete(tmp_path):
+    path = tmp_path / "r.jsonl"
+    rf = ResultsFile(path, "k")
+    rf.append([{"trial_key": "t", "record_key": f"t/{i}", "v": i} for i in range(3)])
+    assert rf.finished_keys() == {"t"} and len(rf.records()) == 3
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:2]) + "\n")  # a trial cut short (e.g. killed between lines)
+    assert rf.finished_keys() == set() and rf.records() == []
+    rf.append([{"trial_key": "t", "record_key": f"t/{i}", "v": i} for i in range(3)])
+    assert sorted(r["v"] for r in rf.records()) == [0, 1, 2]

@@ -49,7 +49,10 @@ class Evaluation(L.LightningModule):
         raise NotImplementedError
 
     def run_trials(self, specs: list[dict]) -> list[dict]:
-        """Compute the records (results.jsonl lines) of a batch of trials; the same on every device."""
+        """Compute the records (results.jsonl lines) of a batch of trials; the same on every device.
+
+        Every record carries its trial's `trial_key`; a trial with several records gives each a distinct `record_key`.
+        """
         raise NotImplementedError
 
     def summarize(self, records: list[dict], out_dir: Path) -> None:
@@ -91,15 +94,12 @@ class Evaluation(L.LightningModule):
         return DataLoader(remaining, batch_size=self.trials_per_step, collate_fn=_identity, shuffle=False)
 
     def gather_records(self, records: list[dict]) -> list[dict]:
-        """The records of every rank (on every rank), padding duplicates removed by trial_key."""
+        """The records of every rank (on every rank); padding duplicates are dropped when appending."""
         if self.trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
             parts: list[Any] = [None] * self.trainer.world_size
             dist.all_gather_object(parts, records)
             records = [r for part in parts for r in part]
-        seen: dict[str, dict] = {}
-        for r in records:
-            seen.setdefault(str(r["trial_key"]), r)
-        return list(seen.values())
+        return records
 
     def test_step(self, batch: list[dict], batch_idx: int) -> None:
         with torch.inference_mode(False), torch.enable_grad():  # the searches need input gradients

@@ -103,9 +103,13 @@ def read_records(path: str | os.PathLike, repair: bool = False) -> list[dict]:
 class ResultsFile:
     """The results.jsonl of one evaluation run, keyed by `run_key`.
 
+    A trial may produce several records (e.g. one per loss and training mode); they share its `trial_key`, carry a
+    distinct `record_key` (default: the trial_key) and are written together. Each record stores `trial_size`, the
+    number of records of its trial, so a trial counts as finished only when all of them are in the file.
+
     Args:
         path: the file (its folder is created on the first append).
-        run_key: identity of the resolved config; only records with this key count as finished trials.
+        run_key: identity of the resolved config; only records with this key count.
     """
 
     def __init__(self, path: str | os.PathLike, run_key: str) -> None:
@@ -113,32 +117,39 @@ class ResultsFile:
         self.run_key = run_key
 
     def records(self, repair: bool = False) -> list[dict]:
-        """Records of this run, one per trial_key (the first written wins)."""
-        seen: dict[str, dict] = {}
+        """Records of this run's finished trials, one per (trial_key, record_key), in file order."""
+        by_trial: dict[str, dict[str, dict]] = {}
         for r in read_records(self.path, repair=repair):
             if r.get("run_key") == self.run_key:
-                seen.setdefault(str(r.get("trial_key")), r)
-        return list(seen.values())
+                by_trial.setdefault(str(r["trial_key"]), {}).setdefault(str(r.get("record_key", r["trial_key"])), r)
+        out = []
+        for recs in by_trial.values():
+            size = next(iter(recs.values())).get("trial_size", 1)
+            if len(recs) >= size:
+                out.extend(recs.values())
+        return out
 
-    def finished_keys(self) -> set[str]:
-        return {str(r["trial_key"]) for r in self.records()}
+    def finished_keys(self, repair: bool = False) -> set[str]:
+        return {str(r["trial_key"]) for r in self.records(repair=repair)}
 
     def append(self, records: Iterable[dict]) -> int:
-        """Append records not yet in the file; each line is written whole, flushed and fsync'd. Returns the count."""
-        done = {str(r["trial_key"]) for r in self.records(repair=True)}
-        lines = []
+        """Append the records of trials not finished yet, all in one flushed and fsync'd write. Returns the count."""
+        done = self.finished_keys(repair=True)
+        trials: dict[str, dict[str, dict]] = {}
         for r in records:
             key = str(r["trial_key"])
-            if key in done:
-                continue  # DDP padding duplicates and already-finished trials
-            done.add(key)
-            lines.append(json.dumps(_clean({**r, "run_key": self.run_key}), sort_keys=False) + "\n")
+            if key not in done:  # DDP padding duplicates and already-finished trials
+                trials.setdefault(key, {}).setdefault(str(r.get("record_key", key)), r)
+        lines = [
+            json.dumps(_clean({**r, "trial_size": len(recs), "run_key": self.run_key})) + "\n"
+            for recs in trials.values()
+            for r in recs.values()
+        ]
         if not lines:
             return 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with deferred_signals(), open(self.path, "a", encoding="utf-8") as f:
-            for line in lines:
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
+            f.write("".join(lines))
+            f.flush()
+            os.fsync(f.fileno())
         return len(lines)
