@@ -1,0 +1,247 @@
+"""Closed-form linear heads on frozen features (paper.md §6.2): min-norm, fine-tuned and re-trained interpolators.
+
+Everything lives in N x N space: with the Gram matrix G = Phi Phi^T (N x N, float64),
+
+    theta*  = Phi^+ Y = Phi^T G^{-1} Y,
+    P v     = v - Phi^T G^{-1} Phi v          (projector onto the complement of the row span of Phi),
+    theta_f = theta* + phi (y - phi^T theta*) / ||phi||^2,
+    theta_r = theta* + P phi (y - phi^T theta*) / ||P phi||^2.
+
+No p x p matrix and no explicit pseudo-inverse of Phi is ever formed (p = k for RF, n d for RAF). All functions accept
+optional leading batch dimensions (e.g. trials T, each with its own training set): Phi (..., N, p), phi (..., B, p).
+Pure maths: no Lightning import.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+TRAININGS = ("finetune", "retrain")
+# A Gram condition number above this is reported: the normal equations lose about log10(cond) of float64's 16 digits.
+GRAM_COND_WARN = 1e10
+# Above this condition number (or when the factorisation fails) G is treated as singular and jittered.
+GRAM_COND_SINGULAR = 1e15
+# Relative jitter (times mean(diag G)) tried, in this order, when the Cholesky factorisation of G fails.
+_JITTERS = (1e-14, 1e-12, 1e-10, 1e-8, 1e-6)
+
+
+def check_training(training: str) -> str:
+    """Raise a ValueError naming the allowed modes unless `training` is one of them."""
+    if training not in TRAININGS:
+        raise ValueError(f"training must be one of {list(TRAININGS)}, got {training!r}")
+    return training
+
+
+@dataclass
+class Heads:
+    """The min-norm interpolator of a training set and its fine-tuned / re-trained updates for B context samples.
+
+    Holds only what the closed forms need (no p x p matrix): the training features, the Cholesky factor of their
+    Gram matrix, theta*, and for each context sample phi, P phi and the scalars of the rank-one updates. The heads
+    themselves are theta_{f/r}[b] = theta* + coef(training)[b] * direction(training)[b].
+
+    Shapes below use `...` for optional leading batch dimensions (trials), all float64.
+
+    Attributes:
+        Phi: (..., N, p) training features.
+        chol: (..., N, N) lower Cholesky factor of G = Phi Phi^T (plus `jitter` * mean(diag G) * I if it was needed).
+        theta_star: (..., p) minimum-norm interpolator Phi^+ Y.
+        phi: (..., B, p) features of the context samples.
+        Pphi: (..., B, p) their projections P phi.
+        y: (..., B) context labels.
+        t0: (..., B) phi^T theta*, the pre-trained output on the context sample.
+        phi_sq: (..., B) ||phi||^2.
+        Pphi_sq: (..., B) ||P phi||^2.
+        cond: (...) condition number of G (inf when G is numerically singular).
+        jitter: (...) relative jitter added to G (0 when the plain Cholesky succeeded).
+        ill_conditioned: (...) bool, cond > cond_warn or a jitter was needed: the caller can record this flag.
+    """
+
+    Phi: Tensor
+    chol: Tensor
+    theta_star: Tensor
+    phi: Tensor
+    Pphi: Tensor
+    y: Tensor
+    t0: Tensor
+    phi_sq: Tensor
+    Pphi_sq: Tensor
+    cond: Tensor
+    jitter: Tensor
+    ill_conditioned: Tensor
+
+    @property
+    def proj_ratio(self) -> Tensor:
+        """||P phi|| / ||phi||, (..., B): reading (a) of the uncertainty assumption (paper.md §6.5)."""
+        return (self.Pphi_sq / self.phi_sq).sqrt()
+
+    def coef(self, training: Literal["finetune", "retrain"]) -> Tensor:
+        """Scalar of the rank-one update, (..., B): (y - t0) / ||phi||^2 or (y - t0) / ||P phi||^2."""
+        check_training(training)
+        # Paper: §6.2, theta_f = theta* + phi (y - phi^T theta*) / ||phi||^2, theta_r with P phi in place of phi
+        return (self.y - self.t0) / (self.phi_sq if training == "finetune" else self.Pphi_sq)
+
+    def direction(self, training: Literal["finetune", "retrain"]) -> Tensor:
+        """Direction of the rank-one update, (..., B, p): phi (fine-tuned) or P phi (re-trained)."""
+        check_training(training)
+        return self.phi if training == "finetune" else self.Pphi
+
+    def theta(self, training: Literal["finetune", "retrain"]) -> Tensor:
+        """The heads theta_f or theta_r themselves, (..., B, p), one per context sample."""
+        return self.theta_star.unsqueeze(-2) + self.coef(training).unsqueeze(-1) * self.direction(training)
+
+    def project(self, v: Tensor) -> Tensor:
+        """P v = v - Phi^T G^{-1} Phi v applied implicitly, (..., M, p) -> (..., M, p)."""
+        return project(self.Phi, self.chol, v)
+
+    def outputs(self, phi_new: Tensor, training: Literal["finetune", "retrain"]) -> tuple[Tensor, Tensor]:
+        """Outputs of theta* and of theta_{f/r} on new features phi_new (..., B, p), one per context sample.
+
+        Returns:
+            (phi_new^T theta*, phi_new^T theta_{f/r}), each (..., B); only inner products, no head is formed.
+        """
+        s = (phi_new * self.theta_star.unsqueeze(-2)).sum(-1)  # (..., B, p) . (..., 1, p) -> (..., B)
+        a = (phi_new * self.direction(training)).sum(-1)  # (..., B)
+        return s, s + self.coef(training) * a
+
+
+def _cholesky(G: Tensor, singular: Tensor) -> tuple[Tensor, Tensor]:
+    """Cholesky factor of G (..., N, N), with a growing relative jitter on the batch members where it fails.
+
+    `singular` (...) marks members whose G is numerically singular: their factor is jittered even when the plain
+    factorisation happens to succeed (a rounding-level pivot would make the solves meaningless).
+    """
+    L, info = torch.linalg.cholesky_ex(G)
+    info = torch.where(singular, torch.ones_like(info), info)
+    jitter = torch.zeros(G.shape[:-2], dtype=G.dtype, device=G.device)
+    if not bool((info > 0).any()):
+        return L, jitter
+    scale = G.diagonal(dim1=-2, dim2=-1).mean(-1)  # (...)
+    eye = torch.eye(G.shape[-1], dtype=G.dtype, device=G.device)
+    for eps in _JITTERS:
+        failed = info > 0  # (...)
+        if not bool(failed.any()):
+            break
+        L_j, info_j = torch.linalg.cholesky_ex(G + (eps * scale)[..., None, None] * eye)
+        L = torch.where(failed[..., None, None], L_j, L)
+        jitter = torch.where(failed, torch.full_like(jitter, eps), jitter)
+        info = torch.where(failed, info_j, info)
+    if bool((info > 0).any()):
+        raise ValueError(
+            "Phi: the Gram matrix Phi Phi^T is not positive definite even with a relative jitter of "
+            f"{_JITTERS[-1]:g}; the training features must be linearly independent (N <= rank), got a singular Gram"
+        )
+    return L, jitter
+
+
+def _solve(L: Tensor, b: Tensor) -> Tensor:
+    """G^{-1} b from the Cholesky factor, b (..., N, M) -> (..., N, M)."""
+    return torch.cholesky_solve(b, L)
+
+
+def project(Phi: Tensor, chol: Tensor, v: Tensor) -> Tensor:
+    """P v = v - Phi^T G^{-1} Phi v without forming P, (..., M, p) -> (..., M, p).
+
+    The projection is applied twice ("twice is enough" re-orthogonalisation): the second pass removes the component
+    along the row span of Phi left by rounding in the first, so P is idempotent and Phi P v ~ 0 to high accuracy even
+    when G is poorly conditioned. Cost: 4 N M p flops per pass, memory (..., N, M).
+    """
+    for _ in range(2):
+        c = _solve(chol, Phi @ v.mT)  # (..., N, p) @ (..., p, M) -> (..., N, M), then G^{-1}
+        v = v - c.mT @ Phi  # (..., M, N) @ (..., N, p) -> (..., M, p)
+    return v
+
+
+def min_norm(Phi: Tensor, Y: Tensor, chol: Tensor, refine: int = 1) -> Tensor:
+    """theta* = Phi^T G^{-1} Y with `refine` steps of iterative refinement on the residual, (..., p)."""
+    theta = (_solve(chol, Y.unsqueeze(-1)).mT @ Phi).squeeze(-2)  # (..., 1, N) @ (..., N, p) -> (..., p)
+    for _ in range(refine):
+        r = Y - (Phi @ theta.unsqueeze(-1)).squeeze(-1)  # (..., N) residual of Phi theta = Y
+        theta = theta + (_solve(chol, r.unsqueeze(-1)).mT @ Phi).squeeze(-2)
+    return theta
+
+
+def gram_condition(G: Tensor) -> Tensor:
+    """Condition number of the symmetric PSD matrix G (..., N, N) from its eigenvalues; inf if singular, (...)."""
+    ev = torch.linalg.eigvalsh(G)  # (..., N), ascending
+    lo, hi = ev[..., 0], ev[..., -1]
+    return torch.where(lo > 0, hi / lo.clamp_min(torch.finfo(G.dtype).tiny), torch.full_like(hi, float("inf")))
+
+
+def fit_heads(
+    Phi: Tensor,
+    Y: Tensor,
+    phi: Tensor,
+    y: Tensor,
+    cond_warn: float = GRAM_COND_WARN,
+) -> Heads:
+    """Fit theta*, and the data theta_f / theta_r need, for B context samples sharing one training set (per trial).
+
+    Computed in float64 through the Cholesky factor of G = Phi Phi^T (N x N). When the factorisation fails or
+    cond(G) > 1e15, a growing relative jitter (1e-14 ... 1e-6 times mean(diag G)) is added and theta* is refined on
+    the true residual.
+    A RuntimeWarning naming the condition number is issued when cond(G) > cond_warn or a jitter was needed, and
+    `Heads.ill_conditioned` records it per trial.
+
+    Args:
+        Phi: (..., N, p) training features, N < p.
+        Y: (..., N) training labels.
+        phi: (..., B, p) context features.
+        y: (..., B) context labels.
+        cond_warn: condition number of G above which the result is flagged.
+
+    Returns:
+        Heads with float64 tensors (see its attributes for shapes).
+    """
+    if Phi.dim() < 2 or phi.dim() != Phi.dim() or Phi.shape[-1] != phi.shape[-1]:
+        raise ValueError(
+            f"phi: expected Phi (..., N, p) and phi (..., B, p) with the same p and batch dims, "
+            f"got Phi {tuple(Phi.shape)} and phi {tuple(phi.shape)}"
+        )
+    N, p = Phi.shape[-2:]
+    if N >= p:
+        raise ValueError(f"N: the closed forms need fewer training samples than features, N < p = {p}, got N={N}")
+    if Y.shape != Phi.shape[:-1]:
+        raise ValueError(f"Y: expected shape {tuple(Phi.shape[:-1])}, got {tuple(Y.shape)}")
+    if y.shape != phi.shape[:-1]:
+        raise ValueError(f"y: expected shape {tuple(phi.shape[:-1])}, got {tuple(y.shape)}")
+    f64 = torch.float64
+    Phi, Y, phi, y = Phi.to(f64), Y.to(f64), phi.to(f64), y.to(f64)
+
+    G = Phi @ Phi.mT  # (..., N, p) @ (..., p, N) -> (..., N, N)
+    cond = gram_condition(G)
+    chol, jitter = _cholesky(G, cond > GRAM_COND_SINGULAR)
+    ill = (cond > cond_warn) | (jitter > 0)
+    if bool(ill.any()):
+        worst = float(cond.max())
+        warnings.warn(
+            f"Gram matrix Phi Phi^T is ill-conditioned: condition number {worst:.3g} (threshold {cond_warn:.0e}) in "
+            f"{int(ill.sum())} of {ill.numel()} training set(s); relative jitter used: {float(jitter.max()):g}. "
+            "The closed-form heads may be inaccurate (see Heads.ill_conditioned).",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    # Paper: §6.2, theta* = Phi^+ Y (min-norm interpolator); two refinement steps when G was jittered
+    theta_star = min_norm(Phi, Y, chol, refine=2 if bool((jitter > 0).any()) else 1)
+    # Deviation: P phi applied implicitly through G (the authors' code forms the dense p x p projector P_o)
+    Pphi = project(Phi, chol, phi)  # (..., B, p)
+    t0 = (phi * theta_star.unsqueeze(-2)).sum(-1)  # (..., B)
+    return Heads(
+        Phi=Phi,
+        chol=chol,
+        theta_star=theta_star,
+        phi=phi,
+        Pphi=Pphi,
+        y=y,
+        t0=t0,
+        phi_sq=(phi * phi).sum(-1),
+        Pphi_sq=(Pphi * Pphi).sum(-1),
+        cond=cond,
+        jitter=jitter,
+        ill_conditioned=ill,
+    )
