@@ -1,0 +1,217 @@
+"""Layer-wise relative change of a BERT encoder's hidden states when one input token is perturbed (Figure 3, panel 3).
+
+Paper (seed caption, paper.md 8.2): the relative change ||H_l(X') - H_l(X)||_F / ||H_l(X)||_F of every layer l = 0..L
+when token 42 of a ~200-token text is moved by the attention-attracting Delta, against Gaussian noise of the same norm.
+The paper's injection point, norm and heads are not stated; working definitions implemented here:
+Delta is added to hidden_states[0] (the output of the embedding layer, which feeds the first attention layer directly in
+a post-LN BERT) with a forward hook, so layer 0 shows the input change itself (= ||Delta|| / ||X||_F); its norm defaults
+to ||x_i|| (the analogue of sqrt(d) under the paper's input assumption); it targets all first-layer heads, summed.
+[CLS] and [SEP] are part of X and of every norm.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..encoders import load_encoder
+from ..seeding import generator
+from ._common import (
+    check_heads,
+    check_index,
+    check_positive,
+    default_probe_text,
+    encoder_forward,
+    max_positions,
+    relative_change,
+    tokenise,
+)
+from .delta import attention_mass, closed_form_delta, optimised_delta
+from .replacement import replacement_candidates
+
+DEFAULT_POSITION = 42
+
+
+def heads_label(heads: list[int], num_heads: int) -> str:
+    """'all' or a comma-separated list of head indices (a flat JSON value)."""
+    return "all" if len(heads) == num_heads else ",".join(map(str, heads))
+
+
+def _check_int(key: str, value, lo: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ValueError(f"{key} must be an integer >= {lo}, got {value!r}")
+    return value
+
+
+def layerwise_change(
+    encoder: str = "bundled-minilm",
+    text: str | None = None,
+    position: int = DEFAULT_POSITION,
+    heads: int | list[int] | None = None,
+    delta_norm: float | None = None,
+    n_draws: int = 10,
+    seed: int = 0,
+    steps: int = 100,
+    lr: float = 0.1,
+    replacement_k: int = 8,
+) -> dict:
+    """Relative change of every hidden layer under the attention-attracting Delta, Gaussian noise and real edits.
+
+    Args:
+        encoder: encoder name for `wslight.encoders.load_encoder` ('bundled-minilm' offline, 'bert-base-uncased').
+        text: input text; None = the bundled probe text (`wslight/assets/probe_text.txt`, ~200 WordPiece tokens).
+            Pass the paper's abstract to match the paper's figure.
+        position: perturbed token, an index in the tokenised sequence ([CLS] at 0).
+        heads: first-layer heads that Delta targets: None = all (summed), an int or a list.
+        delta_norm: ||Delta|| and of the Gaussian control; None = ||x_position|| in hidden_states[0].
+        n_draws: Gaussian draws (mean and sd reported), seeded by `wslight.seeding.generator(seed, ..., draw)`.
+        seed: seed of the Gaussian draws.
+        steps: projected gradient ascent steps of the optimised Delta.
+        lr: its step length as a fraction of ||Delta||.
+        replacement_k: size of each pool of real replacement words (0 = skip the replacement probe); the words are
+            snapped to x_position + the optimised Delta (see `wslight.probes.replacement`).
+
+    Returns:
+        dict with `tokens`, `position`, `token`, `heads`, `delta_norm`, `input_ratio` (= delta_norm / ||X||_F),
+        `rel_change` (dict of (L + 1,) tensors `closed_form`, `optimised`, `gaussian_mean`, `gaussian_sd`,
+        `replacement_best`, `replacement_nearest`, and `gaussian` (n_draws, L + 1)), `attention_mass` (first layer,
+        chosen heads: `clean`, `closed_form`, `optimised`), `delta` ((d,) tensors), `replacement` (candidates with
+        their (C, L + 1) `rel_change`, `best`, `nearest`) and `records` (one flat dict per (layer, kind, method)).
+    """
+    text = default_probe_text() if text is None else text
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"text must be a non-empty string, got {text!r}")
+    _check_int("n_draws", n_draws, 1)
+    _check_int("replacement_k", replacement_k, 0)
+    _check_int("steps", steps, 0)
+    check_positive("delta_norm", delta_norm)
+    check_positive("lr", lr, allow_none=False)
+    model, tokenizer, info = load_encoder(encoder)
+    tk = tokenise(tokenizer, text, max_positions(model))
+    check_index("position", position, tk.n, f"tokenised text of {tk.n} tokens, [CLS] at 0")
+    heads = check_heads(heads, info.num_heads)
+
+    clean, _ = encoder_forward(model, tk.inputs)  # (L + 1, 1, n, d)
+    H0 = clean[0, 0]  # (n, d)
+    c = float(H0[position].norm()) if delta_norm is None else float(delta_norm)
+    d_cf = closed_form_delta(model, H0, position, heads, c)  # (d,)
+    d_opt, opt_info = optimised_delta(model, H0, position, heads, c, steps=steps, lr=lr)  # (d,)
+    g = torch.stack(
+        [torch.randn(H0.shape[1], generator=generator(seed, "probes/layerwise/gaussian", j)) for j in range(n_draws)]
+    )  # (n_draws, d)
+    g = g / g.norm(dim=-1, keepdim=True) * c
+    deltas = torch.cat([d_cf[None], d_opt[None], g.to(H0.dtype)])  # (2 + n_draws, d)
+    P = torch.zeros(deltas.shape[0], tk.n, H0.shape[1], dtype=H0.dtype)  # (B, n, d)
+    P[:, position] = deltas
+    B = deltas.shape[0]
+    hidden, _ = encoder_forward(model, {k: v.expand(B, -1) for k, v in tk.inputs.items()}, P)  # (L + 1, B, n, d)
+    rel = relative_change(hidden, clean)  # (L + 1, B)
+    gauss = rel[:, 2:].T  # (n_draws, L + 1)
+    rc = {
+        "closed_form": rel[:, 0],
+        "optimised": rel[:, 1],
+        "gaussian": gauss,
+        "gaussian_mean": gauss.mean(0),
+        "gaussian_sd": gauss.std(0, unbiased=True) if n_draws > 1 else torch.zeros_like(gauss[0]),
+    }
+    with torch.no_grad():
+        m_clean = attention_mass(model, H0[None], position, heads)  # (1,)
+        m_delta = attention_mass(model, H0[None] + P[:2], position, heads)  # (2, n, d) -> (2,)
+    mass = {"clean": float(m_clean[0]), "closed_form": float(m_delta[0]), "optimised": float(m_delta[1])}
+
+    ids = tk.inputs["input_ids"][0]
+    replacement = None
+    if replacement_k > 0:
+        tt = int(tk.inputs["token_type_ids"][0, position]) if "token_type_ids" in tk.inputs else 0
+        cand = replacement_candidates(model, tokenizer, H0, ids, position, d_opt, heads, replacement_k, tt)
+        C = len(cand["ids"])
+        rep_inputs = {k: v.expand(C, -1).clone() for k, v in tk.inputs.items()}
+        rep_inputs["input_ids"][:, position] = torch.tensor(cand["ids"])
+        rep_hidden, _ = encoder_forward(model, rep_inputs)  # (L + 1, C, n, d)
+        rep_rel = relative_change(rep_hidden, clean).T  # (C, L + 1)
+        best = int(rep_rel[:, -1].argmax())
+        nearest = 0  # the nearest pool comes first, sorted by distance
+        cand.update(rel_change=rep_rel, best=best, nearest=nearest)
+        rc["replacement_best"] = rep_rel[best]
+        rc["replacement_nearest"] = rep_rel[nearest]
+        replacement = cand
+
+    out = {
+        "encoder": encoder,
+        "text": text,
+        "tokens": tk.tokens,
+        "position": position,
+        "token": tk.tokens[position],
+        "heads": heads,
+        "delta_norm": c,
+        "input_ratio": c / float(clean[0].norm()),
+        "rel_change": rc,
+        "attention_mass": mass,
+        "optimiser": opt_info,
+        "delta": {"closed_form": d_cf, "optimised": d_opt},
+        "replacement": replacement,
+        "seed": seed,
+        "n_draws": n_draws,
+    }
+    out["records"] = _records(out, info.num_heads)
+    return out
+
+
+def _records(res: dict, num_heads: int) -> list[dict]:
+    base = {
+        "experiment": "probe",
+        "probe": "layerwise",
+        "encoder": res["encoder"],
+        "position": res["position"],
+        "token": res["token"],
+        "n_tokens": len(res["tokens"]),
+        "heads": heads_label(res["heads"], num_heads),
+        "seed": res["seed"],
+    }
+    rc = res["rel_change"]
+    rows = []
+    for layer in range(len(rc["closed_form"])):
+        for method in ("closed_form", "optimised"):
+            rows.append(
+                base
+                | {
+                    "layer": layer,
+                    "kind": "delta",
+                    "method": method,
+                    "rel_change": float(rc[method][layer]),
+                    "rel_change_sd": 0.0,
+                    "delta_norm": float(res["delta"][method].norm()),
+                    "attention_mass": res["attention_mass"][method],
+                    "word": None,
+                }
+            )
+        rows.append(
+            base
+            | {
+                "layer": layer,
+                "kind": "gaussian",
+                "method": f"mean_of_{res['n_draws']}",
+                "rel_change": float(rc["gaussian_mean"][layer]),
+                "rel_change_sd": float(rc["gaussian_sd"][layer]),
+                "delta_norm": res["delta_norm"],
+                "attention_mass": None,
+                "word": None,
+            }
+        )
+        rep = res["replacement"]
+        if rep is not None:
+            for method in ("best", "nearest"):
+                j = rep[method]
+                rows.append(
+                    base
+                    | {
+                        "layer": layer,
+                        "kind": "replacement",
+                        "method": method,
+                        "rel_change": float(rep["rel_change"][j, layer]),
+                        "rel_change_sd": 0.0,
+                        "delta_norm": rep["edit_norm"][j],
+                        "attention_mass": rep["mass"][j],
+                        "word": rep["tokens"][j],
+                    }
+                )
+    return rows
