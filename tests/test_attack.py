@@ -1,0 +1,272 @@
+"""Single-token Delta attack (paper.md §6.3-6.8, §12 checks 9-11): structure, records, RF vs RAF, bad input, plots."""
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+
+from wslight.attack import delta_attack, token_features
+from wslight.features import DeepRandomFeatures, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
+from wslight.interpolation import fit_heads
+from wslight.plots.attack import plot_attack_scatter, plot_penalized
+from wslight.seeding import generator
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Thousands of tiny steps: intra-op threads only add contention on a shared 2-core machine."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def aniso(B, n, d, seed, u):
+    """paper.md §11 "aniso" rows: 0.7 u + sqrt(0.51) g / sqrt(d), renormalised to sqrt(d); (B, n, d) float64."""
+    g = torch.randn(B, n, d, generator=generator(seed, "test.aniso"), dtype=torch.float64)
+    X = 0.7 * u + 0.51**0.5 * g / d**0.5
+    return X / X.norm(dim=-1, keepdim=True) * d**0.5
+
+
+def problem(n, d, N, T, B, seed=0):
+    """T trials, each with N training and B context samples (aniso rows, random +-1 labels)."""
+    u = torch.randn(d, generator=generator(seed, "test.u"), dtype=torch.float64)
+    u = u / u.norm()
+    X_tr = aniso(T * N, n, d, seed + 1, u).reshape(T, N, n, d)
+    X_cx = aniso(T * B, n, d, seed + 2, u).reshape(T, B, n, d)
+    Y = torch.randint(0, 2, (T, N), generator=generator(seed, "test.Y")).double() * 2 - 1
+    y = torch.randint(0, 2, (T, B), generator=generator(seed, "test.y")).double() * 2 - 1
+    return X_tr, Y, X_cx, y
+
+
+def replace_token(X, position, delta):
+    Xp = X.clone()
+    Xp[..., position, :] += delta
+    return Xp
+
+
+# ---- structure ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["rf", "deep_rf", "raf", "relu_raf"])
+@pytest.mark.parametrize("position", [0, 3, 6])
+def test_token_features_match_full_forward(rows, kind, position):
+    n, d, T, R, B = 7, 6, 2, 3, 4
+    make = {
+        "rf": lambda s: RandomFeatures(n, d, seed=s, dtype="float64"),
+        "deep_rf": lambda s: DeepRandomFeatures(n, d, depth=2, seed=s, dtype="float64"),
+        "raf": lambda s: RandomAttentionFeatures(d, seed=s, dtype="float64"),
+        "relu_raf": lambda s: ReLUAttentionFeatures(d, seed=s, dtype="float64"),
+    }[kind]
+    maps = [make(s) for s in range(T)]
+    X = rows(T * B, n, d, seed=4, dtype=torch.float64).reshape(T, B, n, d)
+    delta = 2 * torch.randn(T, R, B, d, generator=generator(0, "test.delta"), dtype=torch.float64)
+    f = token_features(maps, X, position)
+    out = f(delta)  # (T, R, B, p)
+    for t in range(T):
+        ref = maps[t](replace_token(X[t].unsqueeze(0).expand(R, B, n, d), position, delta[t]).reshape(R * B, n, d))
+        assert torch.allclose(out[t], ref.reshape(R, B, -1), atol=1e-10)
+    # input gradients through the structured path equal those through the full forward
+    w = torch.randn(out.shape[-1], generator=generator(1, "test.w"), dtype=torch.float64)
+    dl = delta.clone().requires_grad_(True)
+    (g1,) = torch.autograd.grad((f(dl) @ w).sum(), dl)
+    dl2 = delta[0].clone().requires_grad_(True)
+    full = maps[0](replace_token(X[0].unsqueeze(0).expand(R, B, n, d), position, dl2).reshape(R * B, n, d))
+    (g2,) = torch.autograd.grad((full @ w).sum(), dl2)
+    assert torch.allclose(g1[0], g2, atol=1e-9)
+
+
+@pytest.mark.parametrize("training", ["finetune", "retrain"])
+@pytest.mark.parametrize("position", [0, 5])
+def test_records_match_closed_forms_on_the_perturbed_sample(training, position):
+    n, d, N, B = 8, 8, 12, 3
+    X_tr, Y, X_cx, y = problem(n, d, N, 1, B)
+    m = RandomAttentionFeatures(d, seed=3, dtype="float64")
+    r = delta_attack(
+        m, X_tr[0], Y[0], X_cx[0], y[0], training=training, loss="err", position=position, steps=60, return_delta=True
+    )
+    h = fit_heads(m(X_tr[0]), Y[0], m(X_cx[0]), y[0])
+    phi_p = m(replace_token(X_cx[0], position, r["delta"]))  # (B, p): phi(X^i(Delta)) from the full forward
+    D0, D1 = h.outputs(phi_p, training)
+    assert torch.allclose(r["D0"], D0, atol=1e-8) and torch.allclose(r["D1"], D1, atol=1e-8)
+    assert torch.allclose(r["t1"], y[0], atol=1e-6)  # the updated head interpolates the context sample
+    assert torch.allclose(r["t0"], h.t0, atol=1e-10)
+    assert torch.allclose(r["err"], (r["D1"] + y[0]) ** 2)
+    assert torch.equal(r["sign_err"], (torch.sign(r["D1"]) != -y[0]).double())
+    assert torch.allclose(r["gamma"], torch.maximum(r["t0"].abs(), r["D0"].abs()))
+    assert torch.allclose(r["proj_ratio"], h.proj_ratio)
+    assert torch.allclose(r["delta_norm"], r["delta"].norm(dim=-1))
+    assert bool((r["delta_norm"] <= d**0.5 * (1 + 1e-9)).all())
+    assert set(r) >= {"abs_t0", "abs_D0", "steps", "gram_ill_conditioned"} and r["y"].shape == (B,)
+    # the attack lowered the objective below its value at Delta = 0 (the first restart's start)
+    D1_clean = h.outputs(m(X_cx[0]), training)[1]
+    assert bool((r["err"] <= (D1_clean + y[0]) ** 2 + 1e-9).all())
+
+
+def test_trials_batched_equal_one_by_one():
+    n, d, N, T, B = 6, 8, 10, 2, 2
+    X_tr, Y, X_cx, y = problem(n, d, N, T, B)
+    maps = [ReLUAttentionFeatures(d, seed=s, dtype="float64") for s in range(T)]
+    kw = dict(training="retrain", loss="penalized", p=0.5, steps=40, restarts=1)
+    rb = delta_attack(maps, X_tr, Y, X_cx, y, **kw)
+    assert rb["D1"].shape == (T, B)
+    for t in range(T):
+        rt = delta_attack(maps[t], X_tr[t], Y[t], X_cx[t], y[t], **kw)
+        for key in ("D0", "D1", "t0", "gamma", "proj_ratio"):
+            assert torch.allclose(rb[key][t], rt[key], atol=1e-8), key
+
+
+# ---- paper.md §12 checks 9-11 at small sizes (§11 mini-sim levels) ----------------------------------------------
+
+N_SIM, n_SIM, T_SIM, B_SIM = 50, 40, 3, 2
+
+
+@pytest.fixture(scope="module")
+def sim_data():
+    return problem(n_SIM, 32, N_SIM, T_SIM, B_SIM, seed=10), problem(n_SIM, 16, N_SIM, T_SIM, B_SIM, seed=20)
+
+
+def test_rf_cannot_flip(sim_data):
+    """Check 9: RF keeps the prediction on the side of y for every loss and both heads (n large, N << p)."""
+    X_tr, Y, X_cx, y = sim_data[1]
+    maps = [RandomFeatures(n_SIM, 16, seed=s) for s in range(T_SIM)]
+    for training in ("finetune", "retrain"):
+        for loss in ("err", "align", "align_proj", "penalized"):
+            r = delta_attack(maps, X_tr, Y, X_cx, y, training=training, loss=loss, p=1.0)
+            assert float((r["y"] * r["D1"]).mean()) > 0.3, (training, loss)
+            assert float(r["sign_err"].mean()) == 1.0, (training, loss)
+            assert float(r["err"].mean()) > 1.5, (training, loss)
+
+
+def test_raf_flips_relu_raf_in_between(sim_data):
+    """Checks 10-11: loss err flips RAF in most trials; ReLU-RAF is no better than RAF and far better than RF."""
+    X_tr, Y, X_cx, y = sim_data[0]
+    errs = {}
+    for name, make in (
+        ("raf", lambda s: RandomAttentionFeatures(32, seed=s)),
+        ("relu_raf", lambda s: ReLUAttentionFeatures(32, seed=s)),
+        ("rf", lambda s: RandomFeatures(n_SIM, 32, seed=s)),
+    ):
+        maps = [make(s) for s in range(T_SIM)]
+        for training in ("finetune", "retrain"):
+            r = delta_attack(maps, X_tr, Y, X_cx, y, training=training, loss="err")
+            errs[name, training] = float(r["err"].mean())
+            if name == "raf":
+                assert errs[name, training] < 0.5 and float(r["sign_err"].mean()) <= 0.3
+                assert float((r["y"] * r["D1"]).mean()) < -0.5
+        assert not bool(r["gram_ill_conditioned"].any())
+    for training in ("finetune", "retrain"):
+        assert errs["raf", training] <= errs["relu_raf", training] + 1e-3 < errs["rf", training]
+
+
+def test_penalty_keeps_pretrained_output_small(sim_data):
+    """The penalized loss keeps |D0| = |phi(X')^T theta*| small, which plain err does not for RAF (§11 readings)."""
+    X_tr, Y, X_cx, y = sim_data[0]
+    maps = [RandomAttentionFeatures(32, seed=s) for s in range(T_SIM)]
+    r0 = delta_attack(maps, X_tr, Y, X_cx, y, training="retrain", loss="err")
+    r1 = delta_attack(maps, X_tr, Y, X_cx, y, training="retrain", loss="penalized", p=10.0)
+    assert float(r1["abs_D0"].mean()) < 0.5 * float(r0["abs_D0"].mean())
+    assert float(r1["gamma"].mean()) < float(r0["gamma"].mean())
+
+
+def test_faithful_schedule_and_improved_optimiser_not_worse(sim_data):
+    X_tr, Y, X_cx, y = sim_data[0]
+    maps = [RandomAttentionFeatures(32, seed=s) for s in range(T_SIM)]
+    rf = delta_attack(maps, X_tr, Y, X_cx, y, training="retrain", loss="err", faithful=True)
+    assert bool((rf["steps"] == 50 * n_SIM).all()) and bool((rf["restart"] == 0).all())
+    ours = delta_attack(maps, X_tr, Y, X_cx, y, training="retrain", loss="err")
+    assert float(ours["err"].mean()) <= float(rf["err"].mean()) + 1e-6
+    assert float(ours["steps"].float().mean()) < 50 * n_SIM / 2  # early stop
+    rfm = RandomFeatures(n_SIM, 32, seed=0)
+    r = delta_attack(rfm, X_tr[0], Y[0], X_cx[0], y[0], training="finetune", loss="err", faithful=True)
+    assert bool((r["steps"] == 300).all())
+
+
+def test_ill_conditioned_training_set_is_flagged(rows):
+    n, d = 5, 6
+    X_tr = rows(8, n, d, seed=1, dtype=torch.float64)
+    X_tr = torch.cat([X_tr, X_tr[:1]])  # a duplicated training sample: singular Gram
+    Y = torch.tensor([1.0, -1.0] * 4 + [1.0], dtype=torch.float64)
+    X_cx = rows(2, n, d, seed=2, dtype=torch.float64)
+    with pytest.warns(RuntimeWarning, match="condition number"):
+        r = delta_attack(RandomAttentionFeatures(d, dtype="float64"), X_tr, Y, X_cx, torch.ones(2), steps=5, restarts=1)
+    assert bool(r["gram_ill_conditioned"].all())
+
+
+# ---- bad input ---------------------------------------------------------------------------------------------------
+
+
+class _Untouchable(RandomAttentionFeatures):
+    def forward(self, X):
+        raise AssertionError("validation must happen before any feature is computed")
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(N=11), r"N must be an integer in \[1, 10\] .*got 11"),
+        (dict(loss="hinge"), r"loss must be one of \['err', 'align', 'align_proj', 'penalized'\], got 'hinge'"),
+        (dict(training="total"), r"training must be one of \['finetune', 'retrain'\], got 'total'"),
+        (dict(loss="penalized", p=-0.1), r"p must be a finite number >= 0, got -0.1"),
+        (dict(position=4), r"position must be an integer in \[0, 3\], got 4"),
+        (dict(position=-1), r"position must be an integer in \[0, 3\], got -1"),
+        (dict(train_ids=torch.arange(10), ctx_ids=torch.tensor([20, 3])), r"ctx_ids: .*got shared id\(s\) \[3\]"),
+        (dict(faithful=True, restarts=3), r"restarts must be 1 .* got 3"),
+    ],
+)
+def test_bad_input(rows, kwargs, match):
+    X_tr, X_cx = rows(10, 4, 6, seed=1), rows(2, 4, 6, seed=2)
+    with pytest.raises(ValueError, match=match):
+        delta_attack(_Untouchable(6), X_tr, torch.ones(10), X_cx, torch.ones(2), **kwargs)
+
+
+def test_context_ids_outside_the_first_N_are_allowed(rows):
+    X_tr, X_cx = rows(10, 4, 6, seed=1, dtype=torch.float64), rows(1, 4, 6, seed=2, dtype=torch.float64)
+    Y = torch.tensor([1.0, -1.0] * 5)
+    r = delta_attack(
+        RandomAttentionFeatures(6), X_tr, Y, X_cx, torch.ones(1), N=8, train_ids=torch.arange(10),
+        ctx_ids=torch.tensor([9]), steps=3, restarts=1,
+    )  # fmt: skip
+    assert r["err"].shape == (1,)
+
+
+# ---- plots -------------------------------------------------------------------------------------------------------
+
+
+def _records():
+    g = torch.Generator().manual_seed(0)
+    recs = []
+    for m, n in (("rf", 40), ("raf", 40), ("raf", 120)):
+        for training in ("finetune", "retrain"):
+            for N in (100, 700):
+                for loss, p in (("err", 0.0), ("align", 0.0), ("penalized", 0.1), ("penalized", 1.0)):
+                    gamma, err = torch.rand(2, generator=g).tolist()
+                    recs.append(dict(experiment="attack", map=m, training=training, loss=loss, p=p, n=n, N=N,
+                                     d=768, gamma=gamma, err=4 * err))  # fmt: skip
+    return recs
+
+
+def test_plot_attack_scatter_layout():
+    fig = plot_attack_scatter(_records())
+    axes = fig.axes
+    assert len(axes) == 6  # 2 rows (fine-tuned, re-trained) x 3 (map, n) panels
+    titles = [ax.get_title() for ax in axes]
+    assert titles[0].startswith("RF, n = 40") and "fine-tuned" in titles[0] and "re-trained" in titles[3]
+    assert titles[2].startswith("RAF, n = 120")
+    for ax in axes:
+        labels = ax.get_legend_handles_labels()[1]
+        # one colour per N, circles for the alignment loss and crosses for err; penalized left out
+        assert sorted(labels) == sorted(f"N = {N}, {k}" for N in (100, 700) for k in ("alignment loss", "loss = Err"))
+        colours = {tuple(c.get_edgecolor()[0]) for c in ax.collections}
+        assert len(colours) == 2
+    plt.close(fig)
+
+
+def test_plot_penalized_one_colour_per_p():
+    fig = plot_penalized(_records())
+    assert len(fig.axes) == 6
+    for ax in fig.axes:
+        assert sorted(ax.get_legend_handles_labels()[1]) == ["p = 0.1", "p = 1"]
+        assert len({tuple(c.get_facecolor()[0]) for c in ax.collections}) == 2
+    plt.close(fig)
+    with pytest.raises(ValueError, match="penalized"):
+        plot_penalized([r for r in _records() if r["loss"] != "penalized"])
