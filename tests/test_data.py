@@ -299,8 +299,16 @@ def test_synthetic_unit_rows_option():
 
 
 def datamodule(cache_dir, **kw):
-    args = dict(num_samples=M, n=12, d=32, val_fraction=0.2, test_fraction=0.2, batch_size=4, cache_dir=str(cache_dir),
-                progress=False)
+    args = dict(
+        num_samples=M,
+        n=12,
+        d=32,
+        val_fraction=0.2,
+        test_fraction=0.2,
+        batch_size=4,
+        cache_dir=str(cache_dir),
+        progress=False,
+    )
     args.update(kw)
     return EmbeddingDataModule(**args)
 
@@ -355,8 +363,17 @@ def test_dataloader_with_two_workers(cache_dir):
 
 
 def test_datamodule_synthetic(tmp_path):
-    dm = EmbeddingDataModule(source="synthetic", num_samples=10, max_length=8, synthetic_dim=6, n=8, d=6,
-                             val_fraction=0.2, test_fraction=0.0, batch_size=5)
+    dm = EmbeddingDataModule(
+        source="synthetic",
+        num_samples=10,
+        max_length=8,
+        synthetic_dim=6,
+        n=8,
+        d=6,
+        val_fraction=0.2,
+        test_fraction=0.0,
+        batch_size=5,
+    )
     dm.prepare_data()
     dm.setup("fit")
     X, y, sid = next(iter(dm.train_dataloader()))

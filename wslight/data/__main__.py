@@ -43,9 +43,18 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     a = _parser().parse_args(argv)
     spec = EmbeddingSpec(
-        source=a.source, encoder=a.encoder, layer=a.layer, max_length=a.max_length, max_tokens=a.max_tokens,
-        num_samples=a.num_samples, seed=a.seed, cache_dir=a.cache_dir, synthetic_dim=a.synthetic_dim,
-        selection=a.selection, storage_dtype=a.storage_dtype, batch_size=a.batch_size,
+        source=a.source,
+        encoder=a.encoder,
+        layer=a.layer,
+        max_length=a.max_length,
+        max_tokens=a.max_tokens,
+        num_samples=a.num_samples,
+        seed=a.seed,
+        cache_dir=a.cache_dir,
+        synthetic_dim=a.synthetic_dim,
+        selection=a.selection,
+        storage_dtype=a.storage_dtype,
+        batch_size=a.batch_size,
     )
     t0 = time.perf_counter()
     emb = load_token_embeddings(spec, progress=not a.no_progress, verify=a.verify, device=a.device)

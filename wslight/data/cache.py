@@ -179,16 +179,19 @@ def validate_entry(data: Path, manifest: dict, request: dict, shapes: dict, full
     """
     if manifest.get("request") != request:
         diff = sorted(
-            k for k in set(request) | set(manifest.get("request") or {}) if (manifest.get("request") or {}).get(k)
-            != request.get(k)
+            k
+            for k in set(request) | set(manifest.get("request") or {})
+            if (manifest.get("request") or {}).get(k) != request.get(k)
         )
         raise CacheInvalid(f"{data.name}: manifest does not match the request (differs in {diff})")
     if not data.is_file():
         raise CacheInvalid(f"{data.name}: missing data file")
     size = data.stat().st_size
     if size != manifest.get("file_bytes"):
-        raise CacheInvalid(f"{data.name}: {size} bytes on disk, the manifest says {manifest.get('file_bytes')} "
-                           "(truncated or overwritten)")
+        raise CacheInvalid(
+            f"{data.name}: {size} bytes on disk, the manifest says {manifest.get('file_bytes')} "
+            "(truncated or overwritten)"
+        )
     header, start = read_header(data)
     for name, (code, shape) in shapes.items():
         info = header.get(name)

@@ -50,8 +50,9 @@ class EmbeddingDataset(Dataset):
         return [(X[b], y[b], ids[b]) for b in range(len(rows))]
 
 
-def split_indices(labels: Tensor, val_fraction: float, test_fraction: float, seed: int
-                  ) -> tuple[Tensor, Tensor, Tensor]:
+def split_indices(
+    labels: Tensor, val_fraction: float, test_fraction: float, seed: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """Seeded split of positions 0..M-1 into (train, val, test), stratified by label, each sorted, (N_*,) int64.
 
     Per class, round(fraction * class size) samples go to val and to test; the rest to train.
@@ -127,9 +128,18 @@ class EmbeddingDataModule(LightningDataModule):
         super().__init__()
         self.save_hyperparameters()
         self.spec = EmbeddingSpec(
-            source=source, encoder=encoder, layer=layer, max_length=max_length, max_tokens=max_tokens,
-            num_samples=num_samples, seed=seed, cache_dir=cache_dir, synthetic_dim=synthetic_dim,
-            selection=selection, storage_dtype=storage_dtype, synthetic_unit_rows=synthetic_unit_rows,
+            source=source,
+            encoder=encoder,
+            layer=layer,
+            max_length=max_length,
+            max_tokens=max_tokens,
+            num_samples=num_samples,
+            seed=seed,
+            cache_dir=cache_dir,
+            synthetic_dim=synthetic_dim,
+            selection=selection,
+            storage_dtype=storage_dtype,
+            synthetic_unit_rows=synthetic_unit_rows,
             batch_size=encoder_batch_size,
         )
         cfg = validate_spec(self.spec)  # bad keys fail here, before any encoder runs
@@ -198,5 +208,3 @@ class EmbeddingDataModule(LightningDataModule):
         """All samples, in cache order."""
         assert self.embeddings is not None, "call setup() first"
         return self._loader(torch.arange(len(self.embeddings)), shuffle=False)
-
-

