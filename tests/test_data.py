@@ -455,3 +455,12 @@ def test_hub_without_network_fails_fast_naming_the_offline_config(tmp_path, monk
     with pytest.raises(HubUnreachableError, match=r"imdb_hub.*source: imdb_offline"):
         load_token_embeddings(spec_for(tmp_path, source="imdb_hub"))  # hub text, local encoder
     assert time.perf_counter() - t < 30
+
+
+def test_first_selection_takes_the_authors_picks(tmp_path):
+    e = load_token_embeddings(spec_for(tmp_path, num_samples=4, selection="first"), progress=False)
+    corpus = load_texts("imdb_offline")
+    _, tok, _ = encoders.load_encoder("bundled-minilm")
+    short = [i for i in range(200) if len(tok.tokenize(corpus.texts[i])) < 240][:2]  # first short negatives
+    short += [i for i in range(12_500, 12_700) if len(tok.tokenize(corpus.texts[i])) < 240][:2]  # and positives
+    assert sorted(e.sample_ids.tolist()) == short
