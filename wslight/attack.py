@@ -179,10 +179,12 @@ class _AttentionToken:
         X = self.X.unsqueeze(1)  # (T, 1, B, n, d)
         xp = X[..., self.i, :] + delta  # (T, R, B, d), the moved token
         # column i of rows j: x_j W x' / sqrt(d)
-        s_col = (self.XW.unsqueeze(1) @ xp.unsqueeze(-1)).squeeze(-1) / d**0.5  # (T,1,B,n,d) @ (T,R,B,d,1) -> (T,R,B,n)
+        s_col = torch.einsum("tbnd,trbd->trbn", self.XW, xp) / d**0.5  # (T, R, B, n)
         # row i: x' W x_k / sqrt(d) for k != i, and x' W x' / sqrt(d) at k = i
-        s_row = (self.XWt.unsqueeze(1) @ xp.unsqueeze(-1)).squeeze(-1) / d**0.5  # (T, R, B, n)
-        xWx = ((xp.unsqueeze(-2) @ self.W[:, None, None]).squeeze(-2) * xp).sum(-1) / d**0.5  # (T, R, B)
+        s_row = torch.einsum("tbnd,trbd->trbn", self.XWt, xp) / d**0.5  # (T, R, B, n)
+        T, R, B, _ = xp.shape
+        xpW = torch.bmm(xp.reshape(T, R * B, d), self.W).reshape(T, R, B, d)  # (T, R B, d) @ (T, d, d), no expand
+        xWx = (xpW * xp).sum(-1) / d**0.5  # (T, R, B)
         s_row = torch.where(self.col_i, xWx.unsqueeze(-1), s_row)  # (T, R, B, n)
         Xp = torch.where(self.row_i, xp.unsqueeze(-2), X)  # (T, R, B, n, d), X with token i replaced
         if self.relu:
