@@ -5,6 +5,9 @@ x_0 + 0.1 N(0, I), plain projected gradient descent on -RMSE(phi(X'), phi(X)) wi
 the noisy start, lr 100 and 300 steps for RF, lr 10 and 50 n steps for RAF / ReLU-RAF, float64, the dense weights and
 autograd through the full map. Both sides see the same samples and the same random weights (same seeds).
 
+The authors centre the ball at the noisy start, so the baseline's realised ||Delta|| from the clean token exceeds
+sqrt(d) (by up to ~10%); the table therefore also shows the package run at each trial's realised baseline radius.
+
 Every measured part runs in its own subprocess, so the reported peak memory (ru_maxrss from wait4) is that part's own.
 Times exclude drawing the weights (shared by both sides); they include everything else (for the package: the
 precomputation, the search and the float64 recomputation with the full map).
@@ -135,6 +138,16 @@ def part_package(a) -> dict:
     }
 
 
+def part_package_at_radius(a) -> dict:
+    """The package with, for each trial, the ball radius the baseline actually used (its realised ||Delta||)."""
+    X = samples(a.data, a.trials, a.n, a.d, a.seed)
+    fm = build_map(a.map, a.n, a.d, a.seed)
+    ws = []
+    for t, r in enumerate(a.radii):
+        ws.append(word_sensitivity(fm, X[t : t + 1].float(), radius=r, restarts=a.restarts, seed=a.seed).ws.item())
+    return {"ws": ws}
+
+
 def part_baseline(a) -> dict:
     X = samples(a.data, a.trials, a.n, a.d, a.seed)
     fm = build_map(a.map, a.n, a.d, a.seed)
@@ -220,7 +233,13 @@ def part_largest(a) -> dict:
     }
 
 
-PARTS = {"package": part_package, "baseline": part_baseline, "step": part_step, "largest": part_largest}
+PARTS = {
+    "package": part_package,
+    "package_at_radius": part_package_at_radius,
+    "baseline": part_baseline,
+    "step": part_step,
+    "largest": part_largest,
+}
 
 
 def run_part(part: str, argv: list[str]) -> dict:
@@ -249,23 +268,36 @@ def compare_cell(name: str, map_: str, d: int, n: int, a, common: list[str]) -> 
     pkg = run_part("package", cell)
     base = run_part("baseline", cell)
     bt = len(base["ws"])
+    radii = [r * d**0.5 for r in base["realised_over_radius"]]
+    fair = run_part("package_at_radius", [*cell, "--radii", *map(str, radii)])["ws"]
     base_total = sum(base["per_trial_s"]) * a.trials / bt  # extrapolated when --baseline-trials < --trials
     ratio = base_total / pkg["wall_s"]
     ok = [p >= b * 0.99 for p, b in zip(pkg["ws"][:bt], base["ws"])]
+    ok_fair = [p >= b * 0.99 for p, b in zip(fair, base["ws"])]
     print(f"\n== {name}: {map_}, d={d}, n={n}, {a.trials} trials (baseline run on {bt}) ==")
-    print(f"{'trial':>5} {'S package':>10} {'S baseline':>10} {'pkg/base':>8} {'|D|/r pkg':>9} {'|D|/r base':>10}")
-    for t in range(a.trials):
-        b = f"{base['ws'][t]:10.4f}" if t < bt else f"{'-':>10}"
-        rat = f"{pkg['ws'][t] / base['ws'][t]:8.3f}" if t < bt else f"{'-':>8}"
-        rb = f"{base['realised_over_radius'][t]:10.4f}" if t < bt else f"{'-':>10}"
-        print(f"{t:5d} {pkg['ws'][t]:10.4f} {b} {rat} {pkg['delta_norm_over_radius'][t]:9.4f} {rb}")
     print(
-        f"wall: package {pkg['wall_s']:.2f} s for {a.trials} trials (steps max {max(pkg['steps'])}); baseline "
+        f"{'trial':>5} {'S package':>10} {'S baseline':>10} {'pkg/base':>8} {'|D|/r base':>10} "
+        f"{'S pkg @ base |D|':>16} {'ratio':>6}"
+    )
+    for t in range(a.trials):
+        if t < bt:
+            b = base["ws"][t]
+            tail = (
+                f"{b:10.4f} {pkg['ws'][t] / b:8.3f} {base['realised_over_radius'][t]:10.4f} "
+                f"{fair[t]:16.4f} {fair[t] / b:6.3f}"
+            )
+        else:
+            tail = f"{'-':>10} {'-':>8} {'-':>10} {'-':>16} {'-':>6}"
+        print(f"{t:5d} {pkg['ws'][t]:10.4f} {tail}")
+    print(
+        f"wall: package {pkg['wall_s']:.2f} s for {a.trials} trials (steps max {max(pkg['steps'])}, |D|/r "
+        f"{min(pkg['delta_norm_over_radius']):.6f}-{max(pkg['delta_norm_over_radius']):.6f}); baseline "
         f"{base_total:.1f} s ({base_total / a.trials:.2f} s/trial; + {base['setup_s']:.1f} s dense float64 setup) "
         f"-> {ratio:.1f}x less wall time"
     )
     print(f"peak RSS: package {pkg['peak_gib']:.2f} GiB, baseline {base['peak_gib']:.2f} GiB")
-    print(f"every compared trial S_package >= 0.99 S_baseline: {all(ok)} ({sum(ok)}/{len(ok)})")
+    print(f"S_package >= 0.99 S_baseline, radius sqrt(d): {all(ok)} ({sum(ok)}/{len(ok)} trials)")
+    print(f"S_package >= 0.99 S_baseline, at the baseline's realised ||Delta||: {all(ok_fair)} ({sum(ok_fair)}/{bt})")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -288,6 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--d", type=int, default=384, help=argparse.SUPPRESS)
     p.add_argument("--n", type=int, default=50, help=argparse.SUPPRESS)
     p.add_argument("--step-d", type=int, default=384, help=argparse.SUPPRESS)
+    p.add_argument("--radii", type=float, nargs="*", default=[], help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.baseline_trials = min(a.trials, a.baseline_trials or a.trials)
     torch.set_num_threads(a.threads)

@@ -100,6 +100,10 @@ def test_memory_bounded_rf_gives_the_same_estimate(rows):
     a, b = word_sensitivity(dense, X, max_steps=50), word_sensitivity(bounded, X, max_steps=50)
     assert torch.allclose(a.ws, b.ws, rtol=1e-9)
     assert torch.allclose(a.delta, b.delta, atol=1e-9)
+    # the bounded path's float64 value (z from one pass over V plus V^(i) Delta) is the full map's value
+    change, norm = full_change(dense, X, 0, b.delta)
+    assert torch.allclose(b.ws, change / norm, rtol=1e-9)
+    assert torch.allclose(b.phi_norm, norm, rtol=1e-12)
 
 
 @pytest.mark.parametrize("name", MAPS)

@@ -149,11 +149,36 @@ class _Problem:
 
     objective: Callable[[Tensor], Tensor]  # (B, P, R, d) -> (B, P, R)
     starts: Tensor  # (B, P, S, d) map-specific unit directions tried after the curvature ones (S may be 0)
+    # (Delta (B, d) float64, index into the chunk's positions (B,)) -> (S (B,), ||phi(X)|| (B,)) in float64, for maps
+    # whose full forward would be too costly to repeat; None: recompute with the full map at the end
+    exact64: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
 
 
 def _rf_problem(fm: RandomFeatures, X: Tensor, pos: list[int], dt: torch.dtype) -> _Problem:
+    B, d = X.shape[0], fm.d
+    exact64 = None
     with torch.no_grad():
-        z, blocks = fm.preactivations_and_token_blocks(X, pos)  # (B, k), (P, k, d)
+        if fm.V is not None:
+            z, blocks = fm.preactivations_and_token_blocks(X, pos)  # (B, k), (P, k, d)
+        else:
+            # memory-bounded path: one generation of V gives z in float64 and the blocks V^{(i)}
+            x64 = X.reshape(B, fm.D).to(device=fm.weight_device, dtype=torch.float64)  # (B, D)
+            zs, parts = [], []
+            for _, V_b in fm.row_blocks():
+                zs.append(_matmul64(x64, V_b))  # (B, D) @ (D, rows) -> (B, rows)
+                parts.append(torch.stack([V_b[:, p * d : (p + 1) * d] for p in pos]))  # (P, rows, d)
+            z64, blocks = torch.cat(zs, dim=1), torch.cat(parts, dim=1)  # (B, k), (P, k, d)
+            z = z64
+            phi64 = fm.phi(z64)  # (B, k)
+
+            def exact64(delta: Tensor, j: Tensor) -> tuple[Tensor, Tensor]:
+                # z(X^i(Delta)) = z + V^{(i)} Delta exactly, z from the full V in float64: the full map's value
+                # without a second generation of V (53 GB of draws at the paper's largest size)
+                Vi = blocks[j.to(blocks.device)].to(torch.float64)  # (B, k, d)
+                zp = z64 + (Vi @ delta.to(Vi)[..., None])[..., 0]  # (B, k, d) @ (B, d, 1) -> (B, k)
+                norm = phi64.norm(dim=1)
+                return ((fm.phi(zp) - phi64).norm(dim=1) / norm).cpu(), norm.cpu()
+
         z, blocks = z.to(dt), blocks.to(dt)
         phi0 = fm.phi(z)  # (B, k)
 
@@ -162,7 +187,7 @@ def _rf_problem(fm: RandomFeatures, X: Tensor, pos: list[int], dt: torch.dtype) 
         zp = z[:, None, None, :] + _block_apply(blocks, delta)  # (B, P, R, k)
         return (fm.phi(zp) - phi0[:, None, None, :]).pow(2).sum(-1)  # (B, P, R)
 
-    return _Problem(objective, z.new_zeros(X.shape[0], len(pos), 0, fm.d))
+    return _Problem(objective, z.new_zeros(B, len(pos), 0, d), exact64)
 
 
 def _deep_rf_problem(fm: DeepRandomFeatures, X: Tensor, pos: list[int], dt: torch.dtype) -> _Problem:
@@ -250,6 +275,7 @@ def _attention_problem(
         starts = torch.stack([attract[:, None].expand(-1, P, -1), steer], dim=2)  # (B, P, 2, d)
 
     def objective(delta: Tensor) -> Tensor:
+        # Paper: Eq. (raf), softmax(X' W X'^T / sqrt(d)) X' with X' = X + e_i Delta^T (ReLU-RAF: §4.4 normalisation)
         y = xi[:, :, None, :] + delta  # (B, P, R, d), the perturbed token
         # rows l != i: only key i's score moves
         t = _rows_dot(XW, y) / sq  # (B, P, R, n)
@@ -474,12 +500,18 @@ def word_sensitivity(
     projected normalised-gradient ascent of `_ascend`; the value at the best Delta is recomputed in float64 with the
     full map.
 
-    Restarts per (sample, position): for RAF/ReLU-RAF, restart 0 is the attention-attracting construction of paper.md
-    §5.3, Delta = radius W^T xbar / ||W^T xbar|| (inferred construction), restart 1 steers query i onto the key m that
-    changes its output most, Delta ∝ W x_m; for RF/DeepRF, restarts 0 and 1 are plus and minus the top right singular
-    vector of the (first-layer) block V^{(i)}. Further restarts start at random points of the sphere, drawn from
+    Restarts per (sample, position), all on the sphere of the given radius: restarts 0 and 1 are plus and minus the
+    top eigenvector of the Hessian of the squared change at Delta = 0 (the direction in which phi moves fastest, found
+    by `power_iters` Hessian-vector products; a small-step ascent from near the clean token, as in the authors' code,
+    drifts towards it). For RAF/ReLU-RAF, restart 2 is the attention-attracting construction of paper.md §5.3,
+    Delta = radius W^T xbar / ||W^T xbar|| (an inferred construction), and restart 3 steers query i onto the key m that
+    changes its output most, Delta ∝ W x_m. Further restarts start at random points, drawn from
     `wslight.seeding.generator(seed, "ws.init", position)`, so a chain does not depend on the chunking or on the other
     positions requested.
+
+    The reported S is recomputed in float64 with the full map (the map's weights cast to float64) at the best Delta.
+    On the memory-bounded RF path, z = V flat(X) comes from the full V in float64 in the same pass that extracts the
+    blocks, and the perturbed value uses the exact identity z + V^{(i)} Delta, which avoids generating V a second time.
 
     Args:
         feature_map: RandomFeatures, DeepRandomFeatures, RandomAttentionFeatures or ReLUAttentionFeatures.
@@ -525,7 +557,7 @@ def word_sensitivity(
     elif name == "deep_rf":
         per_chain, per_pos = 4 * feature_map.width * feature_map.depth, feature_map.width * d  # type: ignore
     else:
-        per_chain, per_pos = 6 * n * d, B * (2 * n * n + n * d)
+        per_chain, per_pos = 12 * n + 8 * d, B * (3 * n * n + 3 * n * d)
     chains_per_pos = B * restarts
     pos_chunk = max(1, chunk_elements // (chains_per_pos * per_chain + per_pos))
     restart_chunk = restarts
@@ -535,6 +567,8 @@ def word_sensitivity(
     best_f = torch.full((B,), -1.0, dtype=torch.float64)
     best_delta = torch.zeros(B, d, dtype=torch.float64)
     best_pos = torch.zeros(B, dtype=torch.long)
+    best_ws = torch.full((B,), math.nan, dtype=torch.float64)  # filled only by problems with an exact64 path
+    phi_norm = torch.full((B,), math.nan, dtype=torch.float64)
     steps_max = torch.zeros(B, dtype=torch.long)
     for c0 in range(0, len(pos_all), pos_chunk):
         pos = pos_all[c0 : c0 + pos_chunk]
@@ -557,25 +591,29 @@ def word_sensitivity(
             better = f_best > best_f
             R_c = delta.shape[2]
             chosen = delta.reshape(B, P * R_c, d)[torch.arange(B), idx.to(delta.device)].to(torch.float64).cpu()
+            # Deviation: the ball is centred on the clean token; the authors centre it at the noisy start
+            # x_i + 0.1 xi, so their ||Delta|| can reach about 1.1 sqrt(d) (paper.md §9.2); we keep §3.1's definition.
+            chosen = _project(chosen, radius)  # float32 rounding may leave ||Delta|| a hair above the radius
+            if problem.exact64 is not None:
+                ws_c, norm_c = problem.exact64(chosen, idx // R_c)
+                best_ws = torch.where(better, ws_c, best_ws)
+                phi_norm = norm_c
             best_delta = torch.where(better[:, None], chosen, best_delta)
             best_pos = torch.where(better, torch.tensor(pos)[idx // R_c], best_pos)
             best_f = torch.where(better, f_best, best_f)
             steps_max = torch.maximum(steps_max, steps.reshape(B, -1).max(dim=1).values.cpu())
 
-    # Deviation: the ball is centred on the clean token; the authors centre it at the noisy start x_i + 0.1 xi, so
-    # their ||Delta|| can reach about 1.1 sqrt(d) (paper.md §9.2); we keep the paper's definition (§3.1).
-    norms = best_delta.norm(dim=1)
-    shrink = torch.where(norms > radius, radius / norms.clamp_min(1e-300), torch.ones_like(norms))
-    best_delta = best_delta * shrink[:, None]
-    X64 = X.to(torch.float64)
-    Xp = X64.clone()
-    Xp[torch.arange(B), best_pos.to(device)] += best_delta.to(device)
-    phi = full_features64(feature_map, torch.cat([X64, Xp]))  # (2B, p): clean and perturbed in one pass
-    phi0, phi1 = phi[:B].cpu(), phi[B:].cpu()
-    phi_norm = phi0.norm(dim=1)
-    ws = (phi1 - phi0).norm(dim=1) / phi_norm
+    if bool(best_ws.isnan().any()):
+        # final value with the full map in float64 (clean and perturbed samples in one pass)
+        X64 = X.to(torch.float64)
+        Xp = X64.clone()
+        Xp[torch.arange(B), best_pos.to(device)] += best_delta.to(device)
+        phi = full_features64(feature_map, torch.cat([X64, Xp]))  # (2B, p)
+        phi0, phi1 = phi[:B].cpu(), phi[B:].cpu()
+        phi_norm = phi0.norm(dim=1)
+        best_ws = (phi1 - phi0).norm(dim=1) / phi_norm
     return WSResult(
-        ws=ws,
+        ws=best_ws,
         position=best_pos,
         delta=best_delta,
         delta_norm=best_delta.norm(dim=1),
