@@ -173,6 +173,38 @@ def gram_condition(G: Tensor) -> Tensor:
     return torch.where(lo > 0, hi / lo.clamp_min(torch.finfo(G.dtype).tiny), torch.full_like(hi, float("inf")))
 
 
+def gram_factor(Phi: Tensor, cond_warn: float = GRAM_COND_WARN) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Cholesky factor of G = Phi Phi^T (float64, jittered where needed) with its condition number and flags.
+
+    A RuntimeWarning naming the condition number is issued when cond(G) > cond_warn or a jitter was needed.
+
+    Returns:
+        chol (..., N, N), cond (...), jitter (...) relative jitter used, ill_conditioned (...) bool.
+    """
+    G = Phi @ Phi.mT  # (..., N, p) @ (..., p, N) -> (..., N, N)
+    cond = gram_condition(G)
+    chol, jitter = _cholesky(G, cond > GRAM_COND_SINGULAR)
+    ill = (cond > cond_warn) | (jitter > 0)
+    if bool(ill.any()):
+        worst = float(cond.max())
+        warnings.warn(
+            f"Gram matrix Phi Phi^T is ill-conditioned: condition number {worst:.3g} (threshold {cond_warn:.0e}) in "
+            f"{int(ill.sum())} of {ill.numel()} training set(s); relative jitter used: {float(jitter.max()):g}. "
+            "The closed-form heads may be inaccurate (see Heads.ill_conditioned).",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return chol, cond, jitter, ill
+
+
+def min_norm_interpolator(Phi: Tensor, Y: Tensor, cond_warn: float = GRAM_COND_WARN) -> Tensor:
+    """theta* = Phi^+ Y = Phi^T (Phi Phi^T)^{-1} Y in N x N space (float64), (..., N, p), (..., N) -> (..., p)."""
+    Phi, Y = Phi.to(torch.float64), Y.to(torch.float64)
+    chol, _, jitter, _ = gram_factor(Phi, cond_warn)
+    # Paper: §6.2, theta* = Phi^+ Y; two refinement steps when G was jittered
+    return min_norm(Phi, Y, chol, refine=2 if bool((jitter > 0).any()) else 1)
+
+
 def fit_heads(
     Phi: Tensor,
     Y: Tensor,
@@ -213,19 +245,7 @@ def fit_heads(
     f64 = torch.float64
     Phi, Y, phi, y = Phi.to(f64), Y.to(f64), phi.to(f64), y.to(f64)
 
-    G = Phi @ Phi.mT  # (..., N, p) @ (..., p, N) -> (..., N, N)
-    cond = gram_condition(G)
-    chol, jitter = _cholesky(G, cond > GRAM_COND_SINGULAR)
-    ill = (cond > cond_warn) | (jitter > 0)
-    if bool(ill.any()):
-        worst = float(cond.max())
-        warnings.warn(
-            f"Gram matrix Phi Phi^T is ill-conditioned: condition number {worst:.3g} (threshold {cond_warn:.0e}) in "
-            f"{int(ill.sum())} of {ill.numel()} training set(s); relative jitter used: {float(jitter.max()):g}. "
-            "The closed-form heads may be inaccurate (see Heads.ill_conditioned).",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+    chol, cond, jitter, ill = gram_factor(Phi, cond_warn)
     # Paper: §6.2, theta* = Phi^+ Y (min-norm interpolator); two refinement steps when G was jittered
     theta_star = min_norm(Phi, Y, chol, refine=2 if bool((jitter > 0).any()) else 1)
     # Deviation: P phi applied implicitly through G (the authors' code forms the dense p x p projector P_o)

@@ -11,6 +11,7 @@ from torchmetrics import MeanSquaredError
 from torchmetrics.classification import BinaryAccuracy
 
 from .features import output_dim
+from .interpolation import min_norm_interpolator
 
 
 class FeatureMapClassifier(L.LightningModule):
@@ -111,7 +112,14 @@ class FeatureMapClassifier(L.LightningModule):
             return None
         return self._log_stage("train", self(X), y)
 
+    def on_validation_epoch_start(self) -> None:
+        self._solve_closed_form()  # Lightning validates before on_train_epoch_end: solve first
+
     def on_train_epoch_end(self) -> None:
+        self._solve_closed_form()
+
+    def _solve_closed_form(self) -> None:
+        """theta* = Phi^+ Y from the features collected this epoch (every rank, de-duplicated by sample id)."""
         if self.fit_mode != "closed_form" or not self._phi_parts:
             return
         Phi, Y, ids = torch.cat(self._phi_parts), torch.cat(self._y_parts), torch.cat(self._id_parts)
@@ -124,8 +132,6 @@ class FeatureMapClassifier(L.LightningModule):
         keep = torch.ones_like(ids, dtype=torch.bool)
         keep[1:] = ids[1:] != ids[:-1]
         Phi, Y = Phi[order][keep], Y[order][keep]
-        from .interpolation import min_norm_interpolator
-
         theta = min_norm_interpolator(Phi.double(), Y.double())
         with torch.no_grad():
             self.theta.copy_(theta.to(self.theta.dtype))

@@ -142,7 +142,8 @@ class WordSensitivitySweep(_EmbeddingsEvaluation):
             )
         self.trials, self.positions, self.radius_scale = trials, positions, radius_scale
         self.restarts, self.max_steps, self.tol = restarts, max_steps, tol
-        self.rf_width_ratio, self.shared_weights, self.map_dtype, self.seed = rf_width_ratio, shared_weights, dtype, seed
+        self.rf_width_ratio, self.shared_weights, self.seed = rf_width_ratio, shared_weights, seed
+        self.map_dtype = dtype
 
     # --- the grid ---------------------------------------------------------------------------------------------------
     def cells(self) -> list[tuple[str, int, int, int]]:

@@ -1,0 +1,153 @@
+"""FeatureMapClassifier: gradient descent reaches the closed-form min-norm head, checkpoints, size checks, CLI."""
+
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+import yaml
+
+from wslight.cli import main
+from wslight.data import EmbeddingDataModule
+from wslight.features import RandomAttentionFeatures, RandomFeatures
+from wslight.models import FeatureMapClassifier
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def synthetic_dm(tmp_path, n=6, d=8, num_samples=40, **kw):
+    return EmbeddingDataModule(
+        source="synthetic",
+        synthetic_dim=d,
+        num_samples=num_samples,
+        n=n,
+        d=d,
+        val_fraction=0.1,
+        test_fraction=0.2,
+        batch_size=8,
+        cache_dir=str(tmp_path),
+        progress=False,
+        **kw,
+    )
+
+
+def trainer(tmp_path, **kw):
+    opts = dict(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(tmp_path),
+    )
+    return L.Trainer(**{**opts, **kw})
+
+
+def test_gradient_descent_converges_to_the_closed_form_head(tmp_path):
+    n, d = 6, 8
+    rf = lambda: RandomFeatures(n, d, k=2000, seed=1, dtype="float64")  # noqa: E731  N << k: a well-posed Gram
+    closed = FeatureMapClassifier(rf(), fit_mode="closed_form")
+    trainer(tmp_path, max_epochs=1).fit(closed, datamodule=synthetic_dm(tmp_path, n, d))
+    dm = synthetic_dm(tmp_path, n, d)
+    dm.batch_size = 1000  # full-batch gradient descent
+    dm.setup()
+    X, _ = dm.embeddings.samples(dm.train_indices, n, d)
+    Phi = closed.features(X)
+    # step below 2 / L of the loss mean((Phi theta - y)^2): L = 2 lambda_max(Phi Phi^T) / N
+    lr = 0.9 * len(Phi) / torch.linalg.eigvalsh(Phi @ Phi.T)[-1].item()
+    gd = FeatureMapClassifier(rf(), fit_mode="gradient", lr=lr)
+    trainer(tmp_path, max_epochs=400, num_sanity_val_steps=0, limit_val_batches=0).fit(gd, datamodule=dm)
+    # plain GD from zero stays in the row span of Phi, so it converges to theta* = Phi^+ Y
+    rel = (gd.theta - closed.theta).norm() / closed.theta.norm()
+    assert rel < 1e-2, rel
+
+
+def test_closed_form_head_interpolates_the_training_set(tmp_path):
+    n, d = 6, 8
+    dm = synthetic_dm(tmp_path, n, d)
+    model = FeatureMapClassifier(RandomFeatures(n, d, seed=0, dtype="float64"), fit_mode="closed_form")
+    trainer(tmp_path, max_epochs=1).fit(model, datamodule=dm)
+    X, y = dm.embeddings.samples(dm.train_indices, n, d)
+    assert torch.allclose(model(X.double()), y.double(), atol=1e-6)
+
+
+def test_checkpoint_restores_predictions_with_map_in_checkpoint_or_rebuilt_from_seed(tmp_path):
+    n, d = 6, 8
+    dm = synthetic_dm(tmp_path, n, d)
+    model = FeatureMapClassifier(RandomFeatures(n, d, seed=3), fit_mode="closed_form")
+    t = trainer(tmp_path, max_epochs=1)
+    t.fit(model, datamodule=dm)
+    ckpt = tmp_path / "head.ckpt"
+    t.save_checkpoint(ckpt)
+    X, _ = dm.embeddings.samples(dm.test_indices, n, d)
+    expected = model(X)
+    state = torch.load(ckpt, weights_only=False)["state_dict"]
+    # (1) the random map travels in the checkpoint: a map with another seed is overwritten by the saved buffers
+    other = FeatureMapClassifier(RandomFeatures(n, d, seed=99), fit_mode="closed_form")
+    other.load_state_dict(state)
+    assert torch.equal(other(X), expected)
+    # (2) the map rebuilt from its seed, only the head loaded
+    rebuilt = FeatureMapClassifier(RandomFeatures(n, d, seed=3), fit_mode="closed_form")
+    rebuilt.theta.data.copy_(state["theta"])
+    assert torch.equal(rebuilt(X), expected)
+
+
+def test_map_built_for_other_sizes_than_the_data_is_rejected_before_training(tmp_path):
+    dm = synthetic_dm(tmp_path, n=6, d=8)
+    model = FeatureMapClassifier(RandomFeatures(5, 8, seed=0), fit_mode="closed_form")
+    with pytest.raises(ValueError, match="n: the feature map was built for n=5 but the data serves n=6"):
+        trainer(tmp_path, max_epochs=1).fit(model, datamodule=dm)
+    model = FeatureMapClassifier(RandomAttentionFeatures(16, seed=0), n=6, fit_mode="closed_form")
+    with pytest.raises(ValueError, match="d: the feature map was built for d=16 but the data serves d=8"):
+        trainer(tmp_path, max_epochs=1).fit(model, datamodule=dm)
+
+
+def tiny_config(tmp_path, name="raf", **data):
+    cfg = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text())
+    cfg["data"]["init_args"].update(
+        dict(source="synthetic", synthetic_dim=16, num_samples=40, n=5, d=16, cache_dir=str(tmp_path)), **data
+    )
+    cfg["trainer"]["logger"]["init_args"]["save_dir"] = str(tmp_path / "logs")
+    cfg["trainer"]["callbacks"] = cfg["trainer"]["callbacks"][:1]
+    cfg["trainer"]["enable_progress_bar"] = False
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.mark.parametrize("name", ["rf", "deep_rf", "raf", "relu_raf"])
+def test_train_cli_links_sizes_and_logs_scalars(tmp_path, name):
+    cli = main(["fit", "--config", str(tiny_config(tmp_path, name))])
+    fm = cli.model.feature_map
+    assert (fm.d, cli.model.n) == (16, 5)
+    assert getattr(fm, "n", 5) == 5
+    log_dir = Path(cli.trainer.logger.log_dir)
+    assert (log_dir / "config.yaml").exists()
+    assert list(log_dir.glob("events.out.tfevents.*"))
+    assert {"train/acc", "val/acc"} <= set(cli.trainer.callback_metrics)
+    assert cli.trainer.callback_metrics["train/acc"] == 1.0  # the min-norm head interpolates its training set
+
+
+def test_train_cli_sizes_come_from_the_data_only(tmp_path):
+    """n and d are written once, under data: the link sets them on the map and the head."""
+    cli = main(["fit", "--config", str(tiny_config(tmp_path)), "--data.init_args.d", "12", "--data.init_args.n", "7"])
+    assert (cli.model.feature_map.d, cli.model.n, cli.model.p) == (12, 7, 7 * 12)
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_gives_the_same_closed_form_head(tmp_path):
+    import subprocess
+    import sys
+
+    cfg = tiny_config(tmp_path, "raf")
+    one = main(["fit", "--config", str(cfg)]).model.theta.detach().clone()
+    out = tmp_path / "ddp.pt"
+    code = (
+        "import sys, torch; from wslight.cli import main; "
+        f"cli = main(['fit', '--config', r'{cfg}', '--trainer.devices', '2', '--trainer.strategy', 'ddp', "
+        "'--trainer.accelerator', 'cpu']); "
+        f"cli.trainer.is_global_zero and torch.save(cli.model.theta.detach(), r'{out}')"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=600, capture_output=True)
+    assert torch.allclose(torch.load(out), one, atol=1e-6)

@@ -1,0 +1,318 @@
+"""The checks of paper.md §12, computed from the records of a run's results.jsonl files (never written by hand).
+
+Each check returns a `Check` row: what is tested, the measured value, the expectation and PASS / FAIL, or N/A with
+the reason when the run holds no records it could be computed from.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass
+class Check:
+    """One row of the checks table."""
+
+    id: str
+    what: str
+    measured: str
+    expected: str
+    status: str  # "PASS", "FAIL" or "N/A"
+
+
+def _means(records: list[dict], keys: tuple[str, ...], value: str) -> dict[tuple, float]:
+    cells: dict[tuple, list[float]] = defaultdict(list)
+    for r in records:
+        if r.get(value) is not None:
+            cells[tuple(r[k] for k in keys)].append(float(r[value]))
+    return {k: statistics.fmean(v) for k, v in cells.items()}
+
+
+def _status(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def _na(id: str, what: str, expected: str, why: str) -> Check:
+    return Check(id, what, why, expected, "N/A")
+
+
+def ws_of(records: list[dict], m: str) -> list[dict]:
+    return [r for r in records if r.get("experiment") == "ws" and r.get("map") == m]
+
+
+def check_rf_feature_norm(ws: list[dict]) -> Check:
+    what, expected = "1. ReLU-RF: ||phi(X)||^2 / k", "0.5 +/- 5% (k = D >= 1e4)"
+    recs = [r for r in ws_of(ws, "rf") if r["n"] * r["d"] >= 10_000]
+    if not recs:
+        return _na("1", what, expected, "no RF trial with k >= 1e4")
+    ratios = [r["phi_norm"] ** 2 / (r["n"] * r["d"]) for r in recs]
+    lo, hi = min(ratios), max(ratios)
+    return Check(
+        "1",
+        what,
+        f"{lo:.3f} .. {hi:.3f} over {len(ratios)} trials",
+        expected,
+        _status(abs(lo - 0.5) <= 0.025 and abs(hi - 0.5) <= 0.025),
+    )
+
+
+def check_rf_sqrt_n_flat(ws: list[dict]) -> Check:
+    what, expected = "2. RF: S * sqrt(n) flat in n, per d", "max/min of the cell means < 1.2"
+    means = _means(ws_of(ws, "rf"), ("d", "n"), "ws_sqrt_n")
+    if len({n for _, n in means}) < 2:
+        return _na("2", what, expected, "fewer than two RF context lengths")
+    parts, ok = [], True
+    for d in sorted({d for d, _ in means}):
+        vals = [v for (dd, _), v in means.items() if dd == d]
+        ratio = max(vals) / min(vals)
+        ok &= ratio < 1.2
+        parts.append(f"d={d}: {min(vals):.2f}..{max(vals):.2f} (ratio {ratio:.3f})")
+    return Check("2", what, "; ".join(parts), expected, _status(ok))
+
+
+def check_rf_bound(ws: list[dict]) -> Check:
+    what, expected = "3. RF: S <= ||V^(i)||_op ||Delta|| / ||phi(X)|| per trial", "every trial below its bound"
+    recs = [r for r in ws_of(ws, "rf") if r.get("bound") is not None]
+    if not recs:
+        return _na("3", what, expected, "no RF trial")
+    worst = max(r["ws"] / r["bound"] for r in recs)
+    return Check(
+        "3", what, f"max S / bound = {worst:.3f} over {len(recs)} trials", expected, _status(worst <= 1 + 1e-9)
+    )
+
+
+def check_deep_rf_decays(ws: list[dict]) -> Check:
+    what, expected = "4. DeepRF: S decays in n and stays small, per L", "S(n_max) < S(n_min) and every S < 0.5"
+    means = _means(ws_of(ws, "deep_rf"), ("L", "n"), "ws")
+    if len({n for _, n in means}) < 2:
+        return _na("4", what, expected, "fewer than two DeepRF context lengths")
+    parts, ok = [], True
+    for L in sorted({L for L, _ in means}):
+        ns = sorted(n for LL, n in means if LL == L)
+        first, last = means[(L, ns[0])], means[(L, ns[-1])]
+        ok &= last < first and max(means[(L, n)] for n in ns) < 0.5
+        parts.append(f"L={L}: {first:.3f} (n={ns[0]}) -> {last:.3f} (n={ns[-1]})")
+    return Check("4", what, "; ".join(parts), expected, _status(ok))
+
+
+def check_raf_flat(ws: list[dict]) -> Check:
+    what = "5. RAF: S of order 1 and flat in n; >= 5x RF at matched n"
+    expected = "S(n_max)/S(n_min) >= 0.5 per d (1/sqrt(n) would give sqrt(n_min/n_max)); RAF/RF >= 5"
+    raf = _means(ws_of(ws, "raf"), ("d", "n"), "ws")
+    if len({n for _, n in raf}) < 2:
+        return _na("5", what, expected, "fewer than two RAF context lengths")
+    parts, ok = [], True
+    for d in sorted({d for d, _ in raf}):
+        ns = sorted(n for dd, n in raf if dd == d)
+        ratio = raf[(d, ns[-1])] / raf[(d, ns[0])]
+        ok &= ratio >= 0.5 and min(raf[(d, n)] for n in ns) >= 0.5
+        parts.append(
+            f"d={d}: {raf[(d, ns[0])]:.2f} (n={ns[0]}) -> {raf[(d, ns[-1])]:.2f} (n={ns[-1]}), ratio {ratio:.2f}"
+        )
+    rf = _means(ws_of(ws, "rf"), ("d", "n"), "ws")
+    matched = sorted(set(rf) & set(raf))
+    if matched:
+        factor = min(raf[c] / rf[c] for c in matched)
+        ok &= factor >= 5
+        parts.append(f"min RAF/RF at matched (d, n) = {factor:.1f}")
+    return Check("5", what, "; ".join(parts), expected, _status(ok))
+
+
+def check_relu_raf(ws: list[dict]) -> Check:
+    what, expected = "6. ReLU-RAF: S decays in n, below RAF at n >= 100", "S(n_max) < S(n_min) per d; ReLU-RAF < RAF"
+    relu = _means(ws_of(ws, "relu_raf"), ("d", "n"), "ws")
+    raf = _means(ws_of(ws, "raf"), ("d", "n"), "ws")
+    if len({n for _, n in relu}) < 2:
+        return _na("6", what, expected, "fewer than two ReLU-RAF context lengths")
+    parts, ok = [], True
+    for d in sorted({d for d, _ in relu}):
+        ns = sorted(n for dd, n in relu if dd == d)
+        ok &= relu[(d, ns[-1])] < relu[(d, ns[0])]
+        parts.append(f"d={d}: {relu[(d, ns[0])]:.2f} (n={ns[0]}) -> {relu[(d, ns[-1])]:.2f} (n={ns[-1]})")
+    large = [c for c in relu if c in raf and c[1] >= 100]
+    if large:
+        ok &= all(relu[c] < raf[c] for c in large)
+        parts.append(f"max ReLU-RAF/RAF at n>=100: {max(relu[c] / raf[c] for c in large):.2f}")
+    return Check("6", what, "; ".join(parts), expected, _status(ok))
+
+
+def check_on_boundary(ws: list[dict], doubled: list[dict]) -> Check:
+    what = "7. Optimiser: the maximiser sits on the ball's boundary; S stable when the step budget doubles"
+    expected = "||Delta|| = radius (rel. 1e-3) in every trial; |S(2x) - S| / S < 5%"
+    recs = [r for r in ws if r.get("experiment") == "ws"]
+    if not recs:
+        return _na("7", what, expected, "no word-sensitivity trial")
+    gap = max(abs(r["delta_norm"] - r["radius"]) / r["radius"] for r in recs)
+    ok, parts = gap <= 1e-3, [f"max |(||Delta|| - r)| / r = {gap:.1e} over {len(recs)} trials"]
+    base = {r["trial_key"]: r["ws"] for r in recs}
+    pairs = [(base[r["trial_key"]], r["ws"]) for r in doubled if r["trial_key"] in base]
+    if pairs:
+        change = max(abs(b - a) / a for a, b in pairs)
+        ok &= change < 0.05
+        parts.append(f"max relative change with 2x steps = {change:.3%} over {len(pairs)} trials")
+    return Check("7", what, "; ".join(parts), expected, _status(ok))
+
+
+def attack_of(records: list[dict], m: str | None = None) -> list[dict]:
+    return [r for r in records if r.get("experiment") == "attack" and (m is None or r.get("map") == m)]
+
+
+def check_closed_forms(att: list[dict]) -> Check:
+    what, expected = (
+        "8. Closed forms: t1 = y for theta_f and theta_r; ||P phi|| > 0",
+        "max |t1 - y| < 1e-6; proj_ratio > 0",
+    )
+    recs = attack_of(att)
+    if not recs:
+        return _na("8", what, expected, "no attack trial")
+    gap = max(abs(r["t1"] - r["y"]) for r in recs)
+    pmin = min(r["proj_ratio"] for r in recs)
+    return Check(
+        "8",
+        what,
+        f"max |t1 - y| = {gap:.1e}; min proj_ratio = {pmin:.3f} ({len(recs)} records)",
+        expected,
+        _status(gap < 1e-6 and pmin > 0),
+    )
+
+
+def _flip_summary(recs: list[dict]) -> tuple[float, float, float]:
+    flip = statistics.fmean(1.0 - r["sign_err"] for r in recs)
+    yd1 = statistics.fmean(r["y"] * r["D1"] for r in recs)
+    err = statistics.median(r["err"] for r in recs)
+    return flip, yd1, err
+
+
+def check_rf_cannot_flip(att: list[dict]) -> Check:
+    what, expected = (
+        "9. RF cannot flip: D1 stays on the side of y (every loss, both trainings)",
+        "flip rate <= 0.1, mean y*D1 > 0",
+    )
+    recs = attack_of(att, "rf")
+    if not recs:
+        return _na("9", what, expected, "no RF attack trial")
+    flip, yd1, err = _flip_summary(recs)
+    return Check(
+        "9",
+        what,
+        f"flip rate {flip:.2f}, mean y*D1 {yd1:+.2f}, median err {err:.2f} ({len(recs)} records)",
+        expected,
+        _status(flip <= 0.1 and yd1 > 0),
+    )
+
+
+def check_raf_can_flip(att: list[dict]) -> Check:
+    what, expected = "10. RAF can flip with loss err (report D0 too)", "flip rate >= 0.5 and median err < 1"
+    recs = [r for r in attack_of(att, "raf") if r["loss"] == "err"]
+    if not recs:
+        return _na("10", what, expected, "no RAF attack with loss err")
+    flip, yd1, err = _flip_summary(recs)
+    yd0 = statistics.fmean(r["y"] * r["D0"] for r in recs)
+    return Check(
+        "10",
+        what,
+        f"flip rate {flip:.2f}, mean y*D1 {yd1:+.2f}, mean y*D0 {yd0:+.2f}, median err {err:.2f}",
+        expected,
+        _status(flip >= 0.5 and err < 1),
+    )
+
+
+def check_relu_raf_less_reliable(att: list[dict]) -> Check:
+    what, expected = "11. ReLU-RAF at n = 120 flips less reliably than RAF (loss err)", "median err ReLU-RAF >= RAF"
+    relu = [r for r in attack_of(att, "relu_raf") if r["loss"] == "err" and r["n"] == 120]
+    raf = [r for r in attack_of(att, "raf") if r["loss"] == "err" and r["n"] == 120]
+    if not relu or not raf:
+        return _na("11", what, expected, "needs RAF and ReLU-RAF attacks at n = 120")
+    (fr, _, er), (fa, _, ea) = _flip_summary(relu), _flip_summary(raf)
+    return Check(
+        "11",
+        what,
+        f"ReLU-RAF: flip {fr:.2f}, median err {er:.2f}; RAF: flip {fa:.2f}, median err {ea:.2f}",
+        expected,
+        _status(er >= ea),
+    )
+
+
+def check_attention_edit(probes: list[dict]) -> Check:
+    what = "12. Figure 1 left: the edited word draws more attention from 'love' (love->smile > love->much)"
+    expected = "contrast > 1 (BERT-Base values +/-0.02 need bert-base-uncased: configs/paper/probes)"
+    recs = [r for r in probes if r.get("probe") == "attention_edit" and r.get("query_token_a") == "love"]
+    last = [r for r in recs if r["key"] == max(x["key"] for x in recs)] if recs else []
+    if not last:
+        return _na("12", what, expected, "no attention_edit probe with the default sentences")
+    a, b = last[0]["attention_a"], last[0]["attention_b"]
+    return Check(
+        "12",
+        what,
+        f"love->{last[0]['key_token_a']} {a:.3f}, love->{last[0]['key_token_b']} {b:.3f}, "
+        f"contrast {b / a:.2f} ({last[0].get('encoder', '?')})",
+        expected,
+        _status(b > a),
+    )
+
+
+def check_encoder_delta(probes: list[dict]) -> Check:
+    what = (
+        "14. Encoder: Delta's relative change above the Gaussian control at every layer >= 1; perturbed key dominates"
+    )
+    expected = "Delta / Gaussian >= 2 at every layer >= 1; the perturbed column is the largest after Delta"
+    lw = [r for r in probes if r.get("probe") in ("layerwise", "layerwise_change")]
+    ad = [r for r in probes if r.get("probe") == "attention_under_delta"]
+    if not lw:
+        return _na("14", what, expected, "no layer-wise probe")
+    delta = {r["layer"]: r["rel_change"] for r in lw if r["kind"] == "delta" and r.get("method") == "optimised"}
+    gauss = {r["layer"]: r["rel_change"] for r in lw if r["kind"] == "gaussian"}
+    layers = sorted(k for k in delta if k >= 1 and k in gauss)
+    factor = min(delta[k] / gauss[k] for k in layers)
+    ok, parts = factor >= 2, [f"min Delta/Gaussian over layers 1..{layers[-1]} = {factor:.1f}"]
+    if ad:
+        pos = ad[0]["position"]
+        col: dict[int, list[float]] = defaultdict(list)
+        for r in ad:
+            col[r["key"]].append(r["attention_after"])
+        means = {k: statistics.fmean(v) for k, v in col.items()}
+        top = max(means, key=means.get)
+        ok &= top == pos
+        parts.append(f"attention column {pos} ('{ad[0]['token']}') after Delta = {means[pos]:.2f} (largest: {top})")
+    return Check("14", what, "; ".join(parts), expected, _status(ok))
+
+
+WS_CHECKS: list[Callable[[list[dict]], Check]] = [
+    check_rf_feature_norm,
+    check_rf_sqrt_n_flat,
+    check_rf_bound,
+    check_deep_rf_decays,
+    check_raf_flat,
+    check_relu_raf,
+]
+ATTACK_CHECKS: list[Callable[[list[dict]], Check]] = [
+    check_closed_forms,
+    check_rf_cannot_flip,
+    check_raf_can_flip,
+    check_relu_raf_less_reliable,
+]
+
+
+def all_checks(ws: list[dict], doubled: list[dict], attack: list[dict], probes: list[dict]) -> list[Check]:
+    """Every check of paper.md §12 the records allow, in the paper's order (13, Llama-2, is never applicable)."""
+    rows = [c(ws) for c in WS_CHECKS] + [check_on_boundary(ws, doubled)] + [c(attack) for c in ATTACK_CHECKS]
+    rows += [check_attention_edit(probes)]
+    rows.append(
+        _na(
+            "13",
+            "13. Figure 1 right: Llama-2-7b-chat answers No / Yes",
+            "No / Yes",
+            "not run: needs Llama-2-7b-chat (gated, GPU)",
+        )
+    )
+    rows.append(check_encoder_delta(probes))
+    return rows
+
+
+def checks_markdown(rows: list[Check]) -> str:
+    lines = ["| check | measured | expected | status |", "|---|---|---|---|"]
+    lines += [f"| {c.what} | {c.measured} | {c.expected} | **{c.status}** |" for c in rows]
+    return "\n".join(lines) + "\n"
