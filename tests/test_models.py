@@ -143,11 +143,12 @@ def test_ddp_two_processes_gives_the_same_closed_form_head(tmp_path):
     cfg = tiny_config(tmp_path, "raf")
     one = main(["fit", "--config", str(cfg)]).model.theta.detach().clone()
     out = tmp_path / "ddp.pt"
-    code = (
-        "import sys, torch; from wslight.cli import main; "
+    script = tmp_path / "fit_ddp.py"  # DDP re-launches the script for rank 1, so it must be a file
+    script.write_text(
+        "import torch\nfrom wslight.cli import main\n"
         f"cli = main(['fit', '--config', r'{cfg}', '--trainer.devices', '2', '--trainer.strategy', 'ddp', "
-        "'--trainer.accelerator', 'cpu']); "
-        f"cli.trainer.is_global_zero and torch.save(cli.model.theta.detach(), r'{out}')"
+        "'--trainer.accelerator', 'cpu'])\n"
+        f"if cli.trainer.is_global_zero:\n    torch.save(cli.model.theta.detach(), r'{out}')\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=600, capture_output=True)
+    subprocess.run([sys.executable, str(script)], check=True, cwd=ROOT, timeout=600, capture_output=True)
     assert torch.allclose(torch.load(out), one, atol=1e-6)
