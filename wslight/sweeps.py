@@ -411,6 +411,7 @@ class DeltaAttackSweep(_EmbeddingsEvaluation):
                 )
                 for b in range(c):
                     rec = {k: (v[b].item() if v.dim() > 0 else v.item()) for k, v in out.items()}
+                    rec["objective"] = rec.pop("loss")  # the final loss value; `loss` names the objective
                     records.append(
                         {
                             "experiment": "attack",
