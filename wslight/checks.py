@@ -314,5 +314,6 @@ def all_checks(ws: list[dict], doubled: list[dict], attack: list[dict], probes: 
 
 def checks_markdown(rows: list[Check]) -> str:
     lines = ["| check | measured | expected | status |", "|---|---|---|---|"]
-    lines += [f"| {c.what} | {c.measured} | {c.expected} | **{c.status}** |" for c in rows]
+    cell = lambda text: text.replace("|", "\\|")  # noqa: E731  pipes (norms) would split the markdown cell
+    lines += [f"| {cell(c.what)} | {cell(c.measured)} | {cell(c.expected)} | **{c.status}** |" for c in rows]
     return "\n".join(lines) + "\n"

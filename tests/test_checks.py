@@ -1,0 +1,54 @@
+"""The checks table is computed from records: flat S*sqrt(n) passes, a faster decay fails, and so on."""
+
+import math
+
+from wslight.checks import all_checks, check_closed_forms, check_raf_flat, check_rf_bound, check_rf_sqrt_n_flat
+
+
+def ws_rec(m, d, n, ws, **kw):
+    return {
+        "experiment": "ws",
+        "map": m,
+        "d": d,
+        "n": n,
+        "L": 1,
+        "ws": ws,
+        "ws_sqrt_n": ws * math.sqrt(n),
+        "delta_norm": math.sqrt(d),
+        "radius": math.sqrt(d),
+        "phi_norm": math.sqrt(n * d / 2),
+        "trial_key": f"{m}/{d}/{n}",
+        **kw,
+    }
+
+
+def test_rf_sqrt_n_law_passes_and_a_1_over_n_law_fails():
+    flat = [ws_rec("rf", 8, n, 1.3 / math.sqrt(n)) for n in (10, 20, 40, 80)]
+    fast = [ws_rec("rf", 8, n, 1.3 / n) for n in (10, 20, 40, 80)]
+    assert check_rf_sqrt_n_flat(flat).status == "PASS"
+    assert check_rf_sqrt_n_flat(fast).status == "FAIL"
+
+
+def test_rf_bound_fails_when_one_trial_exceeds_it():
+    recs = [ws_rec("rf", 8, 10, 0.3, bound=0.5), ws_rec("rf", 8, 20, 0.3, bound=0.29)]
+    assert check_rf_bound(recs[:1]).status == "PASS"
+    assert check_rf_bound(recs).status == "FAIL"
+
+
+def test_raf_flatness_against_a_decay():
+    flat = [ws_rec("raf", 8, n, 2.5) for n in (10, 250)]
+    decaying = [ws_rec("raf", 8, n, 2.5 / math.sqrt(n)) for n in (10, 250)]
+    assert check_raf_flat(flat).status == "PASS"
+    assert check_raf_flat(decaying).status == "FAIL"
+
+
+def test_closed_form_check_reads_t1_against_y():
+    good = {"experiment": "attack", "t1": 1.0 + 1e-9, "y": 1.0, "proj_ratio": 0.3}
+    assert check_closed_forms([good]).status == "PASS"
+    assert check_closed_forms([good, {**good, "t1": 0.9}]).status == "FAIL"
+
+
+def test_without_records_every_check_is_not_applicable():
+    rows = all_checks([], [], [], [])
+    assert {r.status for r in rows} == {"N/A"}
+    assert [r.id for r in rows] == [str(i) for i in range(1, 15)]
