@@ -29,6 +29,7 @@ from torch import Tensor
 
 from .features import DeepRandomFeatures, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures, map_name
 from .features._checks import resolve_dtype
+from .interpolation import sum_last
 from .seeding import generator
 
 # Lipschitz constants of the RF activations (for the bound of paper.md §12.3); GELU's derivative peaks at about 1.1289.
@@ -185,7 +186,7 @@ def _rf_problem(fm: RandomFeatures, X: Tensor, pos: list[int], dt: torch.dtype) 
     def objective(delta: Tensor) -> Tensor:
         # Paper: phi(V flat(X^i(Delta))) = phi(z + V^{(i)} Delta), only the k x d block of token i moves
         zp = z[:, None, None, :] + _block_apply(blocks, delta)  # (B, P, R, k)
-        return (fm.phi(zp) - phi0[:, None, None, :]).pow(2).sum(-1)  # (B, P, R)
+        return sum_last((fm.phi(zp) - phi0[:, None, None, :]).pow(2))  # (B, P, R), thread-count invariant
 
     return _Problem(objective, z.new_zeros(B, len(pos), 0, d), exact64)
 
@@ -208,7 +209,7 @@ def _deep_rf_problem(fm: DeepRandomFeatures, X: Tensor, pos: list[int], dt: torc
         h = torch.relu(z1[:, None, None, :] + _block_apply(blocks, delta))  # (B, P, R, width)
         for V in deeper:
             h = torch.relu(h @ V.T)  # (B, P, R, width) @ (width, width) -> (B, P, R, width)
-        return (h - phi0[:, None, None, :]).pow(2).sum(-1)  # (B, P, R)
+        return sum_last((h - phi0[:, None, None, :]).pow(2))  # (B, P, R), thread-count invariant
 
     return _Problem(objective, z1.new_zeros(X.shape[0], len(pos), 0, d))
 
