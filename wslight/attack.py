@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from .features import DeepRandomFeatures, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
-from .interpolation import Heads, check_training, fit_heads
+from .interpolation import Heads, check_training, fit_heads, sum_last
 from .seeding import generator
 
 LOSSES = ("err", "align", "align_proj", "penalized")
@@ -453,7 +453,7 @@ def delta_attack(
         D0 = sap[..., 0]
         D1 = D0 + heads.coef(training) * (sap[..., 1] if training == "finetune" else sap[..., 2])
         t1 = heads.t0 + heads.coef(training) * (
-            heads.phi_sq if training == "finetune" else (heads.phi * heads.Pphi).sum(-1)
+            heads.phi_sq if training == "finetune" else sum_last(heads.phi * heads.Pphi)
         )
         y = heads.y
         out = {

@@ -28,6 +28,25 @@ GRAM_COND_WARN = 1e10
 GRAM_COND_SINGULAR = 1e15
 # Relative jitter (times mean(diag G)) tried, in this order, when the Cholesky factorisation of G fails.
 _JITTERS = (1e-14, 1e-12, 1e-10, 1e-8, 1e-6)
+# Elements per chunk of `sum_last`: below torch's parallel grain size (32768), so a chunk is summed by one thread.
+_SUM_CHUNK = 1024
+
+
+def sum_last(x: Tensor) -> Tensor:
+    """x.sum(-1) whose value does not depend on the number of CPU threads, (..., p) -> (...).
+
+    On the CPU torch sums a reduction with a single output element and more than 32768 inputs in per-thread partial
+    sums, so (phi * theta).sum(-1) for one sample gives different last bits with 1 or 2 threads (a 2-device DDP run
+    uses half the threads of a 1-device run). Here the last dim is summed in chunks of 1024 (a reduction with several
+    outputs is split over outputs only, each summed by one thread in a fixed order), then the chunk sums serially.
+    """
+    p = x.shape[-1]
+    m = p // _SUM_CHUNK
+    if m == 0:
+        return x.sum(-1)
+    head = x[..., : m * _SUM_CHUNK].unflatten(-1, (m, _SUM_CHUNK)).sum(-1)  # (..., m) chunk sums
+    tail = x[..., m * _SUM_CHUNK :]  # (..., p mod 1024)
+    return torch.cat([head, tail], dim=-1).sum(-1)  # fewer than 32768 + 1024 elements per output
 
 
 def check_training(training: str) -> str:
@@ -105,8 +124,8 @@ class Heads:
         Returns:
             (phi_new^T theta*, phi_new^T theta_{f/r}), each (..., B); only inner products, no head is formed.
         """
-        s = (phi_new * self.theta_star.unsqueeze(-2)).sum(-1)  # (..., B, p) . (..., 1, p) -> (..., B)
-        a = (phi_new * self.direction(training)).sum(-1)  # (..., B)
+        s = sum_last(phi_new * self.theta_star.unsqueeze(-2))  # (..., B, p) . (..., 1, p) -> (..., B)
+        a = sum_last(phi_new * self.direction(training))  # (..., B)
         return s, s + self.coef(training) * a
 
 
@@ -250,7 +269,7 @@ def fit_heads(
     theta_star = min_norm(Phi, Y, chol, refine=2 if bool((jitter > 0).any()) else 1)
     # Deviation: P phi applied implicitly through G (the authors' code forms the dense p x p projector P_o)
     Pphi = project(Phi, chol, phi)  # (..., B, p)
-    t0 = (phi * theta_star.unsqueeze(-2)).sum(-1)  # (..., B)
+    t0 = sum_last(phi * theta_star.unsqueeze(-2))  # (..., B)
     return Heads(
         Phi=Phi,
         chol=chol,
@@ -259,8 +278,8 @@ def fit_heads(
         Pphi=Pphi,
         y=y,
         t0=t0,
-        phi_sq=(phi * phi).sum(-1),
-        Pphi_sq=(Pphi * Pphi).sum(-1),
+        phi_sq=sum_last(phi * phi),
+        Pphi_sq=sum_last(Pphi * Pphi),
         cond=cond,
         jitter=jitter,
         ill_conditioned=ill,

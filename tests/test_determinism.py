@@ -1,0 +1,221 @@
+"""Determinism: the same config and seed give bit-identical per-trial records across runs, thread counts and devices.
+
+Per-trial randomness comes from generators seeded by (seed, salts) (wslight.seeding), never from the global RNG, so a
+trial's records depend only on the config. The remaining source of run-to-run differences on the CPU is the thread
+count: torch sums a single-output reduction of more than 32768 elements in per-thread partial sums, and a 2-process
+DDP run on the same cores uses half the threads of a 1-process run; `wslight.interpolation.sum_last` sums those in a
+thread-count invariant way.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from wslight.attack import delta_attack
+from wslight.cli import main
+from wslight.features import RandomAttentionFeatures, RandomFeatures
+from wslight.interpolation import sum_last
+from wslight.sensitivity import word_sensitivity
+
+ROOT = Path(__file__).resolve().parents[1]
+
+WS_CONFIG = """
+seed_everything: 0
+model:
+  class_path: wslight.sweeps.WordSensitivitySweep
+  init_args:
+    maps: [rf, raf, relu_raf]
+    d_values: [8]
+    n_values: [5]
+    trials: 2
+    restarts: 3
+    max_steps: 40
+    seed: 3
+    embeddings: {source: synthetic, synthetic_dim: 16, num_samples: 40, max_length: 16}
+"""
+
+ATTACK_CONFIG = """
+seed_everything: 0
+model:
+  class_path: wslight.sweeps.DeltaAttackSweep
+  init_args:
+    cases: [{map: raf, n: 6}]
+    d: 8
+    N_values: [10]
+    trials: 2
+    losses: [err]
+    steps: 60
+    seed: 1
+    embeddings: {source: synthetic, synthetic_dim: 16, num_samples: 40, max_length: 16}
+"""
+
+# Features p = n d = 100 * 384 = 38400 > 32768: the context sample's scalars (||phi||^2, phi^T P phi, ...) are
+# single-output reductions big enough for torch to split them over threads.
+WIDE_ATTACK_CONFIG = """
+seed_everything: 0
+model:
+  class_path: wslight.sweeps.DeltaAttackSweep
+  init_args:
+    cases: [{map: raf, n: 100}]
+    d: 384
+    N_values: [10]
+    trials: 2
+    losses: [err]
+    steps: 30
+    restarts: 2
+    seed: 1
+    embeddings: {source: synthetic, synthetic_dim: 384, num_samples: 12, max_length: 100}
+"""
+
+TRAINER = """
+trainer:
+  accelerator: cpu
+  devices: 1
+  enable_progress_bar: false
+  enable_model_summary: false
+  logger:
+    class_path: lightning.pytorch.loggers.TensorBoardLogger
+    init_args: {{save_dir: {save_dir}, name: det, default_hp_metric: false}}
+"""
+
+
+def write_config(tmp_path, body, save_dir):
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(body + TRAINER.format(save_dir=save_dir))
+    return cfg
+
+
+def records_of(path):
+    recs = [json.loads(x) for x in Path(path).read_text().splitlines()]
+    return sorted(recs, key=lambda r: (r["trial_key"], r.get("record_key", "")))
+
+
+def run_in_process(cfg, save_dir):
+    cli = main(["test", "--config", str(cfg), "--trainer.logger.init_args.save_dir", str(save_dir)], evaluate=True)
+    return Path(cli.model.results_path)
+
+
+@pytest.mark.parametrize("body", [WS_CONFIG, ATTACK_CONFIG], ids=["ws", "attack"])
+def test_two_runs_give_bit_identical_records(tmp_path, body):
+    cfg = write_config(tmp_path, body, tmp_path / "a")
+    a = run_in_process(cfg, tmp_path / "a")
+    b = run_in_process(cfg, tmp_path / "b")
+    assert a != b and a.parent.name == b.parent.name  # separate files, same run key
+    ra, rb = records_of(a), records_of(b)
+    assert len(ra) == (6 if body is WS_CONFIG else 4)
+    assert ra == rb  # every field, floats compared exactly
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_a_different_seed_changes_the_records(tmp_path):
+    cfg = write_config(tmp_path, WS_CONFIG, tmp_path / "a")
+    a = [r for r in records_of(run_in_process(cfg, tmp_path / "a")) if r["map"] == "rf"]
+    cli = main(
+        [
+            "test",
+            "--config",
+            str(cfg),
+            "--model.init_args.seed",
+            "4",
+            "--trainer.logger.init_args.save_dir",
+            str(tmp_path / "b"),
+            "--model.init_args.maps",
+            "[rf]",
+        ],
+        evaluate=True,
+    )
+    b = records_of(cli.model.results_path)
+    assert [r["ws"] for r in a] != [r["ws"] for r in b]
+
+
+class threads:
+    """Run a block with `n` intra-op threads, restoring the previous count."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __enter__(self):
+        self.old = torch.get_num_threads()
+        torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.old)
+
+
+def test_sum_last_is_thread_count_invariant_and_accurate():
+    g = torch.Generator().manual_seed(0)
+    for p in (7, 1024, 40_000, 300_001):
+        x = torch.randn(1, p, generator=g, dtype=torch.float64)
+        outs = []
+        for n in (1, 2, 3):
+            with threads(n):
+                outs.append(sum_last(x))
+        assert all(torch.equal(outs[0], o) for o in outs[1:])
+        assert torch.allclose(outs[0], x.sum(-1), rtol=1e-12, atol=1e-9)
+    y = torch.randn(3, 5, 2500, generator=g)
+    assert sum_last(y).shape == (3, 5) and torch.allclose(sum_last(y), y.sum(-1), rtol=1e-5, atol=1e-4)
+
+
+def test_attack_and_ws_do_not_depend_on_the_thread_count():
+    """One context sample with p = 38400 features: before sum_last, t1 and proj_ratio differed with 1 and 2 threads."""
+    g = torch.Generator().manual_seed(0)
+    n, d = 100, 384
+    X = torch.randn(11, n, d, generator=g)
+    X = X / X.norm(dim=-1, keepdim=True) * d**0.5
+    y = torch.tensor([1.0, -1.0] * 5 + [1.0])
+    fm = RandomAttentionFeatures(d, seed=2)
+    out = {}
+    for k in (1, 2):
+        with threads(k):
+            out[k] = delta_attack(fm, X[1:], y[1:], X[:1], y[:1], training="retrain", steps=10, restarts=1)
+    assert {key for key in out[1] if not torch.equal(out[1][key], out[2][key])} == set()
+    rf = RandomFeatures(4, 8, k=40_000, seed=1)
+    Xr = X[:1, :4, :8]
+    ws = {}
+    for k in (1, 2):
+        with threads(k):
+            ws[k] = word_sensitivity(rf, Xr, restarts=1, max_steps=20)
+    assert torch.equal(ws[1].ws, ws[2].ws) and torch.equal(ws[1].delta, ws[2].delta)
+
+
+def _evaluate_subprocess(cfg, save_dir, *extra):
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # let Lightning pick threads per process
+    env["PYTHONPATH"] = str(ROOT)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "evaluate.py"),
+            "--config",
+            str(cfg),
+            "--trainer.logger.init_args.save_dir",
+            str(save_dir),
+            *extra,
+        ],
+        cwd=cfg.parent,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    (path,) = Path(save_dir).rglob("results.jsonl")
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("body", [WS_CONFIG, ATTACK_CONFIG, WIDE_ATTACK_CONFIG], ids=["ws", "attack", "attack-wide"])
+def test_one_and_two_devices_give_identical_records(tmp_path, body):
+    """1 process vs 2 DDP processes (gloo, CPU): the same records, bit for bit (the file order may differ)."""
+    cfg = write_config(tmp_path, body, tmp_path / "one")
+    one = _evaluate_subprocess(cfg, tmp_path / "one")
+    two = _evaluate_subprocess(
+        cfg, tmp_path / "two", "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu"
+    )
+    assert one.parent.name == two.parent.name
+    r1, r2 = records_of(one), records_of(two)
+    assert len(r1) == len(r2) > 0
+    assert r1 == r2
