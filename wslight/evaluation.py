@@ -10,6 +10,7 @@ re-running a command resumes it. At the end every rank reads the whole file and 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,33 @@ class Evaluation(L.LightningModule):
     def results_path(self) -> Path | None:
         return self.results.path if self._trainer is not None else None
 
+    def check_output_dir(self) -> None:
+        """Fail before any trial runs when results.jsonl cannot be written in `out_dir`.
+
+        The folder (or, when it does not exist yet, its nearest existing parent, where it would be created) must be a
+        directory in which a file can be created, and an existing results.jsonl must open for appending. Nothing is
+        left behind: the probe file is anonymous.
+
+        Raises:
+            PermissionError: naming output_dir, the path and the reason.
+        """
+        out = self.out_dir.absolute()
+        target = out / RESULTS_NAME
+        probe = out
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        hint = "set output_dir (or the logger's save_dir) to a writable folder"
+        if not probe.is_dir():
+            raise PermissionError(f"output_dir: cannot create {out}: {probe} is not a directory; {hint}")
+        try:
+            with tempfile.TemporaryFile(dir=probe):
+                pass
+            if target.exists():
+                with open(target, "ab"):
+                    pass
+        except OSError as e:
+            raise PermissionError(f"output_dir: cannot write {target} ({e.strerror or e} in {probe}); {hint}") from e
+
     def remaining_specs(self) -> list[dict]:
         specs = self.trial_specs()
         keys = [s["trial_key"] for s in specs]
@@ -87,6 +115,7 @@ class Evaluation(L.LightningModule):
         return [s for s in specs if s["trial_key"] not in done]
 
     def test_dataloader(self) -> DataLoader:
+        self.check_output_dir()  # before any trial: a run that cannot save its results fails now, not after the work
         remaining = self.remaining_specs()
         if self.trainer.is_global_zero:
             total = len(self.trial_specs())

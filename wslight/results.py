@@ -147,9 +147,24 @@ class ResultsFile:
         ]
         if not lines:
             return 0
+        data = "".join(lines).encode("utf-8")
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with deferred_signals(), open(self.path, "a", encoding="utf-8") as f:
-            f.write("".join(lines))
-            f.flush()
-            os.fsync(f.fileno())
+        # unbuffered: nothing is left in a buffer to be flushed (half) at close after a failed write
+        with deferred_signals(), open(self.path, "ab", buffering=0) as f:
+            start = os.fstat(f.fileno()).st_size
+            try:
+                view = memoryview(data)
+                while view:  # a raw write may be partial
+                    view = view[f.write(view) :]
+                os.fsync(f.fileno())
+            except OSError as e:
+                # e.g. ENOSPC after part of the lines went out: cut them off so the file ends on a complete line
+                with contextlib.suppress(OSError):
+                    os.ftruncate(f.fileno(), start)
+                raise OSError(
+                    e.errno,
+                    f"could not append {len(lines)} record(s) to {self.path} ({e.strerror or e}); the file was cut "
+                    "back to its last complete line, so finished trials are kept: free space (or fix the folder) and "
+                    "run the same command again to resume",
+                ) from e
         return len(lines)

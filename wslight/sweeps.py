@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Literal
 import torch
 
 from .data import EmbeddingSpec, load_token_embeddings
-from .data.embeddings import hidden_size_of
+from .data.embeddings import hidden_size_of, validate_spec
 from .evaluation import Evaluation
 from .features import MAPS, DeepRandomFeatures, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
 from .seeding import derive_seed, generator
@@ -28,6 +29,28 @@ def _positive_list(key: str, values: list[int]) -> list[int]:
     if bad:
         raise ValueError(f"{key} must hold positive integers, got {bad}")
     return list(values)
+
+
+def nonfinite(record: dict, keys: tuple[str, ...] | None = None) -> bool:
+    """True when a float field of a record (all of them, or `keys`) is NaN or infinite: a number not to trust."""
+    keys = tuple(record) if keys is None else keys
+    return any(isinstance(record.get(k), float) and not math.isfinite(record[k]) for k in keys)
+
+
+def trusted(records: list[dict], label: str, required: tuple[str, ...]) -> list[dict]:
+    """The records without the `nonfinite` flag and with every `required` value present (not null in the file).
+
+    Warns with the count of the records left out of a summary.
+    """
+    good = [r for r in records if not r.get("nonfinite") and all(r.get(k) is not None for k in required)]
+    if len(good) < len(records):
+        warnings.warn(
+            f"{label}: {len(records) - len(good)} of {len(records)} record(s) have nonfinite=true (a NaN or infinite "
+            "value, e.g. phi(X) = 0) and are left out of the summary and figures; they stay in results.jsonl",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return good
 
 
 def cell_table(records: list[dict], keys: tuple[str, ...], value: str) -> list[dict]:
@@ -75,7 +98,8 @@ class WordSensitivitySweep(_EmbeddingsEvaluation):
     the same review in every cell) and, by default, a fresh random map (seeded by `seed`, the cell and the trial):
     the paper's "independent trials". Each trial records the results.jsonl fields of design.md (experiment="ws", map,
     d, n, L, trial, sample_id, position, ws, delta_norm, phi_norm, steps, seed) plus `bound` (RF: the operator-norm
-    bound of paper.md §12.3 at the realised ||Delta||) and `ws_sqrt_n`.
+    bound of paper.md §12.3 at the realised ||Delta||), `ws_sqrt_n` and `nonfinite` (a flag: S is not a finite number,
+    e.g. phi(X) = 0 for a ReLU-RAF sample whose scores are all <= 0; such records are left out of the summary).
 
     Args:
         maps: which maps to sweep ("rf", "deep_rf", "raf", "relu_raf").
@@ -133,6 +157,7 @@ class WordSensitivitySweep(_EmbeddingsEvaluation):
         if not rf_width_ratio > 0:
             raise ValueError(f"rf_width_ratio must be > 0, got {rf_width_ratio}")
         self.embeddings = embeddings if embeddings is not None else EmbeddingSpec()
+        validate_spec(self.embeddings)  # bad data keys (layer, num_samples, source...) before any trial runs
         hidden = hidden_size_of(self.embeddings)
         if max(self.d_values) > hidden:
             raise ValueError(f"d_values: d must be <= {hidden} (the embeddings' hidden size), got {max(self.d_values)}")
@@ -140,6 +165,14 @@ class WordSensitivitySweep(_EmbeddingsEvaluation):
             raise ValueError(
                 f"n_values: n must be <= {self.embeddings.max_length} (embeddings.max_length), got {max(self.n_values)}"
             )
+        if not isinstance(positions, str):  # "first" / "all" are checked by the type; indices against the smallest n
+            n_min = min(self.n_values)
+            bad = [p for p in positions if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < n_min]
+            if not positions or bad:
+                raise ValueError(
+                    f"positions: every token index must be an integer in [0, {n_min - 1}] (the smallest n in "
+                    f"n_values), got {list(positions)}"
+                )
         self.trials, self.positions, self.radius_scale = trials, positions, radius_scale
         self.restarts, self.max_steps, self.tol = restarts, max_steps, tol
         self.rf_width_ratio, self.shared_weights, self.seed = rf_width_ratio, shared_weights, seed
@@ -200,29 +233,30 @@ class WordSensitivitySweep(_EmbeddingsEvaluation):
             )
             bound = ws_bound_rf(fmap, X, res.position, res.delta_norm, res.phi_norm) if m == "rf" else None
             for b, (s, rec) in enumerate(zip(group, res.records())):
-                records.append(
-                    {
-                        "experiment": "ws",
-                        "trial_key": s["trial_key"],
-                        "map": m,
-                        "d": d,
-                        "n": n,
-                        "L": L,
-                        "trial": s["trial"],
-                        "sample_id": int(self.store.sample_ids[index[b]]),
-                        **rec,
-                        "seed": map_seed,
-                        "radius": self.radius_scale * d**0.5,
-                        "ws_sqrt_n": rec["ws"] * math.sqrt(n),
-                        "bound": None if bound is None else float(bound[b]),
-                    }
-                )
+                record = {
+                    "experiment": "ws",
+                    "trial_key": s["trial_key"],
+                    "map": m,
+                    "d": d,
+                    "n": n,
+                    "L": L,
+                    "trial": s["trial"],
+                    "sample_id": int(self.store.sample_ids[index[b]]),
+                    **rec,
+                    "seed": map_seed,
+                    "radius": self.radius_scale * d**0.5,
+                    "ws_sqrt_n": rec["ws"] * math.sqrt(n),
+                    "bound": None if bound is None else float(bound[b]),
+                }
+                record["nonfinite"] = nonfinite(record)  # e.g. S = inf when phi(X) = 0: null in the file, flagged
+                records.append(record)
         return records
 
     # --- the summary ------------------------------------------------------------------------------------------------
     def summarize(self, records: list[dict], out_dir: Path) -> None:
         from .plots.ws import plot_ws_curves
 
+        records = trusted(records, "word sensitivity", ("ws",))
         table = cell_table(records, ("map", "d", "n", "L"), "ws")
         for row in table:
             group = f"L{row['L']}" if row["map"] == "deep_rf" else f"d{row['d']}"
@@ -260,8 +294,8 @@ class DeltaAttackSweep(_EmbeddingsEvaluation):
     random from the embeddings (the first `contexts` are the context samples, never in the training set), a fresh
     random map, the closed-form heads, then one attack per (training, loss, p). Each record has the results.jsonl fields
     of design.md (experiment="attack", map, training, loss, p, d, n, N, trial, y, t0, t1, D0, D1, err, sign_err, gamma,
-    proj_ratio, seed) plus abs_t0, abs_D0, delta_norm, steps, gram_cond and gram_ill_conditioned (a flag: do not
-    trust that trial's heads).
+    proj_ratio, seed) plus abs_t0, abs_D0, delta_norm, steps, gram_cond, gram_ill_conditioned (a flag: do not
+    trust that trial's heads) and nonfinite (a flag: a NaN or infinite value, stored as null; left out of the summary).
 
     Args:
         cases: the (map, n) panels.
@@ -412,6 +446,9 @@ class DeltaAttackSweep(_EmbeddingsEvaluation):
                 for b in range(c):
                     rec = {k: (v[b].item() if v.dim() > 0 else v.item()) for k, v in out.items()}
                     rec["objective"] = rec.pop("loss")  # the final loss value; `loss` names the objective
+                    # e.g. phi = 0 for a ReLU-RAF context whose scores are all <= 0: the heads' updates divide by 0.
+                    # gram_cond is inf for a singular Gram, which gram_ill_conditioned already flags.
+                    rec["nonfinite"] = nonfinite(rec, tuple(k for k in rec if k != "gram_cond"))
                     records.append(
                         {
                             "experiment": "attack",
@@ -437,6 +474,7 @@ class DeltaAttackSweep(_EmbeddingsEvaluation):
     def summarize(self, records: list[dict], out_dir: Path) -> None:
         from .plots.attack import plot_attack_scatter, plot_penalized
 
+        records = trusted(records, "attack", ("y", "D1", "err", "sign_err", "gamma"))
         for training in self.trainings:
             errs = [r["err"] for r in records if r["training"] == training and r["err"] is not None]
             if errs:

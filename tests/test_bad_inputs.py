@@ -1,0 +1,320 @@
+"""A catalogue of bad inputs: each fails with a message naming the key, before any heavy work, leaving no output.
+
+Configs go through `evaluate.py`'s entry point (`main([...], evaluate=True)`): LightningCLI instantiates the sweep
+while parsing, so a bad value ends in a ValueError from the sweep's constructor (inside jsonargparse's report) or, for
+a value of the wrong type or outside a Literal, in SystemExit with the report on stderr; both come before any Trainer,
+log folder, results.jsonl or cache file exists. Pure functions and modules raise the ValueError directly.
+Not repeated here: missing or corrupt cache files are rebuilt with a warning (tests/test_data.py:
+test_truncated_cache_is_rebuilt_with_a_warning, test_corrupt_bytes_are_detected_by_the_checksum,
+test_edited_manifest_is_a_mismatch_and_rebuilt, test_data_without_manifest_is_rebuilt) and the data module's bad
+input (tests/test_data.py::test_bad_input_raises_before_the_encoder, test_more_samples_than_the_filtered_source_holds).
+"""
+
+import errno
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from wslight import results as results_mod
+from wslight.attack import delta_attack
+from wslight.cli import main
+from wslight.features import DeepRandomFeatures, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
+from wslight.models import FeatureMapClassifier
+from wslight.sensitivity import word_sensitivity
+
+WS = """
+seed_everything: 0
+model:
+  class_path: wslight.sweeps.WordSensitivitySweep
+  init_args:
+    maps: [rf]
+    d_values: [8]
+    n_values: [4]
+    trials: 2
+    restarts: 2
+    max_steps: 10
+    embeddings: {{source: synthetic, synthetic_dim: 16, num_samples: 40, max_length: 16, cache_dir: {cache}}}
+"""
+
+ATTACK = """
+seed_everything: 0
+model:
+  class_path: wslight.sweeps.DeltaAttackSweep
+  init_args:
+    cases: [{{map: raf, n: 6}}]
+    d: 8
+    N_values: [10]
+    trials: 2
+    losses: [err]
+    steps: 10
+    embeddings: {{source: synthetic, synthetic_dim: 16, num_samples: 40, max_length: 16, cache_dir: {cache}}}
+"""
+
+PROBE = """
+seed_everything: 0
+model:
+  class_path: wslight.probes.evaluation.AttentionUnderDeltaProbe
+  init_args: {{steps: 2, output_dir: {out}, {extra}}}
+"""
+
+TRAINER = """
+trainer:
+  accelerator: cpu
+  devices: 1
+  enable_progress_bar: false
+  enable_model_summary: false
+  logger:
+    class_path: lightning.pytorch.loggers.TensorBoardLogger
+    init_args: {{save_dir: {logs}, name: bad, default_hp_metric: false}}
+"""
+
+TEXT = {"embeddings.source": "imdb_offline", "embeddings.encoder": "bundled-minilm"}
+
+
+def write(tmp_path, body, extra=""):
+    cfg = tmp_path / "config.yaml"
+    fields = {"cache": tmp_path / "cache", "out": tmp_path / "out", "logs": tmp_path / "logs", "extra": extra}
+    cfg.write_text(body.format(**fields) + TRAINER.format(**fields))
+    return cfg
+
+
+def overrides(settings: dict) -> list[str]:
+    out = []
+    for key, value in settings.items():
+        out += [f"--model.init_args.{key}", str(value)]
+    return out
+
+
+def no_output_left(tmp_path):
+    left = [p for p in tmp_path.rglob("*") if p.is_file() and p.name != "config.yaml"]
+    assert left == [], f"partial output left behind: {left}"
+
+
+# ---------------------------------------------------------------------------------------- sweeps through the CLI
+
+CLI_CASES = [
+    # data
+    ("ws", {"n_values": "[20]"}, [r"n_values: n must be <= 16 \(embeddings.max_length\), got 20"]),
+    ("ws", {"d_values": "[32]"}, [r"d_values: d must be <= 16 \(the embeddings' hidden size\), got 32"]),
+    ("ws", {**TEXT, "embeddings.layer": 7}, [r"layer must be an integer in \[0, 6\].*num_hidden_layers=6.*got 7"]),
+    (
+        "ws",
+        {**TEXT, "embeddings.num_samples": 25002},
+        [r"num_samples must be an integer in \[2, 25000\].*got 25002"],
+    ),
+    ("ws", {"embeddings.num_samples": 7}, [r"num_samples must be even.*got 7"]),
+    ("ws", {"embeddings.source": "yelp"}, ["source", "yelp"]),
+    # word-sensitivity sweep
+    ("ws", {"maps": "[attention]"}, ["maps", "attention"]),
+    ("ws", {"maps": "[]"}, [r"maps must be a non-empty subset of .*got \[\]"]),
+    ("ws", {"n_values": "[]"}, ["n_values must list at least one value, got an empty grid"]),
+    ("ws", {"d_values": "[0]"}, [r"d_values must hold positive integers, got \[0\]"]),
+    ("ws", {"radius_scale": 0}, ["radius_scale must be > 0, got 0"]),
+    ("ws", {"radius_scale": -1.5}, ["radius_scale must be > 0, got -1.5"]),
+    ("ws", {"trials": 0}, ["trials must be a positive integer, got 0"]),
+    ("ws", {"positions": "[99]"}, [r"positions: every token index must be an integer in \[0, 3\].*got \[99\]"]),
+    # attack sweep
+    ("attack", {"N_values": "[50]"}, ["N_values: N \\+ contexts = 51 exceeds embeddings.num_samples = 40"]),
+    ("attack", {"losses": "[hinge]"}, ["losses", "hinge"]),
+    ("attack", {"trainings": "[scratch]"}, ["trainings", "scratch"]),
+    ("attack", {"losses": "[penalized]", "p_values": "[-1.0]"}, [r"p_values must be non-empty and every p >= 0"]),
+    ("attack", {"position": 6}, [r"position must be in \[0, 5\], got 6"]),
+    ("attack", {"d": 17}, [r"d must be <= 16 \(the embeddings' hidden size\), got 17"]),
+    ("attack", {"cases": "[{map: rf, n: 20}]"}, [r"cases.n: n must be <= 16 \(embeddings.max_length\), got 20"]),
+]
+
+
+@pytest.mark.parametrize(
+    "sweep, settings, patterns", CLI_CASES, ids=[f"{s}-{'-'.join(map(str, k))}" for s, k, _ in CLI_CASES]
+)
+def test_bad_sweep_config_fails_at_parse_time_naming_the_key(tmp_path, capsys, monkeypatch, sweep, settings, patterns):
+    from wslight import encoders
+
+    def no_encoder(*a, **k):
+        raise AssertionError("the encoder must not load for a bad config")
+
+    monkeypatch.setattr(encoders, "load_encoder", no_encoder)
+    cfg = write(tmp_path, WS if sweep == "ws" else ATTACK)
+    with pytest.raises((SystemExit, ValueError)) as exc:
+        main(["test", "--config", str(cfg), *overrides(settings)], evaluate=True)
+    if isinstance(exc.value, SystemExit):  # a parse error: jsonargparse reports on stderr and exits non-zero
+        assert exc.value.code not in (0, None)
+    err = capsys.readouterr().err + str(exc.value)
+    for pattern in patterns:
+        assert re.search(pattern, err), f"{pattern!r} not in:\n{err[-3000:]}"
+    no_output_left(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------- probes (CLI)
+
+PROBE_CASES = [
+    ({"position": 500}, r"position must be an integer in \[0, \d+\].*got 500"),
+    ({"layer": 6}, r"layer must be an integer in \[0, 5\].*got 6"),
+    ({"head": 12}, r"head must be an integer in \[0, 11\].*got 12"),
+    ({"text": "  "}, "text must be a non-empty string"),
+]
+
+
+@pytest.mark.parametrize("settings, pattern", PROBE_CASES, ids=[next(iter(k)) for k, _ in PROBE_CASES])
+def test_bad_probe_fails_before_any_forward_and_writes_no_results(tmp_path, monkeypatch, settings, pattern):
+    """Probe keys that need the tokenised text or the encoder's sizes are checked before any forward pass."""
+    import wslight.probes.attention as attention_mod
+
+    def no_forward(*a, **k):
+        raise AssertionError("no encoder forward pass for bad input")
+
+    monkeypatch.setattr(attention_mod, "encoder_forward", no_forward)
+    cfg = write(tmp_path, PROBE, ", ".join(f"{k}: {json.dumps(v)}" for k, v in settings.items()))
+    with pytest.raises(ValueError, match=pattern):
+        main(["test", "--config", str(cfg)], evaluate=True)
+    assert not list(tmp_path.rglob("results.jsonl"))
+
+
+# ---------------------------------------------------------------------------------- feature maps and functions
+
+
+@pytest.mark.parametrize(
+    "build, pattern",
+    [
+        (lambda: RandomFeatures(0, 8), "n must be a positive integer, got 0"),
+        (lambda: RandomFeatures(4, -2), "d must be a positive integer, got -2"),
+        (lambda: RandomFeatures(4, 8, k=0), "k must be a positive integer, got 0"),
+        (lambda: RandomFeatures(4, 8, activation="sigmoid"), "activation must be one of .*got 'sigmoid'"),
+        (lambda: RandomFeatures(4, 8, dtype="float16"), "dtype must be one of .*got 'float16'"),
+        (lambda: DeepRandomFeatures(4, 8, depth=0), "depth must be a positive integer, got 0"),
+        (lambda: RandomAttentionFeatures(0), "d must be a positive integer, got 0"),
+        (lambda: ReLUAttentionFeatures(8, n=0), "n must be a positive integer, got 0"),
+        (lambda: RandomFeatures(4, 8)(torch.zeros(2, 5, 8)), "n: the map was built for n=4.*n=5"),
+        (lambda: RandomFeatures(4, 8)(torch.zeros(2, 4, 9)), "d: the map was built for d=8.*d=9"),
+        (lambda: RandomAttentionFeatures(8)(torch.zeros(2, 4, 7)), "d: the map was built for d=8.*d=7"),
+        (lambda: RandomAttentionFeatures(8)(torch.zeros(4, 8)), r"X must have shape \(B, n, d\)"),
+        (lambda: word_sensitivity(RandomFeatures(4, 8), torch.zeros(1, 4, 8), radius=0.0), "radius must be"),
+        (lambda: word_sensitivity(RandomFeatures(4, 8), torch.zeros(1, 4, 8), positions=[4]), r"\[0, 3\], got 4"),
+        (lambda: word_sensitivity(RandomAttentionFeatures(8), torch.zeros(1, 4, 8), restarts=0), "restarts must"),
+    ],
+)
+def test_bad_feature_map_or_estimator_argument(build, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        build()
+
+
+def _attack_data(M=8, B=1, n=4, d=8):
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(M + B, n, d, generator=g)
+    y = torch.where(torch.arange(M + B) % 2 == 0, 1.0, -1.0)
+    return X[B:], y[B:], X[:B], y[:B]
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        ({"N": 9}, r"N must be an integer in \[1, 8\] \(the training samples available\), got 9"),
+        ({"loss": "hinge"}, r"loss must be one of \['err', 'align', 'align_proj', 'penalized'\], got 'hinge'"),
+        ({"training": "scratch"}, r"training must be one of \['finetune', 'retrain'\], got 'scratch'"),
+        ({"loss": "penalized", "p": -0.5}, r"p must be a finite number >= 0, got -0.5"),
+        ({"position": 4}, r"position must be an integer in \[0, 3\], got 4"),
+        (
+            {"train_ids": torch.arange(10, 18), "ctx_ids": torch.tensor([13])},
+            r"ctx_ids: a context sample must not be one of the N=8 training samples.*shared id\(s\) \[13\]",
+        ),
+    ],
+)
+def test_bad_attack_argument_before_the_heads(monkeypatch, kwargs, pattern):
+    import wslight.attack as attack_mod
+
+    def no_heads(*a, **k):
+        raise AssertionError("the heads must not be fitted for bad input")
+
+    monkeypatch.setattr(attack_mod, "fit_heads", no_heads)
+    X, y, Xc, yc = _attack_data()
+    with pytest.raises(ValueError, match=pattern):
+        delta_attack(RandomFeatures(4, 8), X, y, Xc, yc, **kwargs)
+
+
+def test_map_built_for_other_sizes_than_the_data():
+    model = FeatureMapClassifier(RandomFeatures(4, 8), n=4)
+    with pytest.raises(ValueError, match="d: the feature map was built for d=8 but the data serves d=16"):
+        model.check_data(4, 16)
+    with pytest.raises(ValueError, match="n: the feature map was built for n=4 but the data serves n=6"):
+        model.check_data(6, 8)
+    model.check_data(4, 8)  # the matching sizes pass
+
+
+# ----------------------------------------------------------------------------------------- output and disk errors
+
+
+def _read_only_cases(tmp_path):
+    cases = [("under-a-file", tmp_path / "a_file" / "out", "is not a directory")]
+    if os.geteuid() != 0:  # root writes through permission bits
+        ro = tmp_path / "read_only"
+        ro.mkdir()
+        ro.chmod(0o555)
+        cases.append(("chmod-555", ro / "out", "Permission denied"))
+    (tmp_path / "a_file").write_text("not a folder")
+    return cases
+
+
+def test_unwritable_output_dir_fails_before_any_trial(tmp_path, monkeypatch):
+    import wslight.sweeps as sweeps_mod
+
+    def no_trials(*a, **k):
+        raise AssertionError("no trial may run when the results cannot be written")
+
+    monkeypatch.setattr(sweeps_mod, "word_sensitivity", no_trials)
+    cfg = write(tmp_path, WS)
+    for name, out, reason in _read_only_cases(tmp_path):
+        with pytest.raises(PermissionError, match=rf"output_dir: cannot .*{out.parent.name}.*{reason}") as exc:
+            main(["test", "--config", str(cfg), "--model.init_args.output_dir", str(out)], evaluate=True)
+        assert str(out) in str(exc.value) or str(out.parent) in str(exc.value), name
+        assert not out.exists(), name
+    assert not list(tmp_path.rglob("results.jsonl"))
+
+
+def test_disk_full_fails_clearly_and_leaves_no_partial_line(tmp_path, monkeypatch):
+    cfg = write(tmp_path, WS)
+    args = ["test", "--config", str(cfg), "--model.init_args.trials", "3"]
+    real_open = open
+    calls = []
+
+    class HalfThenFull:
+        """A results file whose third append writes half of its bytes, then fails with ENOSPC."""
+
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def fileno(self):
+            return self.f.fileno()
+
+        def write(self, data):
+            if len(calls) < 3:
+                return self.f.write(data)
+            self.f.write(bytes(data[: len(data) // 2]))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def fake_open(path, mode="r", *a, **k):
+        f = real_open(path, mode, *a, **k)
+        if Path(path).name == "results.jsonl" and "a" in mode:
+            calls.append(path)
+            return HalfThenFull(f)
+        return f
+
+    monkeypatch.setattr(results_mod, "open", fake_open, raising=False)
+    with pytest.raises(OSError, match=r"could not append 1 record\(s\) to .*results.jsonl \(No space left on device\)"):
+        main(args, evaluate=True)
+    (path,) = tmp_path.rglob("results.jsonl")
+    data = path.read_bytes()
+    assert data.endswith(b"\n") and data.count(b"\n") == 2  # the two finished trials, no partial third line
+    monkeypatch.undo()
+    cli = main(args, evaluate=True)  # space is back: the same command resumes and finishes
+    assert Path(cli.model.results_path) == path
+    assert path.read_bytes().startswith(data) and path.read_bytes().count(b"\n") == 3
