@@ -216,7 +216,9 @@ class WordSensitivitySweep(_EmbeddingsEvaluation):
         records = []
         for (m, d, n, L, t), group in groups.items():
             map_seed = derive_seed(self.seed, "ws.map", m, d, n, L, -1 if t is None else t)
-            fmap = self.build_map(m, d, n, L, map_seed).to(self.device)
+            if getattr(self, "_last_map", (None, None))[0] != map_seed:  # shared weights: reuse the cell's map
+                self._last_map = (map_seed, self.build_map(m, d, n, L, map_seed).to(self.device))
+            fmap = self._last_map[1]
             index = [self.sample_index(s["trial"]) for s in group]
             X, _ = self.store.samples(index, n, d)
             X = X.to(self.device)
