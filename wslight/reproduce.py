@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .checks import all_checks, checks_markdown
-from .results import config_key, read_records
+from .results import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +56,7 @@ def offline_plan() -> list[Stage]:
         Stage(
             "ws_deep_rf",
             "configs/ws/deep_rf.yaml",
-            {a + "d_values": [192], a + "n_values": [10, 20, 40], a + "depths": [2, 4], **shared},
+            {a + "d_values": [192], a + "n_values": [20, 30, 40], a + "depths": [2, 4], **shared},
             "Word sensitivity of DeepRF (Figure 2 right)",
         ),
         Stage(
@@ -137,7 +137,7 @@ def stage_args(stage: Stage, log_dir: Path) -> list[str]:
         stage.name,
     ]
     for key, value in stage.overrides.items():
-        args += [f"--{key}", json.dumps(value)]
+        args += [f"--{key}", value if isinstance(value, str) else json.dumps(value)]
     return args
 
 
@@ -273,7 +273,8 @@ def main(argv: list[str] | None = None) -> Path:
         if unknown:
             parser.error(f"--only: unknown stage(s) {unknown}; stages are {[s.name for s in plan]}")
         plan = [s for s in plan if s.name in args.only]
-    run_id = f"{'full' if args.full else 'offline'}-{config_key([s.__dict__ for s in plan], 8)}"
+    # a fixed run id: a re-run finds the stages' directories (named by their config's run key) and resumes them
+    run_id = "full" if args.full else "offline"
     report_dir = Path(args.reports) / run_id
     log_dir = report_dir / "tensorboard"
     times_path = report_dir / "stage_times.json"
