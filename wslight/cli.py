@@ -68,6 +68,11 @@ class WSLightCLI(LightningCLI):
             if logger.init_args.get("version") is None:
                 logger.init_args["version"] = f"run-{self.run_key}"
 
+    def after_fit(self) -> None:
+        """Evaluate the fitted head on the held-out test split, so one `fit` logs train/, val/ and test/ scalars."""
+        if self.datamodule is not None and not self.trainer.interrupted:
+            self.trainer.test(self.model, datamodule=self.datamodule, verbose=self.trainer.is_global_zero)
+
     def instantiate_classes(self) -> None:
         super().instantiate_classes()
         if hasattr(self.model, "run_key"):
