@@ -1,0 +1,325 @@
+"""Lightning callbacks that run evaluations of the paper on a fitted head and log them.
+
+`DeltaAttack`: after the fit (or the test) of a `FeatureMapClassifier`, the single-token Delta attack (paper.md §6)
+on held-out context samples, with the heads theta*, theta_f, theta_r re-derived in closed form from the training
+split; records go to `attack_results.jsonl`, scalars and the Figure-4-style scatter to the logger.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+from lightning.pytorch import LightningModule, Trainer
+from lightning.pytorch.callbacks import Callback
+
+from .attack import LOSSES, delta_attack
+from .features import map_name, output_dim
+from .results import ResultsFile, config_key
+from .seeding import derive_seed, generator
+
+TRAININGS = ("finetune", "retrain")
+ATTACK_RESULTS_NAME = "attack_results.jsonl"
+
+
+def _check_int(key: str, value: Any, low: int, allow_none: bool = False) -> None:
+    if allow_none and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        none = " or None" if allow_none else ""
+        raise ValueError(f"{key} must be an integer >= {low}{none}, got {value!r}")
+
+
+def _check_choices(key: str, values: Any, allowed: tuple[str, ...]) -> list[str]:
+    if isinstance(values, str) or not isinstance(values, (list, tuple)) or not values:
+        raise ValueError(f"{key} must be a non-empty list of values in {list(allowed)}, got {values!r}")
+    bad = [v for v in values if v not in allowed]
+    if bad:
+        raise ValueError(f"{key} must contain only values in {list(allowed)}, got {bad[0]!r} (in {list(values)!r})")
+    return list(dict.fromkeys(values))  # drop repeats, keep order
+
+
+def _attackable(fmap: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """The feature map on `device` with ordinary (not inference-mode) buffers; a copy when it has to change.
+
+    After `trainer.fit` the strategy has moved the model to the CPU (on_fit_end runs after its teardown); buffers
+    created under inference mode cannot be saved for backward. The model itself is never modified.
+    """
+    bufs = list(fmap.buffers())
+    if all(b.device == device and not b.is_inference() for b in bufs):
+        return fmap
+    fmap = copy.deepcopy(fmap)
+    for m in fmap.modules():
+        for name, b in m._buffers.items():
+            if b is not None:
+                m._buffers[name] = b.to(device).clone()
+    return fmap
+
+
+class DeltaAttack(Callback):
+    """Run the single-token Delta attack (paper.md §6) on the fitted model's feature map and log what it finds.
+
+    At the chosen hook, the training split of the datamodule (`trainer.datamodule`: an EmbeddingDataModule or any
+    datamodule with `embeddings`, `train_indices`, `test_indices`, `n`, `d`) gives the N training samples of the
+    closed-form heads (paper.md §6.2: theta* = Phi^+ Y, the minimum-norm interpolator, and its fine-tuned / re-trained
+    updates theta_f / theta_r on each context sample); `num_contexts` context samples are drawn from the test split
+    (never training samples) and attacked with `wslight.attack.delta_attack`, once per (training, loss).
+
+    Under DDP every rank attacks its share of the contexts (rank r takes contexts r::world_size), the records are
+    gathered on every rank and rank 0 appends them to `<log dir>/attack_results.jsonl`, logs
+    `attack/err_<training>` (median Err) and `attack/flip_rate_<training>` (fraction of contexts whose sign flips to
+    -y) and saves the Err-vs-gamma scatter (`attack_scatter.png/.pdf`, and TensorBoard when the logger is a
+    TensorBoardLogger). Every context is attacked in its own call with a seed derived from its index, so the records do
+    not depend on the number of devices.
+
+    With N = the whole training split and a `fit_mode="closed_form"` model, theta* is the head the model itself
+    learned: the records' t0 equal the model's outputs on the context samples.
+
+    Args:
+        trainings: heads attacked: "finetune" (theta_f) and/or "retrain" (theta_r).
+        losses: Delta objectives: "err" (16), "align" (24a), "align_proj" (24b), "penalized" (err + p (phi^T theta*)^2).
+        p: penalty weight of the "penalized" loss, >= 0.
+        num_contexts: held-out context samples attacked, drawn from the datamodule's test split (seeded).
+        N: training samples for the heads; None means the whole training split, else a seeded subset of it. Must be
+            smaller than the feature dimension p (so that the heads interpolate).
+        position: index of the perturbed token (0 = the first token, [CLS] for text).
+        steps: maximum optimiser steps; None means delta_attack's default.
+        restarts: restarts per sample; None means delta_attack's default.
+        faithful: the authors' fixed-step projected descent instead of the improved optimiser.
+        seed: seed of the context draw, the training subset and the restarts.
+        hook: when to attack: "fit_end" (after `trainer.fit`) or "test_end" (after `trainer.test`). (Not named `on`:
+            YAML 1.1 reads the key `on` as the boolean true.)
+    """
+
+    def __init__(
+        self,
+        trainings: list[Literal["finetune", "retrain"]] = ["finetune", "retrain"],  # noqa: B006 (typed CLI default)
+        losses: list[Literal["err", "align", "align_proj", "penalized"]] = ["err"],  # noqa: B006
+        p: float = 0.0,
+        num_contexts: int = 8,
+        N: int | None = None,
+        position: int = 0,
+        steps: int | None = None,
+        restarts: int | None = None,
+        faithful: bool = False,
+        seed: int = 0,
+        hook: Literal["fit_end", "test_end"] = "fit_end",
+    ) -> None:
+        super().__init__()
+        self.trainings = _check_choices("trainings", trainings, TRAININGS)
+        self.losses = _check_choices("losses", losses, LOSSES)
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or p < 0:
+            raise ValueError(f"p must be a finite number >= 0, got {p!r}")
+        _check_int("num_contexts", num_contexts, 1)
+        _check_int("N", N, 1, allow_none=True)
+        _check_int("position", position, 0)
+        _check_int("steps", steps, 1, allow_none=True)
+        _check_int("restarts", restarts, 1, allow_none=True)
+        if faithful and restarts not in (None, 1):
+            raise ValueError(f"restarts must be 1 (or None) when faithful=True, got {restarts!r}")
+        _check_int("seed", seed, 0)
+        if hook not in ("fit_end", "test_end"):
+            raise ValueError(f"hook must be one of ['fit_end', 'test_end'], got {hook!r}")
+        self.p, self.num_contexts, self.N, self.position = float(p), num_contexts, N, position
+        self.steps, self.restarts, self.faithful, self.seed, self.hook = steps, restarts, faithful, seed, hook
+        self.records: list[dict] = []  # the last attack's de-duplicated records (every rank)
+        self.metrics: dict[str, float] = {}  # the last attack's scalars (every rank)
+        self.results_path: Path | None = None
+
+    def settings(self) -> dict[str, Any]:
+        """The init arguments (they key the results: the same settings at the same step append nothing twice)."""
+        keys = ("trainings", "losses", "p", "num_contexts", "N", "position", "steps", "restarts", "faithful", "seed")
+        return {k: getattr(self, k) for k in (*keys, "hook")}
+
+    # --- hooks ----------------------------------------------------------------------------------------------------
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.hook == "fit_end":
+            self.run(trainer, pl_module)
+
+    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.hook == "test_end":
+            self.run(trainer, pl_module)
+
+    # --- work -----------------------------------------------------------------------------------------------------
+    def _inputs(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any]:
+        """Check the model and data against the settings and pick the training / context samples (no heavy work)."""
+        fmap = getattr(pl_module, "feature_map", None)
+        if fmap is None:
+            raise ValueError(
+                f"DeltaAttack: the model must have a `feature_map` (e.g. FeatureMapClassifier), got {type(pl_module)}"
+            )
+        dm = trainer.datamodule
+        needed = ("embeddings", "train_indices", "test_indices", "n", "d")
+        if dm is None or any(getattr(dm, k, None) is None for k in needed):
+            raise ValueError(
+                f"DeltaAttack: needs trainer.datamodule with {list(needed)} after setup (an EmbeddingDataModule), "
+                f"got {type(dm).__name__}"
+            )
+        n, d = int(dm.n), int(dm.d)
+        p_dim = output_dim(fmap, n)
+        train_idx = torch.as_tensor(dm.train_indices, dtype=torch.int64)
+        test_idx = torch.as_tensor(dm.test_indices, dtype=torch.int64)
+        M = len(train_idx)
+        N = M if self.N is None else self.N
+        if N > M:
+            raise ValueError(f"N must be <= {M} (the size of the training split), got {N}")
+        if N >= p_dim:
+            raise ValueError(
+                f"N must be < {p_dim} (the feature dimension p of the map for n={n}, d={d}, so that the heads "
+                f"interpolate), got {N}"
+            )
+        if self.num_contexts > len(test_idx):
+            raise ValueError(
+                f"num_contexts must be <= {len(test_idx)} (the size of the test split, where context samples come "
+                f"from), got {self.num_contexts}"
+            )
+        if self.position >= n:
+            raise ValueError(f"position must be an integer in [0, {n - 1}] (n={n} tokens), got {self.position}")
+        if N < M:  # a seeded subset of the training split, in split order
+            train_idx = torch.sort(train_idx[torch.randperm(M, generator=generator(self.seed, "callback.train"))[:N]])
+            train_idx = train_idx.values
+        ctx_idx = test_idx[torch.randperm(len(test_idx), generator=generator(self.seed, "callback.contexts"))]
+        ctx_idx = ctx_idx[: self.num_contexts]  # context i is the i-th draw, the same on every rank
+        return {"fmap": fmap, "dm": dm, "n": n, "d": d, "N": N, "train_idx": train_idx, "ctx_idx": ctx_idx}
+
+    def attack(self, trainer: Trainer, pl_module: LightningModule, rank: int = 0, world_size: int = 1) -> list[dict]:
+        """The records of the contexts `rank::world_size` (no collective, no file)."""
+        inp = self._inputs(trainer, pl_module)
+        fmap, dm, n, d, N = inp["fmap"], inp["dm"], inp["n"], inp["d"], inp["N"]
+        device = trainer.strategy.root_device
+        fmap = _attackable(fmap, device)
+        emb, normalize = dm.embeddings, bool(getattr(dm, "normalize", True))
+        X_train, Y = emb.samples(inp["train_idx"], n, d, normalize)  # (N, n, d), (N,)
+        train_ids = emb.sample_ids[inp["train_idx"]]  # (N,)
+        X_train, Y = X_train.to(device), Y.to(device)
+        name = map_name(fmap)
+        records = []
+        for i in range(rank, self.num_contexts, world_size):
+            idx = inp["ctx_idx"][i : i + 1]
+            X_ctx, y_ctx = emb.samples(idx, n, d, normalize)  # (1, n, d), (1,)
+            sid = int(emb.sample_ids[idx][0])
+            attack_seed = derive_seed(self.seed, "callback.attack", i)
+            for training in self.trainings:
+                for loss in self.losses:
+                    p = self.p if loss == "penalized" else 0.0
+                    out = delta_attack(
+                        fmap,
+                        X_train,
+                        Y,
+                        X_ctx.to(device),
+                        y_ctx.to(device),
+                        training=training,
+                        loss=loss,
+                        p=p,
+                        position=self.position,
+                        steps=self.steps,
+                        restarts=self.restarts,
+                        seed=attack_seed,
+                        faithful=self.faithful,
+                        train_ids=train_ids,
+                        ctx_ids=emb.sample_ids[idx],
+                    )
+                    rec = {k: v[0].item() for k, v in out.items()}
+                    rec["objective"] = rec.pop("loss")  # the final objective value; `loss` names the objective
+                    rec["nonfinite"] = any(
+                        isinstance(v, float) and not math.isfinite(v) for k, v in rec.items() if k != "gram_cond"
+                    )
+                    records.append(
+                        {
+                            "experiment": "attack",
+                            "trial_key": f"ctx{i}",
+                            "record_key": f"{training}/{loss}",
+                            "map": name,
+                            "training": training,
+                            "loss": loss,
+                            "p": p,
+                            "d": d,
+                            "n": n,
+                            "N": N,
+                            "trial": i,
+                            "sample_id": sid,
+                            "position": self.position,
+                            **rec,
+                            "seed": self.seed,
+                            "attack_seed": attack_seed,
+                            "map_seed": getattr(fmap, "seed", None),
+                            "epoch": trainer.current_epoch,
+                            "global_step": trainer.global_step,
+                        }
+                    )
+        return records
+
+    def run(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Attack this rank's contexts, gather on every rank, write and log on rank 0.
+
+        Runs with gradients enabled and outside inference mode (the test loop's hooks run under inference mode; the
+        attack takes input gradients with torch.autograd.grad through the unwrapped feature map).
+        """
+        with torch.inference_mode(False), torch.enable_grad():
+            self._run(trainer, pl_module)
+
+    def _run(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        world_size, rank = trainer.world_size, trainer.global_rank
+        distributed = world_size > 1 and dist.is_available() and dist.is_initialized()
+        if not distributed:
+            world_size, rank = 1, 0
+        out_dir = Path(trainer.log_dir or trainer.default_root_dir)  # log_dir is a collective: every rank calls it
+        records = self.attack(trainer, pl_module, rank, world_size)
+        if distributed:
+            parts: list[Any] = [None] * world_size
+            dist.all_gather_object(parts, records)
+            records = [r for part in parts for r in part]
+        # one record per (sample, training, loss), in context order (a padded or repeated shard counts once)
+        unique: dict[tuple, dict] = {}
+        for r in sorted(records, key=lambda r: (r["trial"], r["training"], r["loss"])):
+            unique.setdefault((r["sample_id"], r["training"], r["loss"]), r)
+        self.records = list(unique.values())
+        self.metrics = self.summary(self.records)
+        if trainer.is_global_zero:
+            self.write(trainer, out_dir)
+
+    def summary(self, records: list[dict]) -> dict[str, float]:
+        """attack/err_<training> (median Err) and attack/flip_rate_<training>, over the records with finite values."""
+        metrics = {}
+        for training in self.trainings:
+            good = [r for r in records if r["training"] == training and not r["nonfinite"] and r["err"] is not None]
+            if good:
+                metrics[f"attack/err_{training}"] = statistics.median(r["err"] for r in good)
+                # flip: sign(D1) = -y, the attack changed the head's decision
+                metrics[f"attack/flip_rate_{training}"] = statistics.fmean(1.0 - r["sign_err"] for r in good)
+        return metrics
+
+    def write(self, trainer: Trainer, out_dir: Path) -> None:
+        """Rank 0: append the records, log the scalars, save the figures."""
+        import matplotlib.pyplot as plt
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        from .plots.attack import plot_attack_scatter, plot_penalized
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        run_key = "callback-" + config_key({**self.settings(), "global_step": trainer.global_step})
+        self.results_path = out_dir / ATTACK_RESULTS_NAME
+        ResultsFile(self.results_path, run_key).append(self.records)
+        for logger in trainer.loggers:
+            logger.log_metrics(self.metrics, step=trainer.global_step)
+            logger.save()
+        figures = []
+        plain = [r for r in self.records if r["loss"] != "penalized" and not r["nonfinite"]]
+        if plain:
+            figures.append(("attack/scatter", plot_attack_scatter(plain), "attack_scatter"))
+        penalized = [r for r in self.records if r["loss"] == "penalized" and not r["nonfinite"]]
+        if penalized:
+            figures.append(("attack/penalized", plot_penalized(penalized), "attack_penalized"))
+        for tag, fig, stem in figures:
+            fig.savefig(out_dir / f"{stem}.png", dpi=120, bbox_inches="tight")
+            fig.savefig(out_dir / f"{stem}.pdf", bbox_inches="tight")
+            if isinstance(trainer.logger, TensorBoardLogger):
+                trainer.logger.experiment.add_figure(tag, fig, global_step=trainer.global_step)
+            plt.close(fig)
+        if isinstance(trainer.logger, TensorBoardLogger):
+            trainer.logger.experiment.flush()
