@@ -282,6 +282,8 @@ def test_ddp_two_processes_give_the_records_of_one(tmp_path):
     one, two = results[1], results[2]
     assert len(one) == len(two) == 5 * 2 * 2
     assert len({(r["sample_id"], r["training"], r["loss"]) for r in two}) == len(two)
+    assert {r["rank"] for r in one} == {0} and {r["rank"] for r in two} == {0, 1}  # contexts 0, 2, 4 / 1, 3
+    assert sorted(r["trial"] for r in two if r["rank"] == 1) == [1] * 4 + [3] * 4
     for a, b in zip(one, two, strict=True):
         keys = ("sample_id", "training", "loss", "trial")
         assert [a[k] for k in keys] == [b[k] for k in keys]

@@ -250,6 +250,7 @@ class DeltaAttack(Callback):
                             "map_seed": getattr(fmap, "seed", None),
                             "epoch": trainer.current_epoch,
                             "global_step": trainer.global_step,
+                            "rank": rank,  # the process that attacked this context
                         }
                     )
         return records
