@@ -142,7 +142,7 @@ def test_scalars_and_figures(fitted):
     assert "attack/scatter" in ea.Tags()["images"]
 
 
-def test_second_run_on_the_same_step_appends_nothing_and_is_deterministic(fitted):
+def test_rerun_appends_nothing_and_is_deterministic_another_map_appends(fitted):
     trainer, model, _, cb = fitted
     path = Path(trainer.log_dir) / "attack_results.jsonl"
     before = path.read_text()
@@ -150,6 +150,12 @@ def test_second_run_on_the_same_step_appends_nothing_and_is_deterministic(fitted
     again.run(trainer, model)
     assert path.read_text() == before  # same settings, same step: the trials are already there
     assert [(r["sample_id"], r["D1"]) for r in again.records] == [(r["sample_id"], r["D1"]) for r in cb.records]
+    # another map in the same folder is another attack: its records are appended under another run key
+    other = FeatureMapClassifier(RandomAttentionFeatures(8, seed=5), n=6, fit_mode="closed_form")
+    again.run(trainer, other)
+    recs = read_records(path)
+    assert len(recs) == 2 * 12 and len({r["run_key"] for r in recs}) == 2
+    assert [r["t0"] for r in recs[12:]] != [r["t0"] for r in recs[:12]]
 
 
 @pytest.mark.parametrize(

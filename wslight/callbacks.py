@@ -187,9 +187,16 @@ class DeltaAttack(Callback):
         ctx_idx = ctx_idx[: self.num_contexts]  # context i is the i-th draw, the same on every rank
         return {"fmap": fmap, "dm": dm, "n": n, "d": d, "N": N, "train_idx": train_idx, "ctx_idx": ctx_idx}
 
-    def attack(self, trainer: Trainer, pl_module: LightningModule, rank: int = 0, world_size: int = 1) -> list[dict]:
+    def attack(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        rank: int = 0,
+        world_size: int = 1,
+        inputs: dict[str, Any] | None = None,
+    ) -> list[dict]:
         """The records of the contexts `rank::world_size` (no collective, no file)."""
-        inp = self._inputs(trainer, pl_module)
+        inp = self._inputs(trainer, pl_module) if inputs is None else inputs
         fmap, dm, n, d, N = inp["fmap"], inp["dm"], inp["n"], inp["d"], inp["N"]
         device = trainer.strategy.root_device
         fmap = _attackable(fmap, device)
@@ -270,7 +277,8 @@ class DeltaAttack(Callback):
         if not distributed:
             world_size, rank = 1, 0
         out_dir = Path(trainer.log_dir or trainer.default_root_dir)  # log_dir is a collective: every rank calls it
-        records = self.attack(trainer, pl_module, rank, world_size)
+        inputs = self._inputs(trainer, pl_module)  # every check, before any attack
+        records = self.attack(trainer, pl_module, rank, world_size, inputs)
         if distributed:
             parts: list[Any] = [None] * world_size
             dist.all_gather_object(parts, records)
@@ -282,7 +290,7 @@ class DeltaAttack(Callback):
         self.records = list(unique.values())
         self.metrics = self.summary(self.records)
         if trainer.is_global_zero:
-            self.write(trainer, out_dir)
+            self.write(trainer, out_dir, self.run_key(trainer, inputs))
 
     def summary(self, records: list[dict]) -> dict[str, float]:
         """attack/err_<training> (median Err) and attack/flip_rate_<training>, over the records with finite values."""
@@ -295,7 +303,30 @@ class DeltaAttack(Callback):
                 metrics[f"attack/flip_rate_{training}"] = statistics.fmean(1.0 - r["sign_err"] for r in good)
         return metrics
 
-    def write(self, trainer: Trainer, out_dir: Path) -> None:
+    def run_key(self, trainer: Trainer, inputs: dict[str, Any]) -> str:
+        """Identity of an attack: settings, step, map (type, seed, a checksum of its weights), sizes, sample ids.
+
+        A re-run of the same attack in the same folder appends nothing; another model or data set never counts as
+        done (runs without a logger share `default_root_dir`).
+        """
+        fmap = inputs["fmap"]
+        with torch.no_grad():
+            checksum = [float(b.double().sum()) for b in fmap.buffers()]
+        ids = inputs["dm"].embeddings.sample_ids
+        identity = {
+            **self.settings(),
+            "global_step": trainer.global_step,
+            "map": map_name(fmap),
+            "map_seed": getattr(fmap, "seed", None),
+            "map_checksum": checksum,
+            "n": inputs["n"],
+            "d": inputs["d"],
+            "train_ids": ids[inputs["train_idx"]].tolist(),
+            "ctx_ids": ids[inputs["ctx_idx"]].tolist(),
+        }
+        return "callback-" + config_key(identity)
+
+    def write(self, trainer: Trainer, out_dir: Path, run_key: str) -> None:
         """Rank 0: append the records, log the scalars, save the figures."""
         import matplotlib.pyplot as plt
         from lightning.pytorch.loggers import TensorBoardLogger
@@ -303,7 +334,6 @@ class DeltaAttack(Callback):
         from .plots.attack import plot_attack_scatter, plot_penalized
 
         out_dir.mkdir(parents=True, exist_ok=True)
-        run_key = "callback-" + config_key({**self.settings(), "global_step": trainer.global_step})
         self.results_path = out_dir / ATTACK_RESULTS_NAME
         ResultsFile(self.results_path, run_key).append(self.records)
         for logger in trainer.loggers:
