@@ -53,6 +53,16 @@ def trusted(records: list[dict], label: str, required: tuple[str, ...]) -> list[
     return good
 
 
+def build_map(m: str, d: int, n: int, L: int, width_ratio: float, seed: int, dtype: str = "float32"):
+    """A fresh map of a sweep cell: RF with k = ratio * n d neurons, DeepRF (depth L, that width), RAF or ReLU-RAF."""
+    width = max(1, round(width_ratio * n * d))
+    if m == "rf":
+        return RandomFeatures(n, d, k=width, seed=seed, dtype=dtype)
+    if m == "deep_rf":
+        return DeepRandomFeatures(n, d, depth=L, width=width, seed=seed, dtype=dtype)
+    return (RandomAttentionFeatures if m == "raf" else ReLUAttentionFeatures)(d, seed=seed, dtype=dtype)
+
+
 def cell_table(records: list[dict], keys: tuple[str, ...], value: str) -> list[dict]:
     """Mean, sd (n-1) and count of `value` per cell of `keys`, sorted by the keys."""
     cells: dict[tuple, list[float]] = defaultdict(list)
@@ -198,15 +208,6 @@ class WordSensitivitySweep(_EmbeddingsEvaluation):
         """Which embedded review trial `trial` uses (the same in every cell)."""
         return int(torch.randint(len(self.store), (1,), generator=generator(self.seed, "ws.sample", trial)))
 
-    def build_map(self, m: str, d: int, n: int, L: int, seed: int):
-        width = max(1, round(self.rf_width_ratio * n * d))
-        if m == "rf":
-            return RandomFeatures(n, d, k=width, seed=seed, dtype=self.map_dtype)
-        if m == "deep_rf":
-            return DeepRandomFeatures(n, d, depth=L, width=width, seed=seed, dtype=self.map_dtype)
-        cls = RandomAttentionFeatures if m == "raf" else ReLUAttentionFeatures
-        return cls(d, seed=seed, dtype=self.map_dtype)
-
     # --- the work ---------------------------------------------------------------------------------------------------
     def run_trials(self, specs: list[dict]) -> list[dict]:
         groups: dict[tuple, list[dict]] = defaultdict(list)
@@ -217,7 +218,8 @@ class WordSensitivitySweep(_EmbeddingsEvaluation):
         for (m, d, n, L, t), group in groups.items():
             map_seed = derive_seed(self.seed, "ws.map", m, d, n, L, -1 if t is None else t)
             if getattr(self, "_last_map", (None, None))[0] != map_seed:  # shared weights: reuse the cell's map
-                self._last_map = (map_seed, self.build_map(m, d, n, L, map_seed).to(self.device))
+                fmap = build_map(m, d, n, L, self.rf_width_ratio, map_seed, self.map_dtype)
+                self._last_map = (map_seed, fmap.to(self.device))
             fmap = self._last_map[1]
             index = [self.sample_index(s["trial"]) for s in group]
             X, _ = self.store.samples(index, n, d)
@@ -396,14 +398,6 @@ class DeltaAttackSweep(_EmbeddingsEvaluation):
             for t in range(self.trials)
         ]
 
-    def build_map(self, m: str, n: int, L: int, seed: int):
-        width = max(1, round(self.rf_width_ratio * n * self.d))
-        if m == "rf":
-            return RandomFeatures(n, self.d, k=width, seed=seed)
-        if m == "deep_rf":
-            return DeepRandomFeatures(n, self.d, depth=L, width=width, seed=seed)
-        return (RandomAttentionFeatures if m == "raf" else ReLUAttentionFeatures)(self.d, seed=seed)
-
     def objectives(self) -> list[tuple[str, str, float]]:
         """(training, loss, p) of every attack run on a trial."""
         return [
@@ -425,7 +419,7 @@ class DeltaAttackSweep(_EmbeddingsEvaluation):
             X, y = self.store.samples(index, n, self.d)
             ids = self.store.sample_ids[index]
             c = self.contexts
-            fmap = self.build_map(m, n, L, trial_seed).to(self.device)
+            fmap = build_map(m, self.d, n, L, self.rf_width_ratio, trial_seed).to(self.device)
             X = X.to(self.device)
             for training, loss, p in self.objectives():
                 out = delta_attack(
