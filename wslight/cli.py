@@ -94,6 +94,8 @@ def main(args: list[str] | None = None, run: bool = True, evaluate: bool = False
     `evaluate=True` is the entry point of `evaluate.py`:
     `main(["test", "--config", "configs/ws/raf.yaml"], evaluate=True)`.
     """
+    global _interrupted
+    _interrupted = False
     for sig in (signal.SIGINT, signal.SIGTERM):  # SIGTERM stops like Ctrl-C: cleanly, resumable
         signal.signal(sig, _raise_keyboard_interrupt)
     hint = "interrupted: finished trials are saved in results.jsonl; run the same command again to resume"
