@@ -212,7 +212,13 @@ def write_report(
             f"Config `{stage.config}`"
             + (f", overrides `{json.dumps(stage.overrides)}`" if stage.overrides else "")
             + f"; {len(records[stage.name])} records in `{os.path.relpath(path, report_dir)}`; "
-            f"wall time {times.get(stage.name, float('nan')):.0f} s.",
+            f"wall time {times.get(stage.name, float('nan')):.0f} s."
+            + (
+                " Each cell's trials share one random map (`shared_weights`); the other word-sensitivity stages draw a"
+                " fresh map per trial, as the paper."
+                if stage.overrides.get("model.init_args.shared_weights")
+                else ""
+            ),
             "",
         ]
         for png in sorted(path.parent.glob("*.png")):
