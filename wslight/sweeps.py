@@ -187,6 +187,7 @@ class WordSensitivitySweep(_EmbeddingsEvaluation):
         self.restarts, self.max_steps, self.tol = restarts, max_steps, tol
         self.rf_width_ratio, self.shared_weights, self.seed = rf_width_ratio, shared_weights, seed
         self.map_dtype = dtype
+        self._last_map: tuple[int | None, object] = (None, None)
 
     # --- the grid ---------------------------------------------------------------------------------------------------
     def cells(self) -> list[tuple[str, int, int, int]]:
@@ -217,7 +218,7 @@ class WordSensitivitySweep(_EmbeddingsEvaluation):
         records = []
         for (m, d, n, L, t), group in groups.items():
             map_seed = derive_seed(self.seed, "ws.map", m, d, n, L, -1 if t is None else t)
-            if getattr(self, "_last_map", (None, None))[0] != map_seed:  # shared weights: reuse the cell's map
+            if self._last_map[0] != map_seed:  # shared weights: the cell's map is reused by its next trials
                 fmap = build_map(m, d, n, L, self.rf_width_ratio, map_seed, self.map_dtype)
                 self._last_map = (map_seed, fmap.to(self.device))
             fmap = self._last_map[1]
