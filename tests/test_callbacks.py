@@ -11,6 +11,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 
 import wslight.callbacks as callbacks
+from wslight import results
 from wslight.callbacks import DeltaAttack
 from wslight.data import EmbeddingDataModule
 from wslight.features import RandomAttentionFeatures, RandomFeatures
@@ -18,28 +19,7 @@ from wslight.models import FeatureMapClassifier
 from wslight.results import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
-ATTACK_FIELDS = {
-    "experiment",
-    "map",
-    "training",
-    "loss",
-    "p",
-    "d",
-    "n",
-    "N",
-    "trial",
-    "y",
-    "t0",
-    "t1",
-    "D0",
-    "D1",
-    "err",
-    "sign_err",
-    "gamma",
-    "proj_ratio",
-    "seed",
-    "sample_id",
-}
+ATTACK_FIELDS = results.ATTACK_FIELDS | {"sample_id"}
 FAST = {"steps": 40, "restarts": 2}
 
 

@@ -10,44 +10,9 @@ from pathlib import Path
 import pytest
 
 from wslight.cli import main
+from wslight.results import ATTACK_FIELDS, WS_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
-WS_FIELDS = {
-    "experiment",
-    "map",
-    "d",
-    "n",
-    "L",
-    "trial",
-    "sample_id",
-    "position",
-    "ws",
-    "delta_norm",
-    "phi_norm",
-    "steps",
-    "seed",
-}
-ATTACK_FIELDS = {
-    "experiment",
-    "map",
-    "training",
-    "loss",
-    "p",
-    "d",
-    "n",
-    "N",
-    "trial",
-    "y",
-    "t0",
-    "t1",
-    "D0",
-    "D1",
-    "err",
-    "sign_err",
-    "gamma",
-    "proj_ratio",
-    "seed",
-}
 TINY_EMB = [
     "--model.init_args.embeddings.source",
     "synthetic",

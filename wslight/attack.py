@@ -479,3 +479,23 @@ def delta_attack(
         if return_delta:
             out["delta"] = delta_k[:, 0]  # (T, B, d)
     return out if batched else {k: v[0] for k, v in out.items()}
+
+
+def output_records(out: dict[str, Tensor]) -> list[dict]:
+    """One flat dict per context sample of a `delta_attack` output (B contexts, no trial dimension).
+
+    The final objective value `loss` is renamed `objective` (in records, `loss` names the objective), and `nonfinite`
+    flags a NaN or infinite value (e.g. phi(X) = 0 for a ReLU-RAF context whose scores are all <= 0, where the heads'
+    updates divide by zero); `gram_cond` is left out of that test, since inf there means a singular Gram, which
+    `gram_ill_conditioned` already flags.
+    """
+    B = max((v.shape[0] for v in out.values() if v.dim() > 0), default=1)
+    records = []
+    for b in range(B):
+        rec = {k: (v[b].item() if v.dim() > 0 else v.item()) for k, v in out.items()}
+        rec["objective"] = rec.pop("loss")
+        rec["nonfinite"] = any(
+            isinstance(v, float) and not math.isfinite(v) for k, v in rec.items() if k != "gram_cond"
+        )
+        records.append(rec)
+    return records

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback
 
-from .attack import LOSSES, delta_attack
+from .attack import LOSSES, delta_attack, output_records
 from .features import map_name, output_dim
 from .results import ResultsFile, config_key
 from .seeding import derive_seed, generator
@@ -231,11 +231,7 @@ class DeltaAttack(Callback):
                         train_ids=train_ids,
                         ctx_ids=emb.sample_ids[idx],
                     )
-                    rec = {k: v[0].item() for k, v in out.items()}
-                    rec["objective"] = rec.pop("loss")  # the final objective value; `loss` names the objective
-                    rec["nonfinite"] = any(
-                        isinstance(v, float) and not math.isfinite(v) for k, v in rec.items() if k != "gram_cond"
-                    )
+                    (rec,) = output_records(out)
                     records.append(
                         {
                             "experiment": "attack",

@@ -21,6 +21,11 @@ from pathlib import Path
 from typing import Any
 
 RESULTS_NAME = "results.jsonl"
+# The stable fields of design.md that every record of an experiment carries (extra fields are welcome).
+WS_FIELDS = frozenset("experiment map d n L trial sample_id position ws delta_norm phi_norm steps seed".split())
+ATTACK_FIELDS = frozenset(
+    "experiment map training loss p d n N trial y t0 t1 D0 D1 err sign_err gamma proj_ratio seed".split()
+)
 
 
 def config_key(config: Any, length: int = 12) -> str:

@@ -409,7 +409,7 @@ class DeltaAttackSweep(_EmbeddingsEvaluation):
         ]
 
     def run_trials(self, specs: list[dict]) -> list[dict]:
-        from .attack import delta_attack
+        from .attack import delta_attack, output_records
 
         records = []
         for s in specs:
@@ -440,12 +440,7 @@ class DeltaAttackSweep(_EmbeddingsEvaluation):
                     train_ids=ids[c:],
                     ctx_ids=ids[:c],
                 )
-                for b in range(c):
-                    rec = {k: (v[b].item() if v.dim() > 0 else v.item()) for k, v in out.items()}
-                    rec["objective"] = rec.pop("loss")  # the final loss value; `loss` names the objective
-                    # e.g. phi = 0 for a ReLU-RAF context whose scores are all <= 0: the heads' updates divide by 0.
-                    # gram_cond is inf for a singular Gram, which gram_ill_conditioned already flags.
-                    rec["nonfinite"] = nonfinite(rec, tuple(k for k in rec if k != "gram_cond"))
+                for b, rec in enumerate(output_records(out)):
                     records.append(
                         {
                             "experiment": "attack",
