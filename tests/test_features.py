@@ -173,9 +173,9 @@ def test_bad_construction_arguments(build, match):
 
 
 def test_wrong_input_shape_names_expected_and_received(rows):
-    with pytest.raises(ValueError, match="n: the map was built for n=4 tokens, got X with n=5"):
+    with pytest.raises(ValueError, match=r"X: the map was built for n=4 tokens, got X of shape \(1, 5, 8\) \(n=5\)"):
         RandomFeatures(4, 8)(rows(1, 5, 8))
-    with pytest.raises(ValueError, match="d: the map was built for d=8, got X with d=6"):
+    with pytest.raises(ValueError, match=r"X: the map was built for d=8, got X of shape \(1, 5, 6\) \(d=6\)"):
         RandomAttentionFeatures(8)(rows(1, 5, 6))
     with pytest.raises(ValueError, match=r"position must be an integer in \[0, 3\], got 4"):
         RandomFeatures(4, 8).token_block(4)

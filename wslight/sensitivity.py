@@ -28,7 +28,7 @@ import torch
 from torch import Tensor
 
 from .features import DeepRandomFeatures, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures, map_name
-from .features._checks import resolve_dtype
+from .validate import dtype as _dtype
 from .interpolation import sum_last
 from .seeding import generator
 
@@ -340,7 +340,7 @@ def _working_dtype(feature_map: object, dtype: object) -> torch.dtype:
     if dtype is None:
         return feature_map.weight_dtype  # type: ignore[attr-defined]
     try:
-        return resolve_dtype(dtype)  # type: ignore[arg-type]
+        return _dtype("dtype", dtype)
     except ValueError:
         raise ValueError(f"dtype must be None, 'float32' or 'float64', got {dtype!r}") from None
 

@@ -5,37 +5,41 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from torch import nn
 
+from .. import validate
 from ..seeding import generator
-from ._checks import check_input, positive_int, resolve_dtype
+from .base import FeatureMap, register_map
 
 
-class _RandomAttentionBase(nn.Module):
+class _RandomAttentionBase(FeatureMap):
     """Shared part: the buffer W (d x d, entries N(0, 1/d)) and the scores S = X W X^T / sqrt(d)."""
 
     def __init__(
         self, d: int, seed: int = 0, dtype: Literal["float32", "float64"] = "float32", n: int | None = None
     ) -> None:
         super().__init__()
-        self.d = positive_int("d", d)
-        self.n = None if n is None else positive_int("n", n)  # None: any number of tokens
+        self.d = validate.positive_int("d", d)
+        self.n = None if n is None else validate.positive_int("n", n)  # None: any number of tokens
         self.seed = int(seed)
         g = generator(self.seed, "attention.W")
         # Paper: Eq. (raf), W_ij ~ N(0, 1/d); W stands for W_Q^T W_K, no value matrix
-        self.register_buffer("W", (torch.randn(d, d, generator=g) / d**0.5).to(resolve_dtype(dtype)))
+        self.register_buffer("W", (torch.randn(d, d, generator=g) / d**0.5).to(validate.dtype("dtype", dtype)))
 
-    def out_dim_for(self, n: int) -> int:
+    def out_dim(self, n: int | None = None) -> int:
         """Output size for n tokens: the flattened n x d attention output."""
+        n = self.n if n is None else n
+        if n is None:
+            raise ValueError("n: this map accepts any number of tokens; give n to out_dim")
         return n * self.d
 
-    @property
-    def weight_dtype(self) -> torch.dtype:
-        return self.W.dtype
+    @classmethod
+    def for_cell(cls, n, d, seed, depth=2, width_ratio=1.0, dtype="float32", **options) -> _RandomAttentionBase:
+        """A sweep cell's map: any number of tokens (n is not fixed), so one W serves every n of a grid."""
+        return cls(d, seed=seed, dtype=dtype, **options)
 
     def scores(self, X: torch.Tensor) -> torch.Tensor:
         """S = X W X^T / sqrt(d): (B, n, d) -> (B, n, n); unit variance for rows of norm sqrt(d)."""
-        check_input(X, self.n, self.d)
+        validate.samples("X", X, self.d, self.n)
         X = X.to(self.W.dtype)
         return (X @ self.W) @ X.transpose(1, 2) / self.d**0.5  # (B, n, d) @ (d, d) @ (B, d, n) -> (B, n, n)
 
@@ -52,6 +56,7 @@ class _RandomAttentionBase(nn.Module):
         return f"d={self.d}, seed={self.seed}"
 
 
+@register_map("raf")
 class RandomAttentionFeatures(_RandomAttentionBase):
     """Random attention features phi_RAF(X) = softmax(X W X^T / sqrt(d)) X, softmax row-wise (paper.md §4.3).
 
@@ -70,6 +75,7 @@ class RandomAttentionFeatures(_RandomAttentionBase):
         return torch.softmax(S, dim=-1)
 
 
+@register_map("relu_raf")
 class ReLUAttentionFeatures(_RandomAttentionBase):
     """ReLU-RAF: the softmax of RAF replaced by ReLU on the scores, each row divided by its sum (paper.md §4.4).
 

@@ -7,8 +7,9 @@ from typing import Literal
 import torch
 from torch import nn
 
+from .. import validate
 from ..seeding import generator
-from ._checks import check_input, positive_int, resolve_dtype
+from .base import FeatureMap, register_map
 
 
 class _Frozen(nn.Module):
@@ -19,7 +20,8 @@ class _Frozen(nn.Module):
         self.register_buffer("V", V)
 
 
-class DeepRandomFeatures(nn.Module):
+@register_map("deep_rf")
+class DeepRandomFeatures(FeatureMap):
     """Deep random features phi_DRF(X) = relu(V_L relu(... relu(V_1 flat(X)))) (paper.md §4.2).
 
     Input (B, n, d), output (B, width). Every layer has entries N(0, 2/fan_in), the first layer included: the
@@ -45,12 +47,12 @@ class DeepRandomFeatures(nn.Module):
         dtype: Literal["float32", "float64"] = "float32",
     ) -> None:
         super().__init__()
-        self.n, self.d = positive_int("n", n), positive_int("d", d)
-        self.depth = positive_int("depth", depth)
+        self.n, self.d = validate.positive_int("n", n), validate.positive_int("d", d)
+        self.depth = validate.positive_int("depth", depth)
         self.D = n * d
-        self.width = self.D if width is None else positive_int("width", width)
+        self.width = self.D if width is None else validate.positive_int("width", width)
         self.seed = int(seed)
-        dt = resolve_dtype(dtype)
+        dt = validate.dtype("dtype", dtype)
         g = generator(self.seed, "deep_rf.Vs")
         layers = []
         fan_in = self.D
@@ -61,17 +63,17 @@ class DeepRandomFeatures(nn.Module):
             fan_in = self.width
         self.Vs = nn.ModuleList(layers)
 
-    @property
-    def out_dim(self) -> int:
+    def out_dim(self, n: int | None = None) -> int:
         return self.width
 
-    @property
-    def weight_dtype(self) -> torch.dtype:
-        return self.Vs[0].V.dtype
+    @classmethod
+    def for_cell(cls, n, d, seed, depth=2, width_ratio=1.0, dtype="float32", **options) -> DeepRandomFeatures:
+        """A sweep cell's DeepRF: depth L, every layer max(1, round(width_ratio * n d)) wide (the paper: D)."""
+        return cls(n, d, depth=depth, width=max(1, round(width_ratio * n * d)), seed=seed, dtype=dtype, **options)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """(B, n, d) -> (B, width)."""
-        check_input(X, self.n, self.d)
+        validate.samples("X", X, self.d, self.n)
         h = X.reshape(X.shape[0], self.D).to(self.weight_dtype)  # (B, D)
         for layer in self.Vs:
             h = torch.relu(h @ layer.V.T)  # (B, fan_in) @ (fan_in, width) -> (B, width)

@@ -8,8 +8,9 @@ from typing import Literal
 import torch
 from torch import nn
 
+from .. import validate
 from ..seeding import generator
-from ._checks import check_input, check_position, positive_int, resolve_dtype
+from .base import FeatureMap, register_map
 
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "gelu": nn.functional.gelu}
 
@@ -35,7 +36,8 @@ def draw_rows(seed: int, start: int, stop: int, D: int, dtype: torch.dtype) -> t
     return (torch.cat(parts) / D**0.5).to(dtype)
 
 
-class RandomFeatures(nn.Module):
+@register_map("rf")
+class RandomFeatures(FeatureMap):
     """Random features map phi_RF(X) = phi(V flat(X)) (paper.md §4.1).
 
     Input (B, n, d), output (B, k). V in R^{k x D}, D = n d, entries N(0, 1/D), no bias; with rows of norm sqrt(d)
@@ -65,16 +67,14 @@ class RandomFeatures(nn.Module):
         block_rows: int = 1024,
     ) -> None:
         super().__init__()
-        self.n, self.d = positive_int("n", n), positive_int("d", d)
+        self.n, self.d = validate.positive_int("n", n), validate.positive_int("d", d)
         self.D = n * d
-        self.k = self.D if k is None else positive_int("k", k)
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
-        self.activation = activation
+        self.k = self.D if k is None else validate.positive_int("k", k)
+        self.activation = validate.choice("activation", activation, sorted(ACTIVATIONS))
         self.phi = ACTIVATIONS[activation]
         self.seed = int(seed)
-        self.block_rows = positive_int("block_rows", block_rows)
-        dt = resolve_dtype(dtype)
+        self.block_rows = validate.positive_int("block_rows", block_rows)
+        dt = validate.dtype("dtype", dtype)
         self.stored = self.k * self.D * dt.itemsize <= max_stored_bytes
         if self.stored:
             self.register_buffer("V", draw_rows(self.seed, 0, self.k, self.D, dt))  # (k, D)
@@ -82,9 +82,13 @@ class RandomFeatures(nn.Module):
             self.register_buffer("V", None)
             self.register_buffer("_dtype_probe", torch.zeros((), dtype=dt))  # follows .to(device/dtype)
 
-    @property
-    def out_dim(self) -> int:
+    def out_dim(self, n: int | None = None) -> int:
         return self.k
+
+    @classmethod
+    def for_cell(cls, n, d, seed, depth=2, width_ratio=1.0, dtype="float32", **options) -> RandomFeatures:
+        """A sweep cell's RF: k = max(1, round(width_ratio * n d)) neurons (the paper: k = D)."""
+        return cls(n, d, k=max(1, round(width_ratio * n * d)), seed=seed, dtype=dtype, **options)
 
     @property
     def weight_dtype(self) -> torch.dtype:
@@ -105,7 +109,7 @@ class RandomFeatures(nn.Module):
 
     def preactivations(self, X: torch.Tensor) -> torch.Tensor:
         """z = V flat(X): (B, n, d) -> (B, k)."""
-        check_input(X, self.n, self.d)
+        validate.samples("X", X, self.d, self.n)
         x = X.reshape(X.shape[0], self.D).to(self.weight_dtype)  # (B, D), row-major flat(X)
         if self.V is not None:
             return x @ self.V.T  # (B, D) @ (D, k) -> (B, k)
@@ -118,7 +122,7 @@ class RandomFeatures(nn.Module):
 
     def token_block(self, position: int) -> torch.Tensor:
         """V^{(i)}: the k x d columns of V that multiply token `position`, (k, d)."""
-        check_position(position, self.n)
+        validate.integer("position", position, 0, self.n - 1)
         cols = slice(position * self.d, (position + 1) * self.d)
         return torch.cat([V_b[:, cols] for _, V_b in self.row_blocks()])  # (k, d)
 
@@ -133,9 +137,9 @@ class RandomFeatures(nn.Module):
         Returns:
             z: (B, k) clean pre-activations; blocks: (P, k, d) with blocks[j] = V^{(positions[j])}.
         """
-        check_input(X, self.n, self.d)
+        validate.samples("X", X, self.d, self.n)
         for p in positions:
-            check_position(p, self.n)
+            validate.integer("position", p, 0, self.n - 1)
         x = X.reshape(X.shape[0], self.D).to(self.weight_dtype)  # (B, D)
         zs, blocks = [], []
         for _, V_b in self.row_blocks():
