@@ -93,9 +93,10 @@ def make_map(
     depth: int = 2,
     width_ratio: float = 1.0,
     dtype: Literal["float32", "float64"] = "float32",
+    device: str | torch.device | None = None,
     **options: Any,
 ) -> FeatureMap:
-    """Build the registered map `name` for n tokens of dimension d.
+    """Build the registered map `name` for n tokens of dimension d, on `device`.
 
     Args:
         name: a registered map ("rf", "deep_rf", "raf", "relu_raf", or one added with `register_map`).
@@ -105,10 +106,15 @@ def make_map(
         depth: depth L of deep maps.
         width_ratio: RF neurons (and DeepRF widths) = max(1, round(width_ratio * n d)); the paper: 1.
         dtype: "float32" or "float64".
+        device: where the map's weights live; a map whose constructor takes `device` draws them there (too large to
+            pass through the CPU), any other is built on the CPU and moved.
         options: further constructor arguments of that map.
     """
-    validate.choice("map", name, sorted(MAPS))
-    return MAPS[name].for_cell(n=n, d=d, seed=seed, depth=depth, width_ratio=width_ratio, dtype=dtype, **options)
+    cls = MAPS[validate.choice("map", name, sorted(MAPS))]
+    if device is not None and "device" in inspect.signature(cls.__init__).parameters:
+        options["device"] = device
+    fmap = cls.for_cell(n=n, d=d, seed=seed, depth=depth, width_ratio=width_ratio, dtype=dtype, **options)
+    return fmap if device is None else fmap.to(device)
 
 
 def map_name(feature_map: nn.Module) -> str:
