@@ -31,10 +31,11 @@ import time
 import torch
 
 from wslight.attack import delta_attack
-from wslight.features import RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
+from wslight.features import make_map
 from wslight.seeding import derive_seed, generator
 
-MAPS = {"rf": RandomFeatures, "raf": RandomAttentionFeatures, "relu_raf": ReLUAttentionFeatures}
+# The maps the baseline runs on (a dense float64 forward through the map itself).
+MAPS = ("raf", "relu_raf", "rf")
 
 
 def trial_data(t: int, n: int, d: int, N: int, seed: int) -> tuple[torch.Tensor, ...]:
@@ -52,8 +53,8 @@ def trial_data(t: int, n: int, d: int, N: int, seed: int) -> tuple[torch.Tensor,
 
 
 def trial_map(name: str, t: int, n: int, d: int, seed: int, dtype: str = "float32"):
-    s = derive_seed(seed, "bench.attack.map", t)
-    return MAPS[name](n, d, seed=s, dtype=dtype) if name == "rf" else MAPS[name](d, seed=s, dtype=dtype)
+    """Trial t's map: its own seed derived from (seed, t); built by the package's one factory."""
+    return make_map(name, n, d, derive_seed(seed, "bench.attack.map", t), dtype=dtype)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -30,12 +30,9 @@ import time
 
 import torch
 
-from wslight.features import RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
+from wslight.features import make_map
 from wslight.seeding import generator
 from wslight.sensitivity import single_token_objective, word_sensitivity
-
-MAPS = {"rf": RandomFeatures, "raf": RandomAttentionFeatures, "relu_raf": ReLUAttentionFeatures}
-
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Data and maps (deterministic: both sides rebuild the same ones from the seed)
@@ -57,12 +54,6 @@ def samples(data: str, trials: int, n: int, d: int, seed: int) -> torch.Tensor:
             raise SystemExit(f"--data imdb gave embeddings of shape {tuple(X.shape)}, need {(trials, n, d)}")
     # Paper: every row rescaled to norm sqrt(d)
     return X / X.norm(dim=-1, keepdim=True) * d**0.5
-
-
-def build_map(name: str, n: int, d: int, seed: int):
-    if name == "rf":
-        return RandomFeatures(n, d, seed=seed)  # k = D, float32 weights; the baseline casts them to float64
-    return MAPS[name](d, seed=seed)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -156,7 +147,7 @@ def peak_since_reset_gib() -> float | None:
 
 def part_package(a) -> dict:
     X = samples(a.data, a.trials, a.n, a.d, a.seed)
-    fm = build_map(a.map, a.n, a.d, a.seed)
+    fm = make_map(a.map, a.n, a.d, a.seed)  # RF: k = D, float32 weights; the baseline casts them to float64
     reset = reset_peak()
     t0 = time.perf_counter()
     res = word_sensitivity(fm, X.float(), restarts=a.restarts, seed=a.seed)
@@ -173,7 +164,7 @@ def part_package(a) -> dict:
 def part_package_at_radius(a) -> dict:
     """The package with, for each trial, the ball radius the baseline actually used (its realised ||Delta||)."""
     X = samples(a.data, a.trials, a.n, a.d, a.seed)
-    fm = build_map(a.map, a.n, a.d, a.seed)
+    fm = make_map(a.map, a.n, a.d, a.seed)
     ws = []
     for t, r in enumerate(a.radii):
         ws.append(word_sensitivity(fm, X[t : t + 1].float(), radius=r, restarts=a.restarts, seed=a.seed).ws.item())
@@ -182,7 +173,7 @@ def part_package_at_radius(a) -> dict:
 
 def part_baseline(a) -> dict:
     X = samples(a.data, a.trials, a.n, a.d, a.seed)
-    fm = build_map(a.map, a.n, a.d, a.seed)
+    fm = make_map(a.map, a.n, a.d, a.seed)
     reset = reset_peak()
     t0 = time.perf_counter()
     phi = dense_phi(a.map, fm)  # the dense float64 weights (setup, timed separately)
@@ -210,7 +201,7 @@ def part_step(a) -> dict:
     out = []
     for n in a.step_n:
         X = samples(a.data, a.trials, n, a.d, a.seed)
-        fm = build_map("raf", n, a.d, a.seed)
+        fm = make_map("raf", n, a.d, a.seed)
         phi = dense_phi("raf", fm)
         # structured: all trials x restarts chains in one call, reported per chain
         obj = single_token_objective(fm, X.float(), [0])
@@ -256,7 +247,7 @@ def part_step(a) -> dict:
 def part_largest(a) -> dict:
     n, d = 150, 768
     X = samples("synthetic", a.largest_trials, n, d, a.seed)
-    fm = RandomFeatures(n, d, seed=a.seed)  # k = D = 115,200: memory-bounded, V regenerated block by block
+    fm = make_map("rf", n, d, a.seed)  # k = D = 115,200: memory-bounded, V regenerated block by block
     reset = reset_peak()
     t0 = time.perf_counter()
     res = word_sensitivity(fm, X.float(), restarts=a.restarts, seed=a.seed)
