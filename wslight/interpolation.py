@@ -21,6 +21,8 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from . import validate
+
 TRAININGS = ("finetune", "retrain")
 # A Gram condition number above this is reported: the normal equations lose about log10(cond) of float64's 16 digits.
 GRAM_COND_WARN = 1e10
@@ -50,10 +52,8 @@ def sum_last(x: Tensor) -> Tensor:
 
 
 def check_training(training: str) -> str:
-    """Raise a ValueError naming the allowed modes unless `training` is one of them."""
-    if training not in TRAININGS:
-        raise ValueError(f"training must be one of {list(TRAININGS)}, got {training!r}")
-    return training
+    """`training` if it is one of TRAININGS (validate.choice under the key `training`)."""
+    return validate.choice("training", training, TRAININGS)
 
 
 @dataclass
@@ -101,13 +101,13 @@ class Heads:
 
     def coef(self, training: Literal["finetune", "retrain"]) -> Tensor:
         """Scalar of the rank-one update, (..., B): (y - t0) / ||phi||^2 or (y - t0) / ||P phi||^2."""
-        check_training(training)
+        validate.choice("training", training, TRAININGS)
         # Paper: §6.2, theta_f = theta* + phi (y - phi^T theta*) / ||phi||^2, theta_r with P phi in place of phi
         return (self.y - self.t0) / (self.phi_sq if training == "finetune" else self.Pphi_sq)
 
     def direction(self, training: Literal["finetune", "retrain"]) -> Tensor:
         """Direction of the rank-one update, (..., B, p): phi (fine-tuned) or P phi (re-trained)."""
-        check_training(training)
+        validate.choice("training", training, TRAININGS)
         return self.phi if training == "finetune" else self.Pphi
 
     def theta(self, training: Literal["finetune", "retrain"]) -> Tensor:
@@ -135,19 +135,19 @@ def _cholesky(G: Tensor, singular: Tensor) -> tuple[Tensor, Tensor]:
     `singular` (...) marks members whose G is numerically singular: their factor is jittered even when the plain
     factorisation happens to succeed (a rounding-level pivot would make the solves meaningless).
     """
-    L, info = torch.linalg.cholesky_ex(G)
+    chol, info = torch.linalg.cholesky_ex(G)
     info = torch.where(singular, torch.ones_like(info), info)
     jitter = torch.zeros(G.shape[:-2], dtype=G.dtype, device=G.device)
     if not bool((info > 0).any()):
-        return L, jitter
+        return chol, jitter
     scale = G.diagonal(dim1=-2, dim2=-1).mean(-1)  # (...)
     eye = torch.eye(G.shape[-1], dtype=G.dtype, device=G.device)
     for eps in _JITTERS:
         failed = info > 0  # (...)
         if not bool(failed.any()):
             break
-        L_j, info_j = torch.linalg.cholesky_ex(G + (eps * scale)[..., None, None] * eye)
-        L = torch.where(failed[..., None, None], L_j, L)
+        chol_j, info_j = torch.linalg.cholesky_ex(G + (eps * scale)[..., None, None] * eye)
+        chol = torch.where(failed[..., None, None], chol_j, chol)
         jitter = torch.where(failed, torch.full_like(jitter, eps), jitter)
         info = torch.where(failed, info_j, info)
     if bool((info > 0).any()):
@@ -155,12 +155,12 @@ def _cholesky(G: Tensor, singular: Tensor) -> tuple[Tensor, Tensor]:
             "Phi: the Gram matrix Phi Phi^T is not positive definite even with a relative jitter of "
             f"{_JITTERS[-1]:g}; the training features must be linearly independent (N <= rank), got a singular Gram"
         )
-    return L, jitter
+    return chol, jitter
 
 
-def _solve(L: Tensor, b: Tensor) -> Tensor:
+def _solve(chol: Tensor, b: Tensor) -> Tensor:
     """G^{-1} b from the Cholesky factor, b (..., N, M) -> (..., N, M)."""
-    return torch.cholesky_solve(b, L)
+    return torch.cholesky_solve(b, chol)
 
 
 def project(Phi: Tensor, chol: Tensor, v: Tensor) -> Tensor:
