@@ -6,11 +6,12 @@ import math
 import pytest
 import torch
 
-from wslight.features import DeepRandomFeatures, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
+from wslight.features import RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
+from wslight.features import make_map as package_make_map
+from wslight.features.single_token import map_features
 from wslight.plots.ws import plot_ws_curves, ws_curves
 from wslight.sensitivity import (
     WSResult,
-    full_features64,
     single_token_objective,
     word_sensitivity,
     ws_bound_rf,
@@ -27,13 +28,7 @@ def one_thread():
 
 
 def make_map(name, n, d, seed=1, dtype="float32", **kw):
-    if name == "rf":
-        return RandomFeatures(n, d, seed=seed, dtype=dtype, **kw)
-    if name == "deep_rf":
-        return DeepRandomFeatures(n, d, depth=kw.pop("depth", 2), seed=seed, dtype=dtype)
-    if name == "raf":
-        return RandomAttentionFeatures(d, seed=seed, dtype=dtype)
-    return ReLUAttentionFeatures(d, seed=seed, dtype=dtype)
+    return package_make_map(name, n, d, seed=seed, dtype=dtype, **kw)
 
 
 MAPS = ["rf", "deep_rf", "raf", "relu_raf"]
@@ -122,7 +117,7 @@ def test_reported_ws_is_the_full_map_at_the_reported_delta(rows, name):
     assert torch.allclose(res.phi_norm, fm(X).norm(dim=1), rtol=1e-12)
     assert torch.allclose(res.delta_norm, res.delta.norm(dim=1), rtol=1e-12)
     # the float64 recomputation of a float32 map equals the float64 map with the same seed
-    assert torch.allclose(full_features64(make_map(name, n, d), X), fm(X), rtol=1e-12, atol=1e-12)
+    assert torch.allclose(map_features(make_map(name, n, d), X, exact=True), fm(X), rtol=1e-12, atol=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -319,13 +314,13 @@ def test_at_least_the_authors_fixed_step_estimate(rows):
         ({"positions": [4]}, r"positions: every position must be an int in \[0, 3\], got 4"),
         ({"positions": [-1]}, r"positions: every position must be an int in \[0, 3\], got -1"),
         ({"positions": []}, r"positions must be"),
-        ({"radius": 0.0}, r"radius must be a finite number > 0.0, got 0.0"),
-        ({"radius": -1}, r"radius must be a finite number > 0.0, got -1"),
-        ({"restarts": 0}, r"restarts must be a finite integer >= 1, got 0"),
-        ({"max_steps": 0}, r"max_steps must be a finite integer >= 1, got 0"),
-        ({"lr": 0}, r"lr must be a finite number > 0.0, got 0"),
-        ({"tol": -1e-3}, r"tol must be a finite number >= 0.0, got -0.001"),
-        ({"dtype": "float16"}, r"dtype must be None, 'float32' or 'float64', got 'float16'"),
+        ({"radius": 0.0}, r"radius must be a finite number > 0, got 0.0"),
+        ({"radius": -1}, r"radius must be a finite number > 0, got -1"),
+        ({"restarts": 0}, r"restarts must be a positive integer, got 0"),
+        ({"max_steps": 0}, r"max_steps must be a positive integer, got 0"),
+        ({"lr": 0}, r"lr must be a finite number > 0, got 0"),
+        ({"tol": -1e-3}, r"tol must be a finite number >= 0, got -0.001"),
+        ({"dtype": "float16"}, r"dtype must be one of \['float32', 'float64'\] or None, got 'float16'"),
     ],
 )
 def test_bad_arguments_raise_value_errors_naming_them(rows, kwargs, match):
@@ -341,7 +336,7 @@ def test_bad_X_shapes_raise_value_errors(rows):
         word_sensitivity(make_map("raf", 4, 8), rows(1, 4, 6))
     with pytest.raises(ValueError, match=r"X: the map was built for n=4 tokens, got X of shape \(1, 5, 8\)"):
         word_sensitivity(make_map("rf", 4, 8), rows(1, 5, 8))
-    with pytest.raises(ValueError, match=r"feature_map must be one of"):
+    with pytest.raises(ValueError, match=r"feature_map must be an nn.Module .* with an int attribute `d`"):
         word_sensitivity(torch.nn.Linear(2, 2), rows(1, 4, 8))
     with pytest.raises(ValueError, match=r"position must be an int or \(B,\) tensor of ints in \[0, 3\], got 7"):
         ws_bound_rf(make_map("rf", 4, 8), rows(1, 4, 8), 7, 1.0)

@@ -1,18 +1,13 @@
-"""Word sensitivity S_phi(X) of the four random feature maps: a pure, batched estimator (paper.md §3, §5, §10b).
+"""Word sensitivity S_phi(X) of any feature map: a pure, batched estimator (paper.md §3, §5, §10b).
 
     S_phi(X) = sup_i sup_{||Delta|| <= r} ||phi(X^i(Delta)) - phi(X)|| / ||phi(X)||,   X^i(Delta) = X + e_i Delta^T,
 
 with r = sqrt(d) by default (paper.md §3.1). `word_sensitivity` maximises the inner sup for a batch of samples, several
 positions and several restarts at once, in one tensor program per chunk of positions (no Python loop over samples or
-restarts). It exploits the structure of a single-token perturbation:
-
-- RF: phi(X^i(Delta)) = phi(z + V^{(i)} Delta) with z = V flat(X) fixed, so a step costs O(k d) and only the k x d block
-  V^{(i)} is ever held (the dense V of the paper's largest RF would be 53 GB).
-- DeepRF: the first layer uses the same identity; deeper layers use their full matrices.
-- RAF / ReLU-RAF: only row i and column i of the score matrix move. For a query row l != i the new output is
-  (1 - a_l) u_l + a_l (x_i + Delta), where u_l is the attention output of row l with key i removed and a_l the new
-  weight of key i; row i is recomputed from its n new scores. A step costs O(n d + d^2) per chain instead of the full
-  O(n^2 d + n d^2) forward and backward.
+restarts). Each evaluation goes through the map's single-token algebra (`wslight.features.single_token`): RF and
+DeepRF move only z + V^{(i)} Delta (O(k d) per step; the memory-bounded RF never holds V), RAF / ReLU-RAF recompute
+only row and column i of the scores (O(n d + d^2) per step), and any other module is differentiated through its full
+forward.
 
 No Lightning import: this is plain maths, called by the Lightning callbacks and usable from a notebook.
 """
@@ -25,11 +20,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from .features import DeepRandomFeatures, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures, map_name
-from .validate import dtype as _dtype
-from .interpolation import sum_last
+from . import validate
+from .features import RandomFeatures, map_dims
+from .features.single_token import map_features, project_ball, single_token, token_class_for
 from .seeding import generator
 
 # Lipschitz constants of the RF activations (for the bound of paper.md §12.3); GELU's derivative peaks at about 1.1289.
@@ -73,313 +68,6 @@ class WSResult:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Argument checks (before any heavy work)
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def _map_dims(feature_map: object) -> tuple[str, int, int | None]:
-    name = map_name(feature_map)  # raises a ValueError naming feature_map for anything else
-    return name, feature_map.d, getattr(feature_map, "n", None)  # type: ignore[attr-defined]
-
-
-def _check_X(X: object, d: int, n: int | None) -> Tensor:
-    if not isinstance(X, Tensor) or X.dim() != 3:
-        shape = tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__
-        raise ValueError(f"X must be a tensor of shape (B, n, d), got {shape}")
-    if X.shape[0] < 1 or X.shape[1] < 1:
-        raise ValueError(f"X must have B >= 1 samples and n >= 1 tokens, got shape {tuple(X.shape)}")
-    if X.shape[2] != d:
-        raise ValueError(f"X: the map was built for d={d}, got X of shape {tuple(X.shape)} (d={X.shape[2]})")
-    if n is not None and X.shape[1] != n:
-        raise ValueError(f"X: the map was built for n={n} tokens, got X of shape {tuple(X.shape)} (n={X.shape[1]})")
-    if not X.is_floating_point():
-        raise ValueError(f"X must be a floating-point tensor, got dtype {X.dtype}")
-    return X
-
-
-def _resolve_positions(positions: object, n: int) -> list[int]:
-    if isinstance(positions, str):
-        if positions == "first":
-            return [0]
-        if positions == "all":
-            return list(range(n))
-        raise ValueError(f"positions must be 'first', 'all' or a list of ints in [0, {n - 1}], got {positions!r}")
-    if isinstance(positions, int) and not isinstance(positions, bool):
-        positions = [positions]
-    if not isinstance(positions, Sequence) or len(positions) == 0:
-        raise ValueError(f"positions must be 'first', 'all' or a list of ints in [0, {n - 1}], got {positions!r}")
-    out = []
-    for p in positions:
-        if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < n:
-            raise ValueError(f"positions: every position must be an int in [0, {n - 1}], got {p!r} in {positions!r}")
-        if p not in out:
-            out.append(p)
-    return out
-
-
-def _check_number(name: str, value: object, low: float, strict: bool, integer: bool = False) -> float:
-    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-    if isinstance(value, bool) or not ok_type or not math.isfinite(value) or value < low or (strict and value == low):
-        rng = f"{'>' if strict else '>='} {low}"
-        raise ValueError(f"{name} must be a finite {'integer' if integer else 'number'} {rng}, got {value!r}")
-    return value
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Structured objectives: f(Delta) = ||phi(X^i(Delta)) - phi(X)||^2 for a batch of chains (B, P, R)
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def _block_apply(blocks: Tensor, delta: Tensor) -> Tensor:
-    """V^{(i)} Delta for every chain: (P, k, d) and (B, P, R, d) -> (B, P, R, k) (batched matmul, not einsum)."""
-    B, P, R, d = delta.shape
-    flat = delta.transpose(0, 1).reshape(P, B * R, d)  # (P, B R, d)
-    out = flat @ blocks.transpose(1, 2)  # (P, B R, d) @ (P, d, k) -> (P, B R, k)
-    return out.reshape(P, B, R, -1).transpose(0, 1)
-
-
-def _rows_dot(M: Tensor, y: Tensor) -> Tensor:
-    """M[b, l] . y[b, p, r] for every row l: (B, n, d) and (B, P, R, d) -> (B, P, R, n)."""
-    B, P, R, d = y.shape
-    return (y.reshape(B, P * R, d) @ M.transpose(1, 2)).reshape(B, P, R, -1)  # (B, PR, d) @ (B, d, n)
-
-
-@dataclass
-class _Problem:
-    """One chunk of positions: the squared change f(Delta) for Delta (B, P, R, d) and structured unit starts."""
-
-    objective: Callable[[Tensor], Tensor]  # (B, P, R, d) -> (B, P, R)
-    starts: Tensor  # (B, P, S, d) map-specific unit directions tried after the curvature ones (S may be 0)
-    # (Delta (B, d) float64, index into the chunk's positions (B,)) -> (S (B,), ||phi(X)|| (B,)) in float64, for maps
-    # whose full forward would be too costly to repeat; None: recompute with the full map at the end
-    exact64: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
-
-
-def _rf_problem(fm: RandomFeatures, X: Tensor, pos: list[int], dt: torch.dtype) -> _Problem:
-    B, d = X.shape[0], fm.d
-    exact64 = None
-    with torch.no_grad():
-        if fm.V is not None:
-            z, blocks = fm.preactivations_and_token_blocks(X, pos)  # (B, k), (P, k, d)
-        else:
-            # memory-bounded path: one generation of V gives z in float64 and the blocks V^{(i)}
-            x64 = X.reshape(B, fm.D).to(device=fm.weight_device, dtype=torch.float64)  # (B, D)
-            zs, parts = [], []
-            for _, V_b in fm.row_blocks():
-                zs.append(_matmul64(x64, V_b))  # (B, D) @ (D, rows) -> (B, rows)
-                parts.append(torch.stack([V_b[:, p * d : (p + 1) * d] for p in pos]))  # (P, rows, d)
-            z64, blocks = torch.cat(zs, dim=1), torch.cat(parts, dim=1)  # (B, k), (P, k, d)
-            z = z64
-            phi64 = fm.phi(z64)  # (B, k)
-
-            def exact64(delta: Tensor, j: Tensor) -> tuple[Tensor, Tensor]:
-                # z(X^i(Delta)) = z + V^{(i)} Delta exactly, z from the full V in float64: the full map's value
-                # without a second generation of V (53 GB of draws at the paper's largest size)
-                Vi = blocks[j.to(blocks.device)].to(torch.float64)  # (B, k, d)
-                zp = z64 + (Vi @ delta.to(Vi)[..., None])[..., 0]  # (B, k, d) @ (B, d, 1) -> (B, k)
-                norm = phi64.norm(dim=1)
-                return ((fm.phi(zp) - phi64).norm(dim=1) / norm).cpu(), norm.cpu()
-
-        z, blocks = z.to(dt), blocks.to(dt)
-        phi0 = fm.phi(z)  # (B, k)
-
-    def objective(delta: Tensor) -> Tensor:
-        # Paper: phi(V flat(X^i(Delta))) = phi(z + V^{(i)} Delta), only the k x d block of token i moves
-        zp = z[:, None, None, :] + _block_apply(blocks, delta)  # (B, P, R, k)
-        return sum_last((fm.phi(zp) - phi0[:, None, None, :]).pow(2))  # (B, P, R), thread-count invariant
-
-    return _Problem(objective, z.new_zeros(B, len(pos), 0, d), exact64)
-
-
-def _deep_rf_problem(fm: DeepRandomFeatures, X: Tensor, pos: list[int], dt: torch.dtype) -> _Problem:
-    d = fm.d
-    with torch.no_grad():
-        V1 = fm.Vs[0].V  # (width, D)
-        x = X.reshape(X.shape[0], fm.D).to(V1.dtype)  # (B, D)
-        z1 = (x @ V1.T).to(dt)  # (B, D) @ (D, width) -> (B, width)
-        blocks = torch.stack([V1[:, p * d : (p + 1) * d] for p in pos]).to(dt)  # (P, width, d)
-        deeper = [layer.V.to(dt) for layer in fm.Vs[1:]]  # (width, width) each
-        h = torch.relu(z1)
-        for V in deeper:
-            h = torch.relu(h @ V.T)  # (B, width) @ (width, width) -> (B, width)
-        phi0 = h
-
-    def objective(delta: Tensor) -> Tensor:
-        # first layer: the single-token identity of RF; deeper layers: full matrices
-        h = torch.relu(z1[:, None, None, :] + _block_apply(blocks, delta))  # (B, P, R, width)
-        for V in deeper:
-            h = torch.relu(h @ V.T)  # (B, P, R, width) @ (width, width) -> (B, P, R, width)
-        return sum_last((h - phi0[:, None, None, :]).pow(2))  # (B, P, R), thread-count invariant
-
-    return _Problem(objective, z1.new_zeros(X.shape[0], len(pos), 0, d))
-
-
-def _attention_problem(
-    fm: RandomAttentionFeatures | ReLUAttentionFeatures, X: Tensor, pos: list[int], dt: torch.dtype
-) -> _Problem:
-    """RAF / ReLU-RAF with only row i and column i of the scores recomputed (O(n d + d^2) per chain and step).
-
-    For a query row l != i, key i's new score is t_l = x_l^T W y / sqrt(d) with y = x_i + Delta, and
-        softmax:  out'_l = (1 - a_l) u_l + a_l y,  a_l = sigmoid(t_l - m_l),  m_l = logsumexp_{j != i} s_lj,
-        ReLU:     out'_l = (1 - a_l) u_l + a_l y,  a_l = relu(t_l) / (c_l + relu(t_l)),  c_l = sum_{j != i} relu(s_lj),
-    where u_l is row l's output with key i removed (u_l = 0 and a_l = 0 when all is zero: the authors' divisor 1).
-    Row i has the new scores r_j = y^T W x_j / sqrt(d) (j != i) and r_i = y^T W y / sqrt(d).
-    """
-    relu = isinstance(fm, ReLUAttentionFeatures)
-    B, n, d = X.shape
-    P = len(pos)
-    sq = d**0.5
-    with torch.no_grad():
-        W = fm.W.to(dt)  # (d, d)
-        Xw = X.to(dt)  # (B, n, d)
-        XW = Xw @ W  # (B, n, d) @ (d, d) -> (B, n, d); row l = x_l^T W (column scores on the moved key)
-        XWt = Xw @ W.T  # (B, n, d); row j = (W x_j)^T (row scores of the moved query)
-        S = XW @ Xw.transpose(1, 2) / sq  # (B, n, d) @ (B, d, n) -> (B, n, n)
-        out0 = fm.attention(S) @ Xw  # (B, n, n) @ (B, n, d) -> (B, n, d), the clean output
-        pos_t = torch.tensor(pos, device=X.device)
-        onehot = torch.arange(n, device=X.device)[None, :] == pos_t[:, None]  # (P, n), key/row i of each position
-        col_mask = onehot[None, :, None, :]  # (1, P, 1, n): key i in every row
-        if relu:
-            Rm = torch.relu(S)[:, None].masked_fill(col_mask, 0.0)  # (B, P, n, n), key i removed
-            c = Rm.sum(-1)  # (B, P, n)
-            Am = Rm / torch.where(c > 0, c, torch.ones_like(c))[..., None]
-        else:
-            Sm = S[:, None].masked_fill(col_mask, -torch.inf)  # (B, P, n, n)
-            m = torch.logsumexp(Sm, dim=-1)  # (B, P, n)
-            Am = torch.softmax(Sm, dim=-1)
-        U = Am @ Xw[:, None]  # (B, P, n, n) @ (B, 1, n, d) -> (B, P, n, d)
-        row_i = onehot[None, :, :, None]  # (1, P, n, 1): row i is recomputed separately; zero it (n = 1 gives NaN)
-        U = torch.where(row_i, torch.zeros_like(U), U)
-        if relu:
-            c = torch.where(onehot[None], torch.zeros_like(c), c)
-        else:
-            m = torch.where(onehot[None], torch.zeros_like(m), m)
-        xi = Xw[:, pos_t]  # (B, P, d), the clean token i
-        Oi = out0[:, pos_t]  # (B, P, d), clean output row i
-        # ||(1 - a) u + a y - o||^2 = e.e + 2 a (e.y - e.u) + a^2 (y.y - 2 u.y + u.u) with e = u - o: O(n) per chain
-        # once e.y and u.y are known, so the (B, P, R, n, d) perturbed output is never formed
-        Ed = U - out0[:, None]  # (B, P, n, d)
-        EU = torch.cat([Ed, U], dim=2).reshape(B * P, 2 * n, d)  # (B P, 2n, d)
-        keep = (~onehot)[None, :, None, :].to(dt)  # (1, P, 1, n), rows l != i
-        ee = Ed.pow(2).sum(-1)[:, :, None]  # (B, P, 1, n)
-        eu = (Ed * U).sum(-1)[:, :, None]
-        uu = U.pow(2).sum(-1)[:, :, None]
-        # structured starts (paper.md §5.3): attract every query onto key i, or steer query i onto one key m
-        xbar = Xw.mean(dim=1)  # (B, d)
-        attract = xbar @ W  # (B, d) = (W^T xbar)^T
-        attract = attract / attract.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-        gain = (Xw[:, None] - Oi[:, :, None]).norm(dim=-1) * XWt.norm(dim=-1)[:, None]  # (B, P, n)
-        gain = gain.masked_fill(onehot[None], -1.0)
-        target = gain.argmax(dim=-1)  # (B, P), the key m whose capture changes row i most
-        steer = torch.gather(XWt, 1, target[..., None].expand(-1, -1, d))  # (B, P, d) = (W x_m)^T
-        steer = steer / steer.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-        starts = torch.stack([attract[:, None].expand(-1, P, -1), steer], dim=2)  # (B, P, 2, d)
-
-    def objective(delta: Tensor) -> Tensor:
-        # Paper: Eq. (raf), softmax(X' W X'^T / sqrt(d)) X' with X' = X + e_i Delta^T (ReLU-RAF: §4.4 normalisation)
-        y = xi[:, :, None, :] + delta  # (B, P, R, d), the perturbed token
-        # rows l != i: only key i's score moves
-        t = _rows_dot(XW, y) / sq  # (B, P, R, n)
-        if relu:
-            rho = torch.relu(t)
-            den = c[:, :, None, :] + rho
-            a = rho / torch.where(den > 0, den, torch.ones_like(den))  # (B, P, R, n)
-        else:
-            a = torch.sigmoid(t - m[:, :, None, :])  # (B, P, R, n)
-        R = y.shape[2]
-        proj = (y.reshape(B * P, R, d) @ EU.transpose(1, 2)).reshape(B, P, R, 2 * n)  # (B P, R, d) @ (B P, d, 2n)
-        ey, uy = proj[..., :n], proj[..., n:]  # (B, P, R, n) each
-        yy = y.pow(2).sum(-1, keepdim=True)  # (B, P, R, 1)
-        rows = ee + 2 * a * (ey - eu) + a.pow(2) * (yy - 2 * uy + uu)  # (B, P, R, n) = ||out'_l - out_l||^2
-        f_rows = (rows * keep).sum(-1)  # (B, P, R)
-        # row i: every score of the moved query changes, and so does its score on itself
-        r = _rows_dot(XWt, y) / sq  # (B, P, R, n)
-        r_ii = ((y @ W) * y).sum(-1) / sq  # (B, P, R, d) @ (d, d) -> (B, P, R)
-        r = torch.where(onehot[None, :, None, :], r_ii[..., None], r)
-        if relu:
-            rr = torch.relu(r)
-            s = rr.sum(-1, keepdim=True)
-            w = rr / torch.where(s > 0, s, torch.ones_like(s))  # (B, P, R, n)
-        else:
-            w = torch.softmax(r, dim=-1)  # (B, P, R, n)
-        w_i = (w * onehot[None, :, None, :]).sum(-1, keepdim=True)  # (B, P, R, 1)
-        out_i = (w.reshape(B, -1, n) @ Xw).reshape(delta.shape) + w_i * delta  # sum_j w_j x'_j, x'_i = x_i + Delta
-        f_i = (out_i - Oi[:, :, None]).pow(2).sum(-1)  # (B, P, R)
-        return f_rows + f_i  # the expansion may round a zero to a tiny negative: callers clamp before a sqrt
-
-    return _Problem(objective, starts)
-
-
-_BUILDERS = {"rf": _rf_problem, "deep_rf": _deep_rf_problem, "raf": _attention_problem, "relu_raf": _attention_problem}
-
-
-def single_token_objective(
-    feature_map: object, X: Tensor, positions: Sequence[int], dtype: str | torch.dtype | None = None
-) -> Callable[[Tensor], Tensor]:
-    """The structured objective Delta -> ||phi(X^i(Delta)) - phi(X)||^2 for a batch, positions and chains.
-
-    The clean quantities (z and the blocks V^{(i)} for RF, the key-i-removed attention outputs for RAF) are computed
-    once here; the returned function then costs O(k d) (RF) or O(n d + d^2) (RAF, ReLU-RAF) per chain.
-
-    Args:
-        feature_map: one of the four maps of `wslight.features`.
-        X: (B, n, d) clean samples.
-        positions: P token indices.
-        dtype: working dtype (default: the map's).
-
-    Returns:
-        A function (B, P, R, d) -> (B, P, R): the squared change of the features for every chain.
-    """
-    name, d, n = _map_dims(feature_map)
-    X = _check_X(X, d, n)
-    pos = _resolve_positions(list(positions), X.shape[1])
-    return _BUILDERS[name](feature_map, X, pos, _working_dtype(feature_map, dtype)).objective
-
-
-def _working_dtype(feature_map: object, dtype: object) -> torch.dtype:
-    if dtype is None:
-        return feature_map.weight_dtype  # type: ignore[attr-defined]
-    try:
-        return _dtype("dtype", dtype)
-    except ValueError:
-        raise ValueError(f"dtype must be None, 'float32' or 'float64', got {dtype!r}") from None
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Full map in float64 (the honest final value)
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def _matmul64(h: Tensor, V: Tensor, rows: int = 2048) -> Tensor:
-    """h @ V^T in float64 without a float64 copy of the whole V: (B, fan_in), (out, fan_in) -> (B, out)."""
-    return torch.cat([h @ V[s : s + rows].to(torch.float64).T for s in range(0, V.shape[0], rows)], dim=1)
-
-
-@torch.no_grad()
-def full_features64(feature_map: object, X: Tensor) -> Tensor:
-    """phi(X) in float64 with the full map (the map's own weights cast to float64): (B, n, d) -> (B, p).
-
-    RF goes through the map's row blocks, so the memory-bounded path never holds V whole.
-    """
-    name, d, n = _map_dims(feature_map)
-    X = _check_X(X, d, n)
-    if name == "rf":
-        fm: RandomFeatures = feature_map  # type: ignore[assignment]
-        x = X.reshape(X.shape[0], fm.D).to(device=fm.weight_device, dtype=torch.float64)  # (B, D)
-        z = torch.cat([_matmul64(x, V_b) for _, V_b in fm.row_blocks()], dim=1)  # (B, D) @ (D, k) -> (B, k)
-        return fm.phi(z)
-    if name == "deep_rf":
-        h = X.reshape(X.shape[0], -1).to(device=feature_map.Vs[0].V.device, dtype=torch.float64)  # type: ignore
-        for layer in feature_map.Vs:  # type: ignore[attr-defined]
-            h = torch.relu(_matmul64(h, layer.V))  # (B, fan_in) @ (fan_in, width) -> (B, width)
-        return h
-    W = feature_map.W.to(torch.float64)  # type: ignore[attr-defined]
-    X64 = X.to(device=W.device, dtype=torch.float64)
-    S = X64 @ W @ X64.transpose(1, 2) / d**0.5  # (B, n, d) @ (d, d) @ (B, d, n) -> (B, n, n)
-    return (feature_map.attention(S) @ X64).reshape(X.shape[0], -1)  # type: ignore[attr-defined]
-
-
-# ----------------------------------------------------------------------------------------------------------------------
 # The ascent
 # ----------------------------------------------------------------------------------------------------------------------
 
@@ -409,11 +97,6 @@ def _top_curvature(objective: Callable[[Tensor], Tensor], v: Tensor, iters: int)
         norm = hv.norm(dim=-1, keepdim=True)
         v = torch.where(norm > 0, hv / norm.clamp_min(1e-300), v)
     return v.detach()
-
-
-def _project(delta: Tensor, radius: float) -> Tensor:
-    norm = delta.norm(dim=-1, keepdim=True)
-    return delta * torch.where(norm > radius, radius / norm.clamp_min(1e-300), torch.ones_like(norm))
 
 
 def _ascend(
@@ -456,7 +139,7 @@ def _ascend(
         on_sphere = (norm >= radius * (1 - 1e-6)) & (radial > 0)
         direction = torch.where(on_sphere, g - radial * unit, g)  # tangential part on the sphere
         direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-        proposal = _project(delta + (eta * radius)[..., None] * direction, radius)
+        proposal = project_ball(delta + (eta * radius)[..., None] * direction, radius)
         f_new, g_new = value_and_grad(proposal)
         accept = (f_new > f) & active
         delta = torch.where(accept[..., None], proposal, delta)
@@ -480,7 +163,7 @@ def _ascend(
 
 
 def word_sensitivity(
-    feature_map: RandomFeatures | DeepRandomFeatures | RandomAttentionFeatures | ReLUAttentionFeatures,
+    feature_map: nn.Module,
     X: Tensor,
     positions: Literal["first", "all"] | Sequence[int] = "first",
     radius: float | None = None,
@@ -504,18 +187,19 @@ def word_sensitivity(
     Restarts per (sample, position), all on the sphere of the given radius: restarts 0 and 1 are plus and minus the
     top eigenvector of the Hessian of the squared change at Delta = 0 (the direction in which phi moves fastest, found
     by `power_iters` Hessian-vector products; a small-step ascent from near the clean token, as in the authors' code,
-    drifts towards it). For RAF/ReLU-RAF, restart 2 is the attention-attracting construction of paper.md §5.3,
-    Delta = radius W^T xbar / ||W^T xbar|| (an inferred construction), and restart 3 steers query i onto the key m that
-    changes its output most, Delta ∝ W x_m. Further restarts start at random points, drawn from
-    `wslight.seeding.generator(seed, "ws.init", position)`, so a chain does not depend on the chunking or on the other
-    positions requested.
+    drifts towards it). Then come the map's own starting directions (RAF/ReLU-RAF: the attention-attracting
+    construction of paper.md §5.3, Delta = radius W^T xbar / ||W^T xbar|| (an inferred construction), and a start that
+    steers query i onto the key m that changes its output most, Delta ∝ W x_m). Further restarts start at random
+    points, drawn from `wslight.seeding.generator(seed, "ws.init", position)`, so a chain does not depend on the
+    chunking or on the other positions requested.
 
     The reported S is recomputed in float64 with the full map (the map's weights cast to float64) at the best Delta.
     On the memory-bounded RF path, z = V flat(X) comes from the full V in float64 in the same pass that extracts the
     blocks, and the perturbed value uses the exact identity z + V^{(i)} Delta, which avoids generating V a second time.
 
     Args:
-        feature_map: RandomFeatures, DeepRandomFeatures, RandomAttentionFeatures or ReLUAttentionFeatures.
+        feature_map: any nn.Module mapping (B, n, d) to (B, p) with an int attribute `d` (and `n` when it is built for
+            one length): the four maps of `wslight.features` use their closed forms, any other module autograd.
         X: (B, n, d) clean samples (rows of norm sqrt(d) under the paper's assumption).
         positions: "first" (token 0, the paper's figures), "all" (the true sup over i), or a list of token indices.
         radius: radius of the ball of Delta; None means sqrt(d) (paper.md §3.1). Must be > 0.
@@ -527,6 +211,7 @@ def word_sensitivity(
         seed: seed of the random restarts.
         dtype: working dtype of the search ("float32" or "float64"); None means the map's dtype.
         chunk_elements: memory bound of one chunk, in working-dtype elements.
+        power_iters: Hessian-vector products of the curvature starts.
 
     Returns:
         WSResult with per-sample ws, position, delta, delta_norm, phi_norm, steps (float64 / long, on the CPU).
@@ -534,31 +219,24 @@ def word_sensitivity(
     Raises:
         ValueError: a bad argument, named in the message, before any heavy work.
     """
-    name, d, n_map = _map_dims(feature_map)
-    X = _check_X(X, d, n_map)
+    d, n_map = map_dims(feature_map)
+    X = validate.samples("X", X, d, n_map)
     B, n, _ = X.shape
-    pos_all = _resolve_positions(positions, n)
-    if radius is None:
-        radius = math.sqrt(d)
-    radius = float(_check_number("radius", radius, 0.0, strict=True))
-    restarts = int(_check_number("restarts", restarts, 1, strict=False, integer=True))
-    max_steps = int(_check_number("max_steps", max_steps, 1, strict=False, integer=True))
-    window = int(_check_number("window", window, 1, strict=False, integer=True))
-    lr = float(_check_number("lr", lr, 0.0, strict=True))
-    tol = float(_check_number("tol", tol, 0.0, strict=False))
-    chunk_elements = int(_check_number("chunk_elements", chunk_elements, 1, strict=False, integer=True))
-    power_iters = int(_check_number("power_iters", power_iters, 0, strict=False, integer=True))
-    dt = _working_dtype(feature_map, dtype)
-    device = feature_map.weight_device if name == "rf" else next(iter(feature_map.buffers())).device  # type: ignore
+    pos_all = validate.positions("positions", positions, n)
+    radius = validate.number("radius", math.sqrt(d) if radius is None else radius, 0.0, strict=True)
+    restarts = validate.integer("restarts", restarts, 1)
+    max_steps = validate.integer("max_steps", max_steps, 1)
+    window = validate.integer("window", window, 1)
+    lr = validate.number("lr", lr, 0.0, strict=True)
+    tol = validate.number("tol", tol, 0.0)
+    chunk_elements = validate.integer("chunk_elements", chunk_elements, 1)
+    power_iters = validate.integer("power_iters", power_iters, 0)
+    dt = working_dtype(feature_map, dtype)
+    device = _device(feature_map)
     X = X.to(device)
 
-    # memory per chain and per position, in elements (a rough count of what autograd keeps)
-    if name == "rf":
-        per_chain, per_pos = 6 * feature_map.k, feature_map.k * d  # type: ignore[attr-defined]
-    elif name == "deep_rf":
-        per_chain, per_pos = 4 * feature_map.width * feature_map.depth, feature_map.width * d  # type: ignore
-    else:
-        per_chain, per_pos = 12 * n + 8 * d, B * (3 * n * n + 3 * n * d)
+    # working memory per chain and per position (a rough count of what autograd keeps) sizes the chunks
+    per_chain, per_pos = token_class_for([feature_map]).chain_elements([feature_map], B, n, d)
     chains_per_pos = B * restarts
     pos_chunk = max(1, chunk_elements // (chains_per_pos * per_chain + per_pos))
     restart_chunk = restarts
@@ -568,48 +246,49 @@ def word_sensitivity(
     best_f = torch.full((B,), -1.0, dtype=torch.float64)
     best_delta = torch.zeros(B, d, dtype=torch.float64)
     best_pos = torch.zeros(B, dtype=torch.long)
-    best_ws = torch.full((B,), math.nan, dtype=torch.float64)  # filled only by problems with an exact64 path
+    best_ws = torch.full((B,), math.nan, dtype=torch.float64)  # filled only by maps with an exact64 path
     phi_norm = torch.full((B,), math.nan, dtype=torch.float64)
     steps_max = torch.zeros(B, dtype=torch.long)
     for c0 in range(0, len(pos_all), pos_chunk):
         pos = pos_all[c0 : c0 + pos_chunk]
         P = len(pos)
-        problem = _BUILDERS[name](feature_map, X, pos, dt)
+        token = single_token([feature_map], X[None], pos, dt)  # one trial: T = 1
         # starting points on the sphere: +- the top curvature direction, the map's own constructions, then random ones
         draws = torch.stack(
             [torch.randn(B, restarts + 1, d, generator=generator(seed, "ws.init", p)) for p in pos], dim=1
-        ).to(device=device, dtype=dt)  # (B, P, R + 1, d), one stream per position: chains do not depend on chunking
-        top = _top_curvature(problem.objective, draws[:, :, :1], power_iters)  # (B, P, 1, d)
-        struct = torch.cat([top, -top, problem.starts.to(dt)], dim=2)[:, :, :restarts]  # (B, P, S, d)
-        rand = draws[:, :, 1 : 1 + restarts - struct.shape[2]]
-        rand = rand / rand.norm(dim=-1, keepdim=True).clamp_min(1e-30)  # (B, P, R - S, d)
-        starts = torch.cat([struct, rand], dim=2) * radius  # (B, P, R, d)
+        ).to(device=device, dtype=dt)[None]  # (1, B, P, R + 1, d), one stream per position: chunk-independent
+        top = _top_curvature(token.change_sq, draws[:, :, :, :1], power_iters)  # (1, B, P, 1, d)
+        own = token.starts if token.starts is not None else top.new_zeros(1, B, P, 0, d)
+        struct = torch.cat([top, -top, own.to(dt)], dim=3)[:, :, :, :restarts]  # (1, B, P, S, d)
+        rand = draws[:, :, :, 1 : 1 + restarts - struct.shape[3]]
+        rand = rand / rand.norm(dim=-1, keepdim=True).clamp_min(1e-30)  # (1, B, P, R - S, d)
+        starts = torch.cat([struct, rand], dim=3) * radius  # (1, B, P, R, d)
         for r0 in range(0, restarts, restart_chunk):
-            delta0 = starts[:, :, r0 : r0 + restart_chunk].contiguous()
-            delta, f, steps = _ascend(problem.objective, delta0, radius, max_steps, lr, tol, window)
-            f_flat = f.reshape(B, -1).to(torch.float64).cpu()  # (B, P R')
+            delta0 = starts[:, :, :, r0 : r0 + restart_chunk].contiguous()
+            delta, f, steps = _ascend(token.change_sq, delta0, radius, max_steps, lr, tol, window)
+            f_flat = f[0].reshape(B, -1).to(torch.float64).cpu()  # (B, P R')
             f_best, idx = f_flat.max(dim=1)
             better = f_best > best_f
-            R_c = delta.shape[2]
-            chosen = delta.reshape(B, P * R_c, d)[torch.arange(B), idx.to(delta.device)].to(torch.float64).cpu()
+            R_c = delta.shape[3]
+            chosen = delta[0].reshape(B, P * R_c, d)[torch.arange(B), idx.to(delta.device)].to(torch.float64).cpu()
             # Deviation: the ball is centred on the clean token; the authors centre it at the noisy start
             # x_i + 0.1 xi, so their ||Delta|| can reach about 1.1 sqrt(d) (paper.md §9.2); we keep §3.1's definition.
-            chosen = _project(chosen, radius)  # float32 rounding may leave ||Delta|| a hair above the radius
-            if problem.exact64 is not None:
-                ws_c, norm_c = problem.exact64(chosen, idx // R_c)
-                best_ws = torch.where(better, ws_c, best_ws)
-                phi_norm = norm_c
+            chosen = project_ball(chosen, radius)  # float32 rounding may leave ||Delta|| a hair above the radius
+            if token.exact64 is not None:
+                ws_c, norm_c = token.exact64(chosen[None], (idx // R_c)[None])
+                best_ws = torch.where(better, ws_c[0], best_ws)
+                phi_norm = norm_c[0]
             best_delta = torch.where(better[:, None], chosen, best_delta)
             best_pos = torch.where(better, torch.tensor(pos)[idx // R_c], best_pos)
             best_f = torch.where(better, f_best, best_f)
-            steps_max = torch.maximum(steps_max, steps.reshape(B, -1).max(dim=1).values.cpu())
+            steps_max = torch.maximum(steps_max, steps[0].reshape(B, -1).max(dim=1).values.cpu())
 
     if bool(best_ws.isnan().any()):
         # final value with the full map in float64 (clean and perturbed samples in one pass)
         X64 = X.to(torch.float64)
         Xp = X64.clone()
         Xp[torch.arange(B), best_pos.to(device)] += best_delta.to(device)
-        phi = full_features64(feature_map, torch.cat([X64, Xp]))  # (2B, p)
+        phi = map_features(feature_map, torch.cat([X64, Xp]), exact=True, chunk=2 * B)  # (2B, p)
         phi0, phi1 = phi[:B].cpu(), phi[B:].cpu()
         phi_norm = phi0.norm(dim=1)
         best_ws = (phi1 - phi0).norm(dim=1) / phi_norm
@@ -621,6 +300,41 @@ def word_sensitivity(
         phi_norm=phi_norm,
         steps=steps_max,
     )
+
+
+def single_token_objective(
+    feature_map: nn.Module, X: Tensor, positions: Sequence[int], dtype: str | torch.dtype | None = None
+) -> Callable[[Tensor], Tensor]:
+    """The objective Delta -> ||phi(X^i(Delta)) - phi(X)||^2 of one map for a batch, positions and chains.
+
+    Args:
+        feature_map: any map (see `word_sensitivity`).
+        X: (B, n, d) clean samples.
+        positions: P token indices.
+        dtype: working dtype (default: the map's).
+
+    Returns:
+        A function (B, P, R, d) -> (B, P, R): the squared change of the features for every chain.
+    """
+    d, n = map_dims(feature_map)
+    X = validate.samples("X", X, d, n)
+    pos = validate.positions("positions", list(positions), X.shape[1])
+    token = single_token([feature_map], X[None].to(_device(feature_map)), pos, working_dtype(feature_map, dtype))
+    return lambda delta: token.change_sq(delta[None])[0]
+
+
+def working_dtype(feature_map: nn.Module, dtype: object) -> torch.dtype:
+    """`dtype` as a torch dtype; None means the map's own."""
+    if dtype is None:
+        w = getattr(feature_map, "weight_dtype", None)
+        return w if isinstance(w, torch.dtype) else torch.float32
+    return validate.dtype("dtype", dtype, allow_none=True)
+
+
+def _device(feature_map: nn.Module) -> torch.device:
+    t = next(iter(feature_map.buffers()), None)
+    t = t if t is not None else next(iter(feature_map.parameters()), None)
+    return getattr(feature_map, "weight_device", t.device if t is not None else torch.device("cpu"))
 
 
 def ws_bound_rf(
@@ -648,7 +362,7 @@ def ws_bound_rf(
     """
     if not isinstance(feature_map, RandomFeatures):
         raise ValueError(f"feature_map must be a RandomFeatures map, got {type(feature_map).__name__}")
-    X = _check_X(X, feature_map.d, feature_map.n)
+    X = validate.samples("X", X, feature_map.d, feature_map.n)
     B = X.shape[0]
     pos = torch.as_tensor(position, dtype=torch.long).reshape(-1).cpu()
     if pos.numel() == 1:
@@ -663,6 +377,6 @@ def ws_bound_rf(
     op = torch.linalg.eigvalsh(blocks.transpose(1, 2) @ blocks)[:, -1].clamp_min(0).sqrt().cpu()  # (U,)
     op_per_sample = op[torch.tensor([uniq.index(p) for p in pos.tolist()])]
     if phi_norm is None:
-        phi_norm = full_features64(feature_map, X).norm(dim=1).cpu()
+        phi_norm = map_features(feature_map, X, exact=True, chunk=X.shape[0]).norm(dim=1).cpu()
     dn = torch.as_tensor(delta_norm, dtype=torch.float64).cpu()
     return LIPSCHITZ[feature_map.activation] * op_per_sample * dn / phi_norm.to(torch.float64)

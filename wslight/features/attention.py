@@ -9,6 +9,7 @@ import torch
 from .. import validate
 from ..seeding import generator
 from .base import FeatureMap, register_map
+from .single_token import SingleToken, per_trial, stack_trials
 
 
 class _RandomAttentionBase(FeatureMap):
@@ -52,6 +53,15 @@ class _RandomAttentionBase(FeatureMap):
         out = A @ X.to(self.W.dtype)  # (B, n, n) @ (B, n, d) -> (B, n, d)
         return out.reshape(X.shape[0], -1)
 
+    @torch.no_grad()
+    def forward64(self, X: torch.Tensor) -> torch.Tensor:
+        """The forward computed in float64 (W cast): (B, n, d) -> (B, n d)."""
+        validate.samples("X", X, self.d, self.n)
+        W = self.W.to(torch.float64)
+        X64 = X.to(device=W.device, dtype=torch.float64)
+        S = X64 @ W @ X64.transpose(1, 2) / self.d**0.5  # (B, n, d) @ (d, d) @ (B, d, n) -> (B, n, n)
+        return (self.attention(S) @ X64).reshape(X.shape[0], -1)
+
     def extra_repr(self) -> str:
         return f"d={self.d}, seed={self.seed}"
 
@@ -94,3 +104,134 @@ class ReLUAttentionFeatures(_RandomAttentionBase):
         row_sum = R.sum(dim=-1, keepdim=True)  # (B, n, 1)
         # Paper (authors' code): a zero row sum is replaced by 1, giving a zero attention row
         return R / torch.where(row_sum > 0, row_sum, torch.ones_like(row_sum))
+
+
+def _rows_dot(M: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """M[t, b, l] . y[t, b, p, r] for every row l: (T, B, n, d) and (T, B, P, R, d) -> (T, B, P, R, n)."""
+    T, B, P, R, d = y.shape
+    return (y.reshape(T, B, P * R, d) @ M.transpose(-1, -2)).reshape(T, B, P, R, -1)  # (T, B, PR, d) @ (T, B, d, n)
+
+
+class AttentionToken(SingleToken):
+    """RAF / ReLU-RAF with one token moved: only row i and column i of the scores change (docs/theory.md §3).
+
+    For a query row l != i, key i's new score is t_l = x_l^T W y / sqrt(d) with y = x_i + Delta, and
+        softmax:  out'_l = (1 - a_l) u_l + a_l y,  a_l = sigmoid(t_l - m_l),  m_l = logsumexp_{j != i} s_lj,
+        ReLU:     out'_l = (1 - a_l) u_l + a_l y,  a_l = relu(t_l) / (c_l + relu(t_l)),  c_l = sum_{j != i} relu(s_lj),
+    where u_l is row l's output with key i removed (u_l = 0 and a_l = 0 when all is zero: the authors' divisor 1).
+    Row i has the new scores r_j = y^T W x_j / sqrt(d) (j != i) and r_i = y^T W y / sqrt(d). An evaluation costs
+    O(n d + d^2) per chain instead of the full O(n^2 d + n d^2); `change_sq` never forms the perturbed output.
+    """
+
+    def __init__(self, maps, X, positions, dtype) -> None:
+        super().__init__(maps, X, positions, dtype)
+        self.relu = isinstance(maps[0], ReLUAttentionFeatures)
+        T, B, n, d = X.shape
+        P = len(positions)
+        self.sq = d**0.5
+        with torch.no_grad():
+            self.W = stack_trials([m.W.to(dtype) for m in maps])  # (T, d, d)
+            Xw = self.Xw = X.to(dtype)  # (T, B, n, d)
+            # rows x_l^T W (scores of the moved key) and (W x_j)^T (scores of the moved query)
+            self.XW = per_trial(Xw, self.W)  # (T, B, n, d)
+            self.XWt = per_trial(Xw, self.W.transpose(1, 2))  # (T, B, n, d)
+            S = self.XW @ Xw.transpose(-1, -2) / self.sq  # (T, B, n, d) @ (T, B, d, n) -> (T, B, n, n)
+            out0 = maps[0].attention(S) @ Xw  # (T, B, n, n) @ (T, B, n, d) -> (T, B, n, d), the clean output
+            self.phi0 = out0.flatten(-2)  # (T, B, n d)
+            pos_t = torch.tensor(positions, device=X.device)
+            self.onehot = onehot = torch.arange(n, device=X.device)[None, :] == pos_t[:, None]  # (P, n)
+            col_mask = onehot[None, None, :, None, :]  # (1, 1, P, 1, n): key i in every row
+            if self.relu:
+                Rm = torch.relu(S)[:, :, None].masked_fill(col_mask, 0.0)  # (T, B, P, n, n), key i removed
+                c = Rm.sum(-1)  # (T, B, P, n)
+                Am = Rm / torch.where(c > 0, c, torch.ones_like(c))[..., None]
+            else:
+                Sm = S[:, :, None].masked_fill(col_mask, -torch.inf)  # (T, B, P, n, n)
+                m = torch.logsumexp(Sm, dim=-1)  # (T, B, P, n)
+                Am = torch.softmax(Sm, dim=-1)
+            U = Am @ Xw[:, :, None]  # (T, B, P, n, n) @ (T, B, 1, n, d) -> (T, B, P, n, d)
+            row_i = onehot[None, None, :, :, None]  # (1, 1, P, n, 1): row i is recomputed; zero it (n = 1: NaN)
+            self.U = torch.where(row_i, torch.zeros_like(U), U)
+            if self.relu:
+                self.c = torch.where(onehot[None, None], torch.zeros_like(c), c)
+            else:
+                self.m = torch.where(onehot[None, None], torch.zeros_like(m), m)
+            self.xi = Xw[:, :, pos_t]  # (T, B, P, d), the clean token i
+            self.Oi = out0[:, :, pos_t]  # (T, B, P, d), clean output row i
+            # ||(1 - a) u + a y - o||^2 = e.e + 2 a (e.y - e.u) + a^2 (y.y - 2 u.y + u.u) with e = u - o: O(n) per
+            # chain once e.y and u.y are known, so the (T, B, P, R, n, d) perturbed output is never formed
+            Ed = self.U - out0[:, :, None]  # (T, B, P, n, d)
+            self.EU = torch.cat([Ed, self.U], dim=3).reshape(T * B * P, 2 * n, d)  # (T B P, 2n, d)
+            self.keep = (~onehot)[None, None, :, None, :].to(dtype)  # (1, 1, P, 1, n), rows l != i
+            self.ee = Ed.pow(2).sum(-1)[:, :, :, None]  # (T, B, P, 1, n)
+            self.eu = (Ed * self.U).sum(-1)[:, :, :, None]
+            self.uu = self.U.pow(2).sum(-1)[:, :, :, None]
+            self.starts = self._starts(P)
+
+    @classmethod
+    def chain_elements(cls, maps, B, n, d):
+        return 12 * n + 8 * d, B * (3 * n * n + 3 * n * d)
+
+    def _starts(self, P: int) -> torch.Tensor:
+        """Structured starts (docs/theory.md §4): attract every query onto key i, or steer query i onto one key m."""
+        d = self.W.shape[-1]
+        xbar = self.Xw.mean(dim=2)  # (T, B, d)
+        attract = per_trial(xbar, self.W)  # (T, B, d) = (W^T xbar)^T
+        attract = attract / attract.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+        gain = (self.Xw[:, :, None] - self.Oi[:, :, :, None]).norm(dim=-1) * self.XWt.norm(dim=-1)[:, :, None]
+        gain = gain.masked_fill(self.onehot[None, None], -1.0)  # (T, B, P, n)
+        target = gain.argmax(dim=-1)  # (T, B, P), the key m whose capture changes row i most
+        steer = torch.gather(self.XWt, 2, target[..., None].expand(-1, -1, -1, d))  # (T, B, P, d) = (W x_m)^T
+        steer = steer / steer.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+        return torch.stack([attract[:, :, None].expand(-1, -1, P, -1), steer], dim=3)  # (T, B, P, 2, d)
+
+    def _key_weight(self, y: torch.Tensor) -> torch.Tensor:
+        """a_l, the weight of the moved key i in every row l != i: (T, B, P, R, d) -> (T, B, P, R, n)."""
+        t = _rows_dot(self.XW, y) / self.sq  # (T, B, P, R, n)
+        if self.relu:
+            rho = torch.relu(t)
+            den = self.c[:, :, :, None, :] + rho
+            return rho / torch.where(den > 0, den, torch.ones_like(den))
+        return torch.sigmoid(t - self.m[:, :, :, None, :])
+
+    def _row_i(self, y: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+        """The new output row i, sum_j w_j x'_j with x'_i = y: (T, B, P, R, d) -> (T, B, P, R, d)."""
+        T, B, P, R, d = y.shape
+        n = self.Xw.shape[2]
+        r = _rows_dot(self.XWt, y) / self.sq  # (T, B, P, R, n)
+        r_ii = (per_trial(y, self.W) * y).sum(-1) / self.sq  # (T, B, P, R, d) @ (T, d, d) -> (T, B, P, R)
+        onehot = self.onehot[None, None, :, None, :]  # (1, 1, P, 1, n)
+        r = torch.where(onehot, r_ii[..., None], r)
+        if self.relu:
+            rr = torch.relu(r)
+            s = rr.sum(-1, keepdim=True)
+            w = rr / torch.where(s > 0, s, torch.ones_like(s))  # (T, B, P, R, n)
+        else:
+            w = torch.softmax(r, dim=-1)  # (T, B, P, R, n)
+        w_i = (w * onehot).sum(-1, keepdim=True)  # (T, B, P, R, 1)
+        return (w.reshape(T, B, -1, n) @ self.Xw).reshape(delta.shape) + w_i * delta  # (T, B, PR, n) @ (T, B, n, d)
+
+    def change_sq(self, delta: torch.Tensor) -> torch.Tensor:
+        # Paper: Eq. (raf), softmax(X' W X'^T / sqrt(d)) X' with X' = X + e_i Delta^T (ReLU-RAF: its normalisation)
+        T, B, P, R, d = delta.shape
+        n = self.Xw.shape[2]
+        y = self.xi[:, :, :, None, :] + delta  # (T, B, P, R, d), the perturbed token
+        a = self._key_weight(y)  # (T, B, P, R, n)
+        proj = (y.reshape(T * B * P, R, d) @ self.EU.transpose(1, 2)).reshape(T, B, P, R, 2 * n)
+        ey, uy = proj[..., :n], proj[..., n:]  # (T, B, P, R, n) each
+        yy = y.pow(2).sum(-1, keepdim=True)  # (T, B, P, R, 1)
+        rows = self.ee + 2 * a * (ey - self.eu) + a.pow(2) * (yy - 2 * uy + self.uu)  # ||out'_l - out_l||^2
+        f_rows = (rows * self.keep).sum(-1)  # (T, B, P, R)
+        f_i = (self._row_i(y, delta) - self.Oi[:, :, :, None]).pow(2).sum(-1)  # (T, B, P, R)
+        return f_rows + f_i  # the expansion may round a zero to a tiny negative: callers clamp before a sqrt
+
+    def features(self, delta: torch.Tensor) -> torch.Tensor:
+        y = self.xi[:, :, :, None, :] + delta  # (T, B, P, R, d)
+        a = self._key_weight(y)[..., None]  # (T, B, P, R, n, 1)
+        rows = (1 - a) * self.U[:, :, :, None] + a * y[..., None, :]  # (T, B, P, R, n, d), rows l != i
+        row_i = self.onehot[None, None, :, None, :, None]  # (1, 1, P, 1, n, 1)
+        out = torch.where(row_i, self._row_i(y, delta)[..., None, :], rows)
+        return out.flatten(-2)  # (T, B, P, R, n d), row-major as the map's forward
+
+
+_RandomAttentionBase.token_class = AttentionToken

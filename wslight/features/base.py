@@ -2,8 +2,9 @@
 
 A map is any `nn.Module` that takes token embeddings X (B, n, d) to features (B, p) and exposes `d` (and `n` when it is
 built for one length). Subclassing `FeatureMap` and registering a name (`@register_map("name")`) makes a map buildable
-by name from a config; a subclass may also provide its own single-token algebra (`single_token`), otherwise the
-estimators differentiate its full forward (`wslight.features.single_token.GenericToken`).
+by name from a config; a subclass may also provide its own single-token algebra (`token_class`) and a float64
+forward (`forward64`), otherwise the estimators differentiate its full forward
+(`wslight.features.single_token.GenericToken`) and recompute final values on a float64 copy.
 """
 
 from __future__ import annotations
@@ -64,9 +65,9 @@ class FeatureMap(nn.Module):
             return t.device
         return torch.device("cpu")
 
-    def single_token(self, X: torch.Tensor, positions: list[int], dtype: torch.dtype) -> Any:
-        """The map's single-token algebra for X (T, B, n, d) (see wslight.features.single_token); None: none."""
-        return None
+    # the map family's single-token algebra (a wslight.features.single_token.SingleToken subclass); None: the
+    # generic autograd path through the full forward
+    token_class: ClassVar[type | None] = None
 
     @classmethod
     def for_cell(

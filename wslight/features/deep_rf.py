@@ -10,6 +10,7 @@ from torch import nn
 from .. import validate
 from ..seeding import derive_seed, generator
 from .base import FeatureMap, register_map
+from .single_token import SingleToken, matmul64, per_trial, stack_trials
 
 
 class _Frozen(nn.Module):
@@ -117,5 +118,56 @@ class DeepRandomFeatures(FeatureMap):
             h = torch.relu(h @ layer.V.T)  # (B, fan_in) @ (fan_in, width) -> (B, width)
         return h
 
+    @torch.no_grad()
+    def forward64(self, X: torch.Tensor) -> torch.Tensor:
+        """The forward computed in float64 (each layer's weights cast in row chunks): (B, n, d) -> (B, width)."""
+        validate.samples("X", X, self.d, self.n)
+        h = X.reshape(X.shape[0], self.D).to(device=self.Vs[0].V.device, dtype=torch.float64)  # (B, D)
+        for layer in self.Vs:
+            h = torch.relu(matmul64(h, layer.V))  # (B, fan_in) @ (fan_in, width) -> (B, width)
+        return h
+
     def extra_repr(self) -> str:
         return f"n={self.n}, d={self.d}, depth={self.depth}, width={self.width}, seed={self.seed}"
+
+
+class DeepRFToken(SingleToken):
+    """DeepRF with one token moved: the first layer by the RF identity z1 + V1^(i) Delta, deeper layers dense."""
+
+    def __init__(self, maps, X, positions, dtype) -> None:
+        super().__init__(maps, X, positions, dtype)
+        d = maps[0].d
+        z1, blocks = [], []
+        with torch.no_grad():
+            for t, m in enumerate(maps):
+                V1 = m.Vs[0].V  # (width, D)
+                x = X[t].reshape(X.shape[1], m.D).to(V1.dtype)  # (B, D)
+                z1.append((x @ V1.T).to(dtype))  # (B, D) @ (D, width) -> (B, width)
+                blocks.append(torch.stack([V1[:, p * d : (p + 1) * d] for p in positions]).to(dtype))  # (P, width, d)
+            self.z1, self.V1 = stack_trials(z1), stack_trials(blocks)  # (T, B, width), (T, P, width, d)
+            # deeper layers, (T, width, width) each (one map: a view of its weight, no copy)
+            self.deeper = [stack_trials([m.Vs[k].V.to(dtype) for m in maps]) for k in range(1, maps[0].depth)]
+            self.phi0 = self._deeper_layers(torch.relu(self.z1))  # (T, B, width)
+
+    @classmethod
+    def supports(cls, maps) -> bool:
+        return len({m.depth for m in maps}) == 1
+
+    @classmethod
+    def chain_elements(cls, maps, B, n, d):
+        return 4 * maps[0].width * maps[0].depth, maps[0].width * d
+
+    def _deeper_layers(self, h: torch.Tensor) -> torch.Tensor:
+        for V in self.deeper:
+            h = torch.relu(per_trial(h, V.transpose(1, 2)))  # (T, ..., width) @ (T, width, width) -> (T, ..., width)
+        return h
+
+    def features(self, delta: torch.Tensor) -> torch.Tensor:
+        T, B, P, R, d = delta.shape
+        flat = delta.permute(0, 2, 1, 3, 4).reshape(T, P, B * R, d)  # (T, P, B R, d)
+        moved = (flat @ self.V1.transpose(-1, -2)).reshape(T, P, B, R, -1).permute(0, 2, 1, 3, 4)  # (T, B, P, R, w)
+        # first layer: the single-token identity of RF; deeper layers: full matrices
+        return self._deeper_layers(torch.relu(self.z1[:, :, None, None] + moved))
+
+
+DeepRandomFeatures.token_class = DeepRFToken

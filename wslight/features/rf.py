@@ -11,6 +11,7 @@ from torch import nn
 from .. import validate
 from ..seeding import generator
 from .base import FeatureMap, register_map
+from .single_token import SingleToken, matmul64, stack_trials
 
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "gelu": nn.functional.gelu}
 
@@ -120,6 +121,13 @@ class RandomFeatures(FeatureMap):
         # Paper: Eq. (rf), phi applied component-wise
         return self.phi(self.preactivations(X))
 
+    @torch.no_grad()
+    def forward64(self, X: torch.Tensor) -> torch.Tensor:
+        """phi(V flat(X)) computed in float64 (V cast block by block, never whole): (B, n, d) -> (B, k)."""
+        validate.samples("X", X, self.d, self.n)
+        x = X.reshape(X.shape[0], self.D).to(device=self.weight_device, dtype=torch.float64)  # (B, D)
+        return self.phi(torch.cat([matmul64(x, V_b) for _, V_b in self.row_blocks()], dim=1))  # (B, k)
+
     def token_block(self, position: int) -> torch.Tensor:
         """V^{(i)}: the k x d columns of V that multiply token `position`, (k, d)."""
         validate.integer("position", position, 0, self.n - 1)
@@ -151,3 +159,71 @@ class RandomFeatures(FeatureMap):
         return (
             f"n={self.n}, d={self.d}, k={self.k}, activation={self.activation}, seed={self.seed}, stored={self.stored}"
         )
+
+
+class RFToken(SingleToken):
+    """RF with one token moved: phi(V flat(X^i(Delta))) = act(z + V^(i) Delta) (docs/theory.md §3).
+
+    Only z = V flat(X) (B, k) and the k x d blocks V^(i) are kept, so an evaluation costs O(k d) per chain. On the
+    memory-bounded path one generation of V gives z in float64 and the blocks, and `exact64` returns the full map's
+    float64 value through the exact identity z + V^(i) Delta, without generating V a second time.
+    """
+
+    def __init__(self, maps, X, positions, dtype) -> None:
+        super().__init__(maps, X, positions, dtype)
+        self.act = maps[0].phi
+        zs, blocks, z64s = [], [], []
+        with torch.no_grad():
+            for t, m in enumerate(maps):
+                if m.V is not None:
+                    z, blk = m.preactivations_and_token_blocks(X[t], positions)  # (B, k), (P, k, d)
+                else:
+                    z, blk = _bounded_preactivations(m, X[t], positions)  # z in float64
+                    z64s.append(z)
+                zs.append(z.to(dtype))
+                blocks.append(blk.to(dtype))
+        self.z, self.V = stack_trials(zs), stack_trials(blocks)  # (T, B, k), (T, P, k, d)
+        self.phi0 = self.act(self.z)  # (T, B, k)
+        if len(z64s) == len(maps):
+            self._z64, self._blocks = stack_trials(z64s), self.V
+            self.exact64 = self._exact64
+
+    @classmethod
+    def supports(cls, maps) -> bool:
+        return len({m.activation for m in maps}) == 1
+
+    @classmethod
+    def chain_elements(cls, maps, B, n, d):
+        return 6 * maps[0].k, maps[0].k * d
+
+    def preactivations(self, delta: torch.Tensor) -> torch.Tensor:
+        """z + V^(i) Delta: (T, B, P, R, d) -> (T, B, P, R, k)."""
+        T, B, P, R, d = delta.shape
+        flat = delta.permute(0, 2, 1, 3, 4).reshape(T, P, B * R, d)  # (T, P, B R, d)
+        moved = flat @ self.V.transpose(-1, -2)  # (T, P, B R, d) @ (T, P, d, k) -> (T, P, B R, k)
+        # Paper: Eq. (rf) with one token moved, V flat(X^i(Delta)) = z + V^(i) Delta
+        return self.z[:, :, None, None] + moved.reshape(T, P, B, R, -1).permute(0, 2, 1, 3, 4)
+
+    def features(self, delta: torch.Tensor) -> torch.Tensor:
+        return self.act(self.preactivations(delta))
+
+    def _exact64(self, delta: torch.Tensor, j: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        T, B = j.shape
+        Vi = self._blocks[torch.arange(T)[:, None], j.to(self._blocks.device)].to(torch.float64)  # (T, B, k, d)
+        zp = self._z64 + (Vi @ delta.to(Vi)[..., None])[..., 0]  # (T, B, k, d) @ (T, B, d, 1) -> (T, B, k)
+        phi = self.act(self._z64)
+        norm = phi.norm(dim=-1)
+        return ((self.act(zp) - phi).norm(dim=-1) / norm).cpu(), norm.cpu()
+
+
+def _bounded_preactivations(m: RandomFeatures, X: torch.Tensor, positions: list[int]):
+    """z = V flat(X) in float64 (B, k) and the blocks V^(i) (P, k, d), from one generation of V."""
+    x64 = X.reshape(X.shape[0], m.D).to(device=m.weight_device, dtype=torch.float64)  # (B, D)
+    zs, parts = [], []
+    for _, V_b in m.row_blocks():
+        zs.append(matmul64(x64, V_b))  # (B, D) @ (D, rows) -> (B, rows)
+        parts.append(torch.stack([V_b[:, p * m.d : (p + 1) * m.d] for p in positions]))  # (P, rows, d)
+    return torch.cat(zs, dim=1), torch.cat(parts, dim=1)
+
+
+RandomFeatures.token_class = RFToken

@@ -1,0 +1,168 @@
+"""Single-token algebra: phi(X^i(Delta)) for trials x samples x positions x restarts at once (docs/theory.md §3).
+
+Both the word-sensitivity estimator and the Delta attack move one token of a sample, X^i(Delta) = X + e_i Delta^T,
+and evaluate the features many times. A map family gives a `SingleToken` class (`FeatureMap.token_class`) that
+precomputes what does not move (RF: z = V flat(X) and the token blocks V^(i); attention: the scores without key i) and
+then costs far less than a full forward per evaluation. Any other module gets `GenericToken`: its full forward on the
+perturbed samples, differentiated by autograd.
+
+One axis order everywhere: Delta is (T, B, P, R, d) for T trials (one map each), B samples per trial, P token
+positions and R chains (restarts) per sample and position; features come out as (T, B, P, R, p).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from ..interpolation import sum_last
+
+
+class SingleToken:
+    """The features of X (T, B, n, d) with token `positions[j]` moved by Delta, for T maps of one family.
+
+    Subclasses set `phi0` (T, B, p), the clean features in the working dtype, and implement `features`; they may
+    override `change_sq` and `readout` with cheaper closed forms, and set `starts` (map-specific starting directions
+    of the word-sensitivity search) and `exact64` (an exact float64 value without a second full forward).
+    """
+
+    phi0: Tensor
+    # (T, B, P, S, d) unit directions the search tries after the curvature ones; None: none
+    starts: Tensor | None = None
+    # (Delta (T, B, d) float64, index into positions (T, B)) -> (S (T, B), ||phi(X)|| (T, B)) float64, or None
+    exact64: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
+
+    def __init__(self, maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype: torch.dtype) -> None:
+        self.maps, self.positions, self.dtype = list(maps), list(positions), dtype
+
+    @classmethod
+    def supports(cls, maps: Sequence[nn.Module]) -> bool:
+        """Whether one instance can serve all these maps (e.g. the same activation)."""
+        return True
+
+    @classmethod
+    def chain_elements(cls, maps: Sequence[nn.Module], B: int, n: int, d: int) -> tuple[int, int]:
+        """Rough working memory, in elements, per chain and per position of one trial (sizes the search's chunks)."""
+        p = _out_dim(maps[0], n)
+        return 6 * (p + n * d), B * n * d
+
+    def features(self, delta: Tensor) -> Tensor:
+        """phi(X^i(Delta)): (T, B, P, R, d) -> (T, B, P, R, p)."""
+        raise NotImplementedError
+
+    def change_sq(self, delta: Tensor) -> Tensor:
+        """||phi(X^i(Delta)) - phi(X)||^2: (T, B, P, R, d) -> (T, B, P, R), thread-count invariant."""
+        return sum_last((self.features(delta) - self.phi0[:, :, None, None]).pow(2))
+
+    def readout(self, delta: Tensor, H: Tensor) -> Tensor:
+        """phi(X^i(Delta))^T h for C vectors h per sample: (T, B, P, R, d) and H (T, B, p, C) -> (T, B, P, R, C)."""
+        T, B, P, R, _ = delta.shape
+        f = self.features(delta).reshape(T, B, P * R, -1)  # (T, B, P R, p)
+        return (f @ H).reshape(T, B, P, R, -1)  # (T, B, P R, p) @ (T, B, p, C)
+
+
+def _out_dim(m: nn.Module, n: int) -> int:
+    out_dim = getattr(m, "out_dim", None)
+    return out_dim(n) if callable(out_dim) else n * m.d
+
+
+class GenericToken(SingleToken):
+    """Any module: its full forward on X + e_i Delta^T, differentiated by autograd (no closed form needed)."""
+
+    def __init__(self, maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype: torch.dtype) -> None:
+        super().__init__(maps, X, positions, dtype)
+        T, B, n, d = X.shape
+        self.X = X
+        self.onehot = torch.zeros(len(positions), n, 1, dtype=dtype, device=X.device)  # (P, n, 1)
+        self.onehot[torch.arange(len(positions)), torch.tensor(positions)] = 1
+        with torch.no_grad():
+            self.phi0 = torch.stack([_forward(m, X[t], dtype) for t, m in enumerate(self.maps)])  # (T, B, p)
+
+    def features(self, delta: Tensor) -> Tensor:
+        T, B, P, R, d = delta.shape
+        n = self.X.shape[2]
+        out = []
+        for t, m in enumerate(self.maps):
+            # (B, 1, 1, n, d) + (P, 1, n, 1) * (B, P, R, 1, d) -> (B, P, R, n, d): token i moved, the rest clean
+            Xp = self.X[t][:, None, None].to(delta.dtype) + self.onehot[:, None] * delta[t][..., None, :]
+            out.append(_forward(m, Xp.reshape(B * P * R, n, d), self.dtype).reshape(B, P, R, -1))
+        return torch.stack(out)  # (T, B, P, R, p)
+
+
+def _forward(m: nn.Module, X: Tensor, dtype: torch.dtype) -> Tensor:
+    """m(X) computed in the map's own dtype, returned in `dtype`."""
+    return m(X.to(_weight_dtype(m, X.dtype))).to(dtype)
+
+
+def _weight_dtype(m: nn.Module, default: torch.dtype) -> torch.dtype:
+    w = getattr(m, "weight_dtype", None)
+    if isinstance(w, torch.dtype):
+        return w
+    t = next((t for t in m.parameters() if t.is_floating_point()), None)
+    t = t if t is not None else next((t for t in m.buffers() if t.is_floating_point()), None)
+    return t.dtype if t is not None else default
+
+
+def token_class_for(maps: Sequence[nn.Module]) -> type[SingleToken]:
+    """The maps' own closed form when they share one (`token_class` of one map type that `supports` all of them),
+    else the generic autograd path."""
+    kinds = {type(m) for m in maps}
+    cls = getattr(next(iter(kinds)), "token_class", None) if len(kinds) == 1 else None
+    return cls if cls is not None and cls.supports(maps) else GenericToken
+
+
+def single_token(maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype: torch.dtype) -> SingleToken:
+    """The single-token algebra of T maps for X (T, B, n, d) with the tokens `positions` moved."""
+    return token_class_for(maps)(maps, X, positions, dtype)
+
+
+def project_ball(delta: Tensor, radius: float) -> Tensor:
+    """Project every Delta (..., d) onto the ball of the given radius around 0."""
+    norm = delta.norm(dim=-1, keepdim=True)
+    return delta * torch.where(norm > radius, radius / norm.clamp_min(1e-300), torch.ones_like(norm))
+
+
+@torch.no_grad()
+def map_features(feature_map: nn.Module, X: Tensor, exact: bool = False, chunk: int = 256) -> Tensor:
+    """phi(X) in float64, (M, n, d) -> (M, p), in chunks of samples.
+
+    Args:
+        feature_map: any map.
+        X: (M, n, d) samples.
+        exact: False: the map's own forward in its dtype, cast to float64 (the features the heads are fitted on);
+            True: computed in float64 with the map's weights cast to float64 (`forward64`; the honest final value
+            of an estimate).
+        chunk: samples per forward pass.
+    """
+    if exact:
+        forward64 = getattr(feature_map, "forward64", None)
+        if forward64 is None:  # a plain module: a float64 copy of it
+            double = copy.deepcopy(feature_map).to(torch.float64)
+            forward64 = lambda x: double(x.to(torch.float64))  # noqa: E731
+        return torch.cat([forward64(X[s : s + chunk]) for s in range(0, X.shape[0], chunk)])
+    return torch.cat([_forward(feature_map, X[s : s + chunk], torch.float64) for s in range(0, X.shape[0], chunk)])
+
+
+def matmul64(h: Tensor, V: Tensor, rows: int = 2048) -> Tensor:
+    """h @ V^T in float64 without a float64 copy of the whole V: (B, fan_in), (out, fan_in) -> (B, out)."""
+    return torch.cat([h @ V[s : s + rows].to(torch.float64).T for s in range(0, V.shape[0], rows)], dim=1)
+
+
+def stack_trials(tensors: list[Tensor]) -> Tensor:
+    """Stack one tensor per trial on a new first axis; a single trial is a view (no copy of a large weight)."""
+    return tensors[0][None] if len(tensors) == 1 else torch.stack(tensors)
+
+
+def per_trial(h: Tensor, W: Tensor) -> Tensor:
+    """h[t] @ W[t] for every trial: (T, ..., a) and (T, a, b) -> (T, ..., b).
+
+    One trial is a plain matmul (the exact computation of a single map); several go through one bmm, never
+    broadcasting W over the batch dimensions (which would copy it).
+    """
+    if W.shape[0] == 1:
+        return (h[0] @ W[0])[None]
+    T = h.shape[0]
+    return torch.bmm(h.reshape(T, -1, h.shape[-1]), W).reshape(*h.shape[:-1], W.shape[-1])
