@@ -2,7 +2,7 @@
 
 import time
 
-from wslight.evaluation import Evaluation
+from wslight.evaluations import Evaluation
 
 
 class SquaresEvaluation(Evaluation):

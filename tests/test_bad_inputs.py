@@ -29,7 +29,7 @@ from wslight.sensitivity import word_sensitivity
 WS = """
 seed_everything: 0
 model:
-  class_path: wslight.sweeps.WordSensitivitySweep
+  class_path: wslight.evaluations.WordSensitivitySweep
   init_args:
     maps: [rf]
     d_values: [8]
@@ -43,7 +43,7 @@ model:
 ATTACK = """
 seed_everything: 0
 model:
-  class_path: wslight.sweeps.DeltaAttackSweep
+  class_path: wslight.evaluations.DeltaAttackSweep
   init_args:
     cases: [{{map: raf, n: 6}}]
     d: 8
@@ -57,7 +57,7 @@ model:
 PROBE = """
 seed_everything: 0
 model:
-  class_path: wslight.probes.evaluation.AttentionUnderDeltaProbe
+  class_path: wslight.evaluations.AttentionUnderDeltaProbe
   init_args: {{steps: 2, output_dir: {out}, {extra}}}
 """
 
@@ -110,19 +110,19 @@ CLI_CASES = [
     ("ws", {"embeddings.source": "yelp"}, ["source", "yelp"]),
     # word-sensitivity sweep
     ("ws", {"maps": "[attention]"}, ["maps", "attention"]),
-    ("ws", {"maps": "[]"}, [r"maps must be a non-empty subset of .*got \[\]"]),
-    ("ws", {"n_values": "[]"}, ["n_values must list at least one value, got an empty grid"]),
+    ("ws", {"maps": "[]"}, [r"maps must be a non-empty list of values in .*got \[\]"]),
+    ("ws", {"n_values": "[]"}, [r"n_values must list at least one value, got \[\]"]),
     ("ws", {"d_values": "[0]"}, [r"d_values must hold positive integers, got \[0\]"]),
-    ("ws", {"radius_scale": 0}, ["radius_scale must be > 0, got 0"]),
-    ("ws", {"radius_scale": -1.5}, ["radius_scale must be > 0, got -1.5"]),
+    ("ws", {"radius_scale": 0}, ["radius_scale must be a finite number > 0, got 0"]),
+    ("ws", {"radius_scale": -1.5}, ["radius_scale must be a finite number > 0, got -1.5"]),
     ("ws", {"trials": 0}, ["trials must be a positive integer, got 0"]),
-    ("ws", {"positions": "[99]"}, [r"positions: every token index must be an integer in \[0, 3\].*got \[99\]"]),
+    ("ws", {"positions": "[99]"}, [r"positions: every position must be an int in \[0, 3\], got 99"]),
     # attack sweep
     ("attack", {"N_values": "[50]"}, ["N_values: N \\+ contexts = 51 exceeds embeddings.num_samples = 40"]),
     ("attack", {"losses": "[hinge]"}, ["losses", "hinge"]),
     ("attack", {"trainings": "[scratch]"}, ["trainings", "scratch"]),
-    ("attack", {"losses": "[penalized]", "p_values": "[-1.0]"}, [r"p_values must be non-empty and every p >= 0"]),
-    ("attack", {"position": 6}, [r"position must be in \[0, 5\], got 6"]),
+    ("attack", {"losses": "[penalized]", "penalties": "[-1.0]"}, [r"penalties must be a finite number >= 0, got -1.0"]),
+    ("attack", {"position": 6}, [r"position must be an integer in \[0, 5\], got 6"]),
     ("attack", {"d": 17}, [r"d must be <= 16 \(the embeddings' hidden size\), got 17"]),
     ("attack", {"cases": "[{map: rf, n: 20}]"}, [r"cases.n: n must be <= 16 \(embeddings.max_length\), got 20"]),
 ]
@@ -259,7 +259,7 @@ def _read_only_cases(tmp_path):
 
 
 def test_unwritable_output_dir_fails_before_any_trial(tmp_path, monkeypatch):
-    import wslight.sweeps as sweeps_mod
+    import wslight.evaluations.ws_sweep as sweeps_mod
 
     def no_trials(*a, **k):
         raise AssertionError("no trial may run when the results cannot be written")

@@ -10,10 +10,10 @@ import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 
-import wslight.callbacks as callbacks
+import wslight.evaluations.attack_sweep as attack_sweep
 from wslight import results
 from wslight.callbacks import DeltaAttack
-from wslight.data import EmbeddingDataModule
+from wslight.data import EmbeddingDataModule, EmbeddingSpec
 from wslight.features import RandomAttentionFeatures, RandomFeatures
 from wslight.models import FeatureMapClassifier
 from wslight.results import read_records
@@ -34,15 +34,12 @@ def one_thread():
 
 def datamodule(path: Path, n: int = 6) -> EmbeddingDataModule:
     return EmbeddingDataModule(
-        source="synthetic",
-        synthetic_dim=16,
-        num_samples=60,
+        EmbeddingSpec(source="synthetic", synthetic_dim=16, num_samples=60, cache_dir=str(path / "cache")),
         n=n,
         d=8,
         val_fraction=0.1,
         test_fraction=0.2,
         batch_size=16,
-        cache_dir=str(path / "cache"),
         progress=False,
     )
 
@@ -144,7 +141,7 @@ def test_rerun_appends_nothing_and_is_deterministic_another_map_appends(fitted):
         ({"losses": ["err", "bogus"]}, "losses"),
         ({"losses": []}, "losses"),
         ({"trainings": ["finetune", "refit"]}, "trainings"),
-        ({"p": -1.0}, "p"),
+        ({"penalty": -1.0}, "penalty"),
         ({"num_contexts": 0}, "num_contexts"),
         ({"N": 0}, "N"),
         ({"steps": 0}, "steps"),
@@ -163,7 +160,7 @@ def test_bad_sizes_raise_before_any_attack(fitted, monkeypatch, tmp_path):
     def no_attack(*args, **kwargs):
         raise AssertionError("delta_attack ran before the sizes were checked")
 
-    monkeypatch.setattr(callbacks, "delta_attack", no_attack)
+    monkeypatch.setattr(attack_sweep, "delta_attack", no_attack)
     M = len(dm.train_indices)
     with pytest.raises(ValueError, match=rf"^N must be <= {M} .*got 1000"):
         DeltaAttack(N=1000).run(trainer, model)
@@ -221,15 +218,12 @@ model:
 data:
   class_path: wslight.data.EmbeddingDataModule
   init_args:
-    source: synthetic
-    synthetic_dim: 16
-    num_samples: 60
+    embeddings: {{source: synthetic, synthetic_dim: 16, num_samples: 60, cache_dir: {cache}}}
     n: 6
     d: 8
     val_fraction: 0.1
     test_fraction: 0.2
     batch_size: 16
-    cache_dir: {cache}
     progress: false
 trainer:
   max_epochs: 1

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WS_CONFIG = """
 seed_everything: 0
 model:
-  class_path: wslight.sweeps.WordSensitivitySweep
+  class_path: wslight.evaluations.WordSensitivitySweep
   init_args:
     maps: [rf, raf, relu_raf]
     d_values: [8]
@@ -42,7 +42,7 @@ model:
 ATTACK_CONFIG = """
 seed_everything: 0
 model:
-  class_path: wslight.sweeps.DeltaAttackSweep
+  class_path: wslight.evaluations.DeltaAttackSweep
   init_args:
     cases: [{map: raf, n: 6}]
     d: 8
@@ -59,7 +59,7 @@ model:
 WIDE_ATTACK_CONFIG = """
 seed_everything: 0
 model:
-  class_path: wslight.sweeps.DeltaAttackSweep
+  class_path: wslight.evaluations.DeltaAttackSweep
   init_args:
     cases: [{map: raf, n: 100}]
     d: 384

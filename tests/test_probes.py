@@ -3,6 +3,7 @@
 import json
 import math
 
+import matplotlib.pyplot as plt
 import pytest
 import torch
 
@@ -13,12 +14,12 @@ from wslight.probes import (
     attention_under_delta,
     closed_form_delta,
     default_probe_text,
+    figure_attention_edit,
+    figure_attention_under_delta,
+    figure_layerwise,
     first_layer_attention,
     layerwise_change,
     optimised_delta,
-    run_attention_edit,
-    run_attention_under_delta,
-    run_layerwise,
     vocab_attention_mass,
     vocab_hidden0,
 )
@@ -286,17 +287,24 @@ def test_attention_under_delta_bad_input(enc, forward_counter, kwargs, match):
     assert forward_counter == []
 
 
-# ---------------------------------------------------------------- runners
+# ---------------------------------------------------------------- figures saved
 
 
-def test_runners_write_png_and_pdf(tmp_path):
-    recs = run_attention_edit(tmp_path, vlim=(0.1, 0.25))
-    recs += run_attention_under_delta(tmp_path, steps=2)
-    recs += run_layerwise(tmp_path, text="a short text to perturb", position=3, n_draws=2, steps=2, replacement_k=1)
+def test_probe_figures_saved_as_png_and_pdf(tmp_path):
+    from wslight.evaluations import save_figure
+
+    edit = attention_edit(ENC)
+    under = attention_under_delta(ENC, steps=2)
+    layer = layerwise_change(ENC, text="a short text to perturb", position=3, n_draws=2, steps=2, replacement_k=1)
+    save_figure(figure_attention_edit(edit, vlim=(0.1, 0.25)), tmp_path, "attention_edit")
+    save_figure(figure_attention_under_delta(under), tmp_path, "attention_under_delta")
+    save_figure(figure_layerwise(layer), tmp_path, "layerwise_change")
     for stem in ("attention_edit", "attention_under_delta", "layerwise_change"):
         for ext in ("png", "pdf"):
             assert (tmp_path / f"{stem}.{ext}").stat().st_size > 1000
+    recs = edit["records"] + under["records"] + layer["records"]
     assert {r["probe"] for r in recs} == {"attention_edit", "attention_under_delta", "layerwise"}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         f"{s}.{e}" for s in ("attention_edit", "attention_under_delta", "layerwise_change") for e in ("png", "pdf")
     )
+    assert plt.get_fignums() == []  # every figure closed

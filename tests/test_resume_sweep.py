@@ -27,7 +27,7 @@ def write_config(path: Path, save_dir: Path) -> Path:
         f"""
 seed_everything: 0
 model:
-  class_path: wslight.sweeps.WordSensitivitySweep
+  class_path: wslight.evaluations.WordSensitivitySweep
   init_args:
     maps: [rf, raf]
     d_values: [8]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import wslight.attack as attack_mod
-import wslight.sweeps as sweeps_mod
+import wslight.evaluations.ws_sweep as sweeps_mod
 from wslight.attack import delta_attack
 from wslight.cli import main
 from wslight.data import EmbeddingSpec, TokenEmbeddings, preprocess
@@ -220,7 +220,7 @@ def test_nearly_collinear_training_samples_are_flagged(rows):
 
 WS = """
 model:
-  class_path: wslight.sweeps.WordSensitivitySweep
+  class_path: wslight.evaluations.WordSensitivitySweep
   init_args:
     maps: [relu_raf]
     d_values: [8]
@@ -233,7 +233,7 @@ model:
 
 ATTACK = """
 model:
-  class_path: wslight.sweeps.DeltaAttackSweep
+  class_path: wslight.evaluations.DeltaAttackSweep
   init_args:
     cases: [{map: relu_raf, n: 6}]
     d: 8

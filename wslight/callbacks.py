@@ -2,46 +2,32 @@
 
 `DeltaAttack`: after the fit (or the test) of a `FeatureMapClassifier`, the single-token Delta attack (paper.md §6)
 on held-out context samples, with the heads theta*, theta_f, theta_r re-derived in closed form from the training
-split; records go to `attack_results.jsonl`, scalars and the Figure-4-style scatter to the logger.
+split; records go to `attack_results.jsonl`, scalars and the Figure-4-style scatter to the logger. The callback only
+schedules the work: the attacks, their records, the summary and the figures are those of
+`wslight.evaluations.DeltaAttackSweep`.
 """
 
 from __future__ import annotations
 
 import copy
-import math
-import statistics
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import torch.distributed as dist
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback
 
-from .attack import LOSSES, delta_attack, output_records
+from . import validate
+from .attack import LOSSES
+from .evaluations.attack_sweep import attack_objectives, run_attacks
+from .evaluations.base import gather_records
+from .evaluations.summary import ATTACK_REQUIRED, attack_figures, attack_scalars, save_figure, trusted
 from .features import map_name, output_dim
+from .interpolation import TRAININGS
 from .results import ResultsFile, config_key
 from .seeding import derive_seed, generator
 
-TRAININGS = ("finetune", "retrain")
 ATTACK_RESULTS_NAME = "attack_results.jsonl"
-
-
-def _check_int(key: str, value: Any, low: int, allow_none: bool = False) -> None:
-    if allow_none and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        none = " or None" if allow_none else ""
-        raise ValueError(f"{key} must be an integer >= {low}{none}, got {value!r}")
-
-
-def _check_choices(key: str, values: Any, allowed: tuple[str, ...]) -> list[str]:
-    if isinstance(values, str) or not isinstance(values, (list, tuple)) or not values:
-        raise ValueError(f"{key} must be a non-empty list of values in {list(allowed)}, got {values!r}")
-    bad = [v for v in values if v not in allowed]
-    if bad:
-        raise ValueError(f"{key} must contain only values in {list(allowed)}, got {bad[0]!r} (in {list(values)!r})")
-    return list(dict.fromkeys(values))  # drop repeats, keep order
 
 
 def _attackable(fmap: torch.nn.Module, device: torch.device) -> torch.nn.Module:
@@ -82,8 +68,9 @@ class DeltaAttack(Callback):
 
     Args:
         trainings: heads attacked: "finetune" (theta_f) and/or "retrain" (theta_r).
-        losses: Delta objectives: "err" (16), "align" (24a), "align_proj" (24b), "penalized" (err + p (phi^T theta*)^2).
-        p: penalty weight of the "penalized" loss, >= 0.
+        losses: Delta objectives: "err" (16), "align" (24a), "align_proj" (24b), "penalized" (err + penalty
+            (phi^T theta*)^2).
+        penalty: penalty weight of the "penalized" loss, >= 0 (recorded as the field `p`).
         num_contexts: held-out context samples attacked, drawn from the datamodule's test split (seeded).
         N: training samples for the heads; None means the whole training split, else a seeded subset of it. Must be
             smaller than the feature dimension p (so that the heads interpolate).
@@ -100,7 +87,7 @@ class DeltaAttack(Callback):
         self,
         trainings: list[Literal["finetune", "retrain"]] = ["finetune", "retrain"],  # noqa: B006 (typed CLI default)
         losses: list[Literal["err", "align", "align_proj", "penalized"]] = ["err"],  # noqa: B006
-        p: float = 0.0,
+        penalty: float = 0.0,
         num_contexts: int = 8,
         N: int | None = None,
         position: int = 0,
@@ -111,30 +98,27 @@ class DeltaAttack(Callback):
         hook: Literal["fit_end", "test_end"] = "fit_end",
     ) -> None:
         super().__init__()
-        self.trainings = _check_choices("trainings", trainings, TRAININGS)
-        self.losses = _check_choices("losses", losses, LOSSES)
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not math.isfinite(p) or p < 0:
-            raise ValueError(f"p must be a finite number >= 0, got {p!r}")
-        _check_int("num_contexts", num_contexts, 1)
-        _check_int("N", N, 1, allow_none=True)
-        _check_int("position", position, 0)
-        _check_int("steps", steps, 1, allow_none=True)
-        _check_int("restarts", restarts, 1, allow_none=True)
+        self.trainings = validate.choices("trainings", trainings, TRAININGS)
+        self.losses = validate.choices("losses", losses, LOSSES)
+        self.penalty = validate.number("penalty", penalty, low=0)
+        self.num_contexts = validate.positive_int("num_contexts", num_contexts)
+        self.N = validate.integer("N", N, low=1, allow_none=True)
+        self.position = validate.integer("position", position, low=0)
+        self.steps = validate.integer("steps", steps, low=1, allow_none=True)
+        self.restarts = validate.integer("restarts", restarts, low=1, allow_none=True)
         if faithful and restarts not in (None, 1):
             raise ValueError(f"restarts must be 1 (or None) when faithful=True, got {restarts!r}")
-        _check_int("seed", seed, 0)
-        if hook not in ("fit_end", "test_end"):
-            raise ValueError(f"hook must be one of ['fit_end', 'test_end'], got {hook!r}")
-        self.p, self.num_contexts, self.N, self.position = float(p), num_contexts, N, position
-        self.steps, self.restarts, self.faithful, self.seed, self.hook = steps, restarts, faithful, seed, hook
+        self.faithful = faithful
+        self.seed = validate.integer("seed", seed, low=0)
+        self.hook = validate.choice("hook", hook, ("fit_end", "test_end"))
         self.records: list[dict] = []  # the last attack's de-duplicated records (every rank)
         self.metrics: dict[str, float] = {}  # the last attack's scalars (every rank)
         self.results_path: Path | None = None
 
     def settings(self) -> dict[str, Any]:
         """The init arguments (they key the results: the same settings at the same step append nothing twice)."""
-        keys = ("trainings", "losses", "p", "num_contexts", "N", "position", "steps", "restarts", "faithful", "seed")
-        return {k: getattr(self, k) for k in (*keys, "hook")}
+        keys = ("trainings", "losses", "penalty", "num_contexts", "N", "position", "steps", "restarts", "faithful")
+        return {k: getattr(self, k) for k in (*keys, "seed", "hook")}
 
     # --- hooks ----------------------------------------------------------------------------------------------------
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -205,57 +189,44 @@ class DeltaAttack(Callback):
         train_ids = emb.sample_ids[inp["train_idx"]]  # (N,)
         X_train, Y = X_train.to(device), Y.to(device)
         name = map_name(fmap)
+        objectives = attack_objectives(self.trainings, self.losses, [self.penalty])
         records = []
         for i in range(rank, self.num_contexts, world_size):
             idx = inp["ctx_idx"][i : i + 1]
             X_ctx, y_ctx = emb.samples(idx, n, d, normalize)  # (1, n, d), (1,)
-            sid = int(emb.sample_ids[idx][0])
             attack_seed = derive_seed(self.seed, "callback.attack", i)
-            for training in self.trainings:
-                for loss in self.losses:
-                    p = self.p if loss == "penalized" else 0.0
-                    out = delta_attack(
-                        fmap,
-                        X_train,
-                        Y,
-                        X_ctx.to(device),
-                        y_ctx.to(device),
-                        training=training,
-                        loss=loss,
-                        p=p,
-                        position=self.position,
-                        steps=self.steps,
-                        restarts=self.restarts,
-                        seed=attack_seed,
-                        faithful=self.faithful,
-                        train_ids=train_ids,
-                        ctx_ids=emb.sample_ids[idx],
-                    )
-                    (rec,) = output_records(out)
-                    records.append(
-                        {
-                            "experiment": "attack",
-                            "trial_key": f"ctx{i}",
-                            "record_key": f"{training}/{loss}",
-                            "map": name,
-                            "training": training,
-                            "loss": loss,
-                            "p": p,
-                            "d": d,
-                            "n": n,
-                            "N": N,
-                            "trial": i,
-                            "sample_id": sid,
-                            "position": self.position,
-                            **rec,
-                            "seed": self.seed,
-                            "attack_seed": attack_seed,
-                            "map_seed": getattr(fmap, "seed", None),
-                            "epoch": trainer.current_epoch,
-                            "global_step": trainer.global_step,
-                            "rank": rank,  # the process that attacked this context
-                        }
-                    )
+            trial = {
+                "trial_key": f"ctx{i}",
+                "map": name,
+                "d": d,
+                "n": n,
+                "N": N,
+                "trial": i,
+                "position": self.position,
+                "seed": self.seed,
+                "map_seed": getattr(fmap, "seed", None),
+                "attack_seed": attack_seed,
+                "epoch": trainer.current_epoch,
+                "global_step": trainer.global_step,
+                "rank": rank,  # the process that attacked this context
+            }
+            records += run_attacks(
+                fmap,
+                X_train,
+                Y,
+                X_ctx.to(device),
+                y_ctx.to(device),
+                trial,
+                objectives,
+                emb.sample_ids[idx].tolist(),
+                position=self.position,
+                steps=self.steps,
+                restarts=self.restarts,
+                seed=attack_seed,
+                faithful=self.faithful,
+                train_ids=train_ids,
+                ctx_ids=emb.sample_ids[idx],
+            )
         return records
 
     def run(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -268,36 +239,19 @@ class DeltaAttack(Callback):
             self._run(trainer, pl_module)
 
     def _run(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        world_size, rank = trainer.world_size, trainer.global_rank
-        distributed = world_size > 1 and dist.is_available() and dist.is_initialized()
-        if not distributed:
-            world_size, rank = 1, 0
         out_dir = Path(trainer.log_dir or trainer.default_root_dir)  # log_dir is a collective: every rank calls it
         inputs = self._inputs(trainer, pl_module)  # every check, before any attack
-        records = self.attack(trainer, pl_module, rank, world_size, inputs)
-        if distributed:
-            parts: list[Any] = [None] * world_size
-            dist.all_gather_object(parts, records)
-            records = [r for part in parts for r in part]
-        # one record per (sample, training, loss), in context order (a padded or repeated shard counts once)
-        unique: dict[tuple, dict] = {}
+        distributed = trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized()
+        world_size, rank = (trainer.world_size, trainer.global_rank) if distributed else (1, 0)
+        records = gather_records(self.attack(trainer, pl_module, rank, world_size, inputs), world_size)
+        # one record per (context, training, loss), in context order (a padded or repeated shard counts once)
+        unique: dict[str, dict] = {}
         for r in sorted(records, key=lambda r: (r["trial"], r["training"], r["loss"])):
-            unique.setdefault((r["sample_id"], r["training"], r["loss"]), r)
+            unique.setdefault(r["record_key"], r)
         self.records = list(unique.values())
-        self.metrics = self.summary(self.records)
+        self.metrics = attack_scalars(trusted(self.records, "attack", ATTACK_REQUIRED), self.trainings)
         if trainer.is_global_zero:
             self.write(trainer, out_dir, self.run_key(trainer, inputs))
-
-    def summary(self, records: list[dict]) -> dict[str, float]:
-        """attack/err_<training> (median Err) and attack/flip_rate_<training>, over the records with finite values."""
-        metrics = {}
-        for training in self.trainings:
-            good = [r for r in records if r["training"] == training and not r["nonfinite"] and r["err"] is not None]
-            if good:
-                metrics[f"attack/err_{training}"] = statistics.median(r["err"] for r in good)
-                # flip: sign(D1) = -y, the attack changed the head's decision
-                metrics[f"attack/flip_rate_{training}"] = statistics.fmean(1.0 - r["sign_err"] for r in good)
-        return metrics
 
     def run_key(self, trainer: Trainer, inputs: dict[str, Any]) -> str:
         """Identity of an attack: settings, step, map (type, seed, a checksum of its weights), sizes, sample ids.
@@ -323,30 +277,15 @@ class DeltaAttack(Callback):
         return "callback-" + config_key(identity)
 
     def write(self, trainer: Trainer, out_dir: Path, run_key: str) -> None:
-        """Rank 0: append the records, log the scalars, save the figures."""
-        import matplotlib.pyplot as plt
-        from lightning.pytorch.loggers import TensorBoardLogger
-
-        from .plots.attack import plot_attack_scatter, plot_penalized
-
-        out_dir.mkdir(parents=True, exist_ok=True)
+        """Rank 0: append the records, log the scalars, save the figures (those of the attack sweep)."""
         self.results_path = out_dir / ATTACK_RESULTS_NAME
         ResultsFile(self.results_path, run_key).append(self.records)
         for logger in trainer.loggers:
             logger.log_metrics(self.metrics, step=trainer.global_step)
             logger.save()
-        figures = []
-        plain = [r for r in self.records if r["loss"] != "penalized" and not r["nonfinite"]]
-        if plain:
-            figures.append(("attack/scatter", plot_attack_scatter(plain), "attack_scatter"))
-        penalized = [r for r in self.records if r["loss"] == "penalized" and not r["nonfinite"]]
-        if penalized:
-            figures.append(("attack/penalized", plot_penalized(penalized), "attack_penalized"))
-        for tag, fig, stem in figures:
-            fig.savefig(out_dir / f"{stem}.png", dpi=120, bbox_inches="tight")
-            fig.savefig(out_dir / f"{stem}.pdf", bbox_inches="tight")
-            if isinstance(trainer.logger, TensorBoardLogger):
-                trainer.logger.experiment.add_figure(tag, fig, global_step=trainer.global_step)
-            plt.close(fig)
-        if isinstance(trainer.logger, TensorBoardLogger):
-            trainer.logger.experiment.flush()
+        records = trusted(self.records, "attack", ATTACK_REQUIRED)
+        for tag, fig, stem in attack_figures(records):
+            save_figure(fig, out_dir, stem, logger=trainer.logger, tag=tag, step=trainer.global_step)
+        experiment = getattr(trainer.logger, "experiment", None)
+        if hasattr(experiment, "flush"):
+            experiment.flush()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from .checks import all_checks, checks_markdown
+from .paper_checks import all_checks, checks_markdown
 from .results import read_records
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,9 +12,10 @@ from collections.abc import Iterable
 import matplotlib.pyplot as plt  # wslight.plots (imported first, as the parent package) selects Agg
 from matplotlib.figure import Figure
 
+from ..interpolation import TRAININGS
+
 MAP_TITLES = {"rf": "RF", "deep_rf": "DRF", "raf": "RAF", "relu_raf": "ReLU-RAF"}
 ALIGN_LOSSES = ("align", "align_proj")
-TRAININGS = ("finetune", "retrain")
 ROW_TITLES = {"finetune": "fine-tuned", "retrain": "re-trained"}
 
 
@@ -96,7 +97,7 @@ def plot_attack_scatter(records: list[dict]) -> Figure:
 
 
 def plot_penalized(records: list[dict]) -> Figure:
-    """Figure 5 style: Err against gamma for the penalized loss, one colour per penalty p.
+    """Figure 5 style: Err against gamma for the penalized loss, one colour per penalty weight (the field `p`).
 
     Rows: fine-tuned / re-trained (those present); columns: one per (map, n).
 
@@ -110,13 +111,15 @@ def plot_penalized(records: list[dict]) -> Figure:
     if not recs:
         raise ValueError("records: expected attack records with loss 'penalized', got none")
     fig, where = _grid(recs, _rows(recs))
-    ps = sorted({float(r["p"]) for r in recs})
-    colours = {p: plt.cm.plasma(i / max(len(ps) - 1, 1) * 0.85) for i, p in enumerate(ps)}
+    penalties = sorted({float(r["p"]) for r in recs})
+    colours = {w: plt.cm.plasma(i / max(len(penalties) - 1, 1) * 0.85) for i, w in enumerate(penalties)}
     for (tr, m, n), ax in where.items():
-        for p in ps:
-            pts = [r for r in recs if r["training"] == tr and r["map"] == m and int(r["n"]) == n and float(r["p"]) == p]
+        for w in penalties:
+            pts = [r for r in recs if r["training"] == tr and r["map"] == m and int(r["n"]) == n and float(r["p"]) == w]
             if pts:
-                ax.scatter([r["gamma"] for r in pts], [r["err"] for r in pts], s=18, c=[colours[p]], label=f"p = {p:g}")
+                ax.scatter(
+                    [r["gamma"] for r in pts], [r["err"] for r in pts], s=18, c=[colours[w]], label=f"penalty {w:g}"
+                )
         if ax.collections:
             ax.legend(fontsize=6)
     fig.tight_layout()

@@ -1,9 +1,9 @@
 """Probes of a real pre-trained encoder (BERT family): attention of a one-word edit, layer-wise relative change under
 an attention-attracting Delta, attention under Delta, and the real one-word edits nearest to Delta.
 
-Pure functions return tensors, dicts and flat JSON-serialisable `records`; figure functions return matplotlib Figures;
-`run_*` functions save figures (PNG and PDF) to a directory and return the records. Positions index the tokenised
-sequence with [CLS] at 0; layers and heads are 0-based.
+Pure functions return tensors, dicts and flat JSON-serialisable `records`; figure functions return matplotlib Figures
+(saved by `wslight.evaluations.save_figure`); `wslight.evaluations` runs the probes as evaluations. Positions index
+the tokenised sequence with [CLS] at 0; layers and heads are 0-based.
 """
 
 from ._common import default_probe_text, relative_change
@@ -12,7 +12,6 @@ from .delta import attention_mass, closed_form_delta, first_layer_attention, opt
 from .figures import figure_attention_edit, figure_attention_under_delta, figure_layerwise
 from .layerwise import DEFAULT_POSITION, layerwise_change
 from .replacement import replacement_candidates, vocab_attention_mass, vocab_hidden0
-from .runners import run_attention_edit, run_attention_under_delta, run_layerwise
 
 __all__ = [
     "DEFAULT_POSITION",
@@ -31,9 +30,6 @@ __all__ = [
     "optimised_delta",
     "relative_change",
     "replacement_candidates",
-    "run_attention_edit",
-    "run_attention_under_delta",
-    "run_layerwise",
     "vocab_attention_mass",
     "vocab_hidden0",
 ]

@@ -14,19 +14,33 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import lightning as L
+import lightning.pytorch as pl
 import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from .results import RESULTS_NAME, ResultsFile
+from .. import validate
+from ..results import RESULTS_NAME, ResultsFile
+from .summary import save_figure
 
 
 def _identity(batch: list) -> list:
     return batch
 
 
-class Evaluation(L.LightningModule):
+def gather_records(records: list[dict], world_size: int) -> list[dict]:
+    """The records of every rank, on every rank (rank order); the records themselves when not distributed.
+
+    A collective under DDP: every rank must call it, with the same `world_size`.
+    """
+    if world_size > 1 and dist.is_available() and dist.is_initialized():
+        parts: list[Any] = [None] * world_size
+        dist.all_gather_object(parts, records)
+        records = [r for part in parts for r in part]
+    return records
+
+
+class Evaluation(pl.LightningModule):
     """Base LightningModule of an evaluation sweep (no trainable parameters).
 
     Args:
@@ -37,9 +51,7 @@ class Evaluation(L.LightningModule):
 
     def __init__(self, trials_per_step: int = 1, output_dir: str | None = None) -> None:
         super().__init__()
-        if trials_per_step < 1:
-            raise ValueError(f"trials_per_step must be >= 1, got {trials_per_step}")
-        self.trials_per_step = trials_per_step
+        self.trials_per_step = validate.positive_int("trials_per_step", trials_per_step)
         self.output_dir = output_dir
         self.run_key = "default"  # set by the CLI to a hash of the resolved config
         self._results: ResultsFile | None = None
@@ -122,18 +134,10 @@ class Evaluation(L.LightningModule):
             print(f"{type(self).__name__}: {total - len(remaining)} of {total} trials already in {self.results.path}")
         return DataLoader(remaining, batch_size=self.trials_per_step, collate_fn=_identity, shuffle=False)
 
-    def gather_records(self, records: list[dict]) -> list[dict]:
-        """The records of every rank (on every rank); padding duplicates are dropped when appending."""
-        if self.trainer.world_size > 1 and dist.is_available() and dist.is_initialized():
-            parts: list[Any] = [None] * self.trainer.world_size
-            dist.all_gather_object(parts, records)
-            records = [r for part in parts for r in part]
-        return records
-
     def test_step(self, batch: list[dict], batch_idx: int) -> None:
         with torch.inference_mode(False), torch.enable_grad():  # the searches need input gradients
             records = self.run_trials(batch)
-        records = self.gather_records(records)
+        records = gather_records(records, self.trainer.world_size)  # padding duplicates: dropped when appended
         if self.trainer.is_global_zero:
             self.results.append(records)
 
@@ -163,15 +167,50 @@ class Evaluation(L.LightningModule):
 
     def add_figure(self, tag: str, fig: Any, stem: str) -> None:
         """Save a figure as PNG and PDF next to results.jsonl and in TensorBoard (rank 0), then close it."""
-        import matplotlib.pyplot as plt
-        from lightning.pytorch.loggers import TensorBoardLogger
-
         if self.trainer.is_global_zero:
-            fig.savefig(self.out_dir / f"{stem}.png", dpi=120, bbox_inches="tight")
-            fig.savefig(self.out_dir / f"{stem}.pdf", bbox_inches="tight")
-            if isinstance(self.logger, TensorBoardLogger):
-                self.logger.experiment.add_figure(tag, fig)
-        plt.close(fig)
+            save_figure(fig, self.out_dir, stem, logger=self.logger, tag=tag)
+        else:
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
 
     def configure_optimizers(self) -> None:
         return None
+
+
+class EmbeddingsEvaluation(Evaluation):
+    """An evaluation that draws its samples from `self.embeddings` (an EmbeddingSpec), opened once on first use."""
+
+    embeddings: Any  # an EmbeddingSpec
+    _store = None
+
+    @property
+    def store(self) -> Any:
+        """The TokenEmbeddings of `self.embeddings` (built or read from the cache on first use)."""
+        if self._store is None:
+            from ..data import load_token_embeddings
+
+            self._store = load_token_embeddings(self.embeddings, progress=self.trainer.is_global_zero)
+        return self._store
+
+    def set_embeddings(self, spec: Any, d_key: str, d_max: int, n_key: str, n_max: int) -> None:
+        """Check the spec and that the grid fits it (before any trial runs), then keep it as `self.embeddings`.
+
+        Args:
+            spec: an EmbeddingSpec, or None for the default one.
+            d_key: the config key of the largest embedding dimension asked for (e.g. `d_values`).
+            d_max: that dimension; at most the embeddings' hidden size.
+            n_key: the config key of the largest context length (e.g. `cases.n`).
+            n_max: that length; at most `embeddings.max_length`.
+        """
+        from ..data import EmbeddingSpec
+        from ..data.spec import hidden_size_of, validate_spec
+
+        spec = spec if spec is not None else EmbeddingSpec()
+        validate_spec(spec, "embeddings")  # bad data keys (layer, num_samples, source...) before any trial runs
+        hidden = hidden_size_of(spec)
+        if d_max > hidden:
+            raise ValueError(f"{d_key}: d must be <= {hidden} (the embeddings' hidden size), got {d_max}")
+        if n_max > spec.max_length:
+            raise ValueError(f"{n_key}: n must be <= {spec.max_length} (embeddings.max_length), got {n_max}")
+        self.embeddings = spec

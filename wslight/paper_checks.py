@@ -1,4 +1,4 @@
-"""The checks of paper.md §12, computed from the records of a run's results.jsonl files (never written by hand).
+"""The paper's checks (paper.md §12), computed from the records of a run's results.jsonl files (never written by hand).
 
 Each check returns a `Check` row: what is tested, the measured value, the expectation and PASS / FAIL, or N/A with
 the reason when the run holds no records it could be computed from.
@@ -11,6 +11,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .evaluations.summary import attack_stats, cell_means
+
 
 @dataclass
 class Check:
@@ -21,14 +23,6 @@ class Check:
     measured: str
     expected: str
     status: str  # "PASS", "FAIL" or "N/A"
-
-
-def _means(records: list[dict], keys: tuple[str, ...], value: str) -> dict[tuple, float]:
-    cells: dict[tuple, list[float]] = defaultdict(list)
-    for r in records:
-        if r.get(value) is not None:
-            cells[tuple(r[k] for k in keys)].append(float(r[value]))
-    return {k: statistics.fmean(v) for k, v in cells.items()}
 
 
 def _status(ok: bool) -> str:
@@ -61,7 +55,7 @@ def check_rf_feature_norm(ws: list[dict]) -> Check:
 
 def check_rf_sqrt_n_flat(ws: list[dict]) -> Check:
     what, expected = "2. RF: S * sqrt(n) flat in n, per d", "max/min of the cell means < 1.2"
-    means = _means(ws_of(ws, "rf"), ("d", "n"), "ws_sqrt_n")
+    means = cell_means(ws_of(ws, "rf"), ("d", "n"), "ws_sqrt_n")
     if len({n for _, n in means}) < 2:
         return _na("2", what, expected, "fewer than two RF context lengths")
     parts, ok = [], True
@@ -86,7 +80,7 @@ def check_rf_bound(ws: list[dict]) -> Check:
 
 def check_deep_rf_decays(ws: list[dict]) -> Check:
     what, expected = "4. DeepRF: S decays in n and stays small, per L", "S(n_max) < S(n_min) and every S < 0.5"
-    means = _means(ws_of(ws, "deep_rf"), ("L", "n"), "ws")
+    means = cell_means(ws_of(ws, "deep_rf"), ("L", "n"), "ws")
     if len({n for _, n in means}) < 2:
         return _na("4", what, expected, "fewer than two DeepRF context lengths")
     parts, ok = [], True
@@ -101,7 +95,7 @@ def check_deep_rf_decays(ws: list[dict]) -> Check:
 def check_raf_flat(ws: list[dict]) -> Check:
     what = "5. RAF: S of order 1 and flat in n; >= 5x RF at matched n"
     expected = "S(n_max)/S(n_min) >= 0.5 per d (1/sqrt(n) would give sqrt(n_min/n_max)); RAF/RF >= 5"
-    raf = _means(ws_of(ws, "raf"), ("d", "n"), "ws")
+    raf = cell_means(ws_of(ws, "raf"), ("d", "n"), "ws")
     if len({n for _, n in raf}) < 2:
         return _na("5", what, expected, "fewer than two RAF context lengths")
     parts, ok = [], True
@@ -112,7 +106,7 @@ def check_raf_flat(ws: list[dict]) -> Check:
         parts.append(
             f"d={d}: {raf[(d, ns[0])]:.2f} (n={ns[0]}) -> {raf[(d, ns[-1])]:.2f} (n={ns[-1]}), ratio {ratio:.2f}"
         )
-    rf = _means(ws_of(ws, "rf"), ("d", "n"), "ws")
+    rf = cell_means(ws_of(ws, "rf"), ("d", "n"), "ws")
     matched = sorted(set(rf) & set(raf))
     if matched:
         factor = min(raf[c] / rf[c] for c in matched)
@@ -123,8 +117,8 @@ def check_raf_flat(ws: list[dict]) -> Check:
 
 def check_relu_raf(ws: list[dict]) -> Check:
     what, expected = "6. ReLU-RAF: S decays in n, below RAF at n >= 100", "S(n_max) < S(n_min) per d; ReLU-RAF < RAF"
-    relu = _means(ws_of(ws, "relu_raf"), ("d", "n"), "ws")
-    raf = _means(ws_of(ws, "raf"), ("d", "n"), "ws")
+    relu = cell_means(ws_of(ws, "relu_raf"), ("d", "n"), "ws")
+    raf = cell_means(ws_of(ws, "raf"), ("d", "n"), "ws")
     if len({n for _, n in relu}) < 2:
         return _na("6", what, expected, "fewer than two ReLU-RAF context lengths")
     parts, ok = [], True
@@ -180,10 +174,9 @@ def check_closed_forms(att: list[dict]) -> Check:
 
 
 def _flip_summary(recs: list[dict]) -> tuple[float, float, float]:
-    flip = statistics.fmean(1.0 - r["sign_err"] for r in recs)
-    yd1 = statistics.fmean(r["y"] * r["D1"] for r in recs)
-    err = statistics.median(r["err"] for r in recs)
-    return flip, yd1, err
+    """(flip rate, mean y*D1, median Err) of attack records (`wslight.evaluations.summary.attack_stats`)."""
+    stats = attack_stats(recs)
+    return stats["flip_rate"], stats["mean_yD1"], stats["median_err"]
 
 
 def check_rf_cannot_flip(att: list[dict]) -> Check:

@@ -2,7 +2,7 @@
 
 import math
 
-from wslight.checks import all_checks, check_closed_forms, check_raf_flat, check_rf_bound, check_rf_sqrt_n_flat
+from wslight.paper_checks import all_checks, check_closed_forms, check_raf_flat, check_rf_bound, check_rf_sqrt_n_flat
 
 
 def ws_rec(m, d, n, ws, **kw):

@@ -1,14 +1,25 @@
-"""The encoder probes as evaluations for `evaluate.py`: one trial each, records to results.jsonl, figures saved."""
+"""The encoder probes as evaluations for `evaluate.py`: one trial each, records to results.jsonl, figures saved.
+
+The maths of the probes and their figures live in `wslight.probes`; these classes only run them as evaluations.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
 
-from ..evaluation import Evaluation
-from .attention import DEFAULT_SENTENCES, PAPER_TITLE, attention_edit, attention_under_delta
-from .figures import figure_attention_edit, figure_attention_under_delta, figure_layerwise
-from .layerwise import DEFAULT_POSITION, layerwise_change
+from ..probes import (
+    DEFAULT_POSITION,
+    DEFAULT_SENTENCES,
+    PAPER_TITLE,
+    attention_edit,
+    attention_under_delta,
+    figure_attention_edit,
+    figure_attention_under_delta,
+    figure_layerwise,
+    layerwise_change,
+)
+from .base import Evaluation
 
 
 class _Probe(Evaluation):

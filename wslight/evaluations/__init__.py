@@ -1,0 +1,30 @@
+"""Evaluations run by `evaluate.py` (LightningModules over a list of trials) and the summaries they share.
+
+- `base`: the `Evaluation` base (trials sharded over devices, gathered, appended to results.jsonl, resumable).
+- `ws_sweep`: `WordSensitivitySweep`, S over map x d x n x L (Figures 2-3).
+- `attack_sweep`: `DeltaAttackSweep` (Figures 4-5) and the attack records shared with `wslight.callbacks.DeltaAttack`.
+- `probes`: the encoder probes (Figures 1 and 3) as evaluations.
+- `summary`: cell tables, markdown tables, trusted/nonfinite filtering, the attack summary and `save_figure`.
+"""
+
+from .attack_sweep import AttackCase, DeltaAttackSweep, attack_objectives, attack_records, run_attacks
+from .base import EmbeddingsEvaluation, Evaluation, gather_records
+from .probes import AttentionEditProbe, AttentionUnderDeltaProbe, LayerwiseChangeProbe
+from .summary import save_figure
+from .ws_sweep import WordSensitivitySweep
+
+__all__ = [
+    "AttackCase",
+    "AttentionEditProbe",
+    "AttentionUnderDeltaProbe",
+    "DeltaAttackSweep",
+    "EmbeddingsEvaluation",
+    "Evaluation",
+    "LayerwiseChangeProbe",
+    "WordSensitivitySweep",
+    "attack_objectives",
+    "attack_records",
+    "gather_records",
+    "run_attacks",
+    "save_figure",
+]

@@ -1,0 +1,258 @@
+"""The Delta-attack sweep run by `evaluate.py` (Figures 4-5), and the attack records it shares with the callback.
+
+`attack_objectives` lists the (training, loss, penalty) of the attacks on one trial, `run_attacks` runs them on one
+map and training set and `attack_records` turns one `delta_attack` output into results records: the sweep and the
+`DeltaAttack` callback both go through these three, so their records have the same fields and meaning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from .. import validate
+from ..attack import LOSSES, delta_attack, output_records
+from ..data import EmbeddingSpec
+from ..features import MAPS, make_map
+from ..interpolation import TRAININGS
+from ..seeding import derive_seed, generator
+from .base import EmbeddingsEvaluation
+from .summary import ATTACK_REQUIRED, attack_figures, attack_scalars, attack_table, markdown_table, trusted
+
+
+def attack_objectives(trainings: list[str], losses: list[str], penalties: list[float]) -> list[tuple[str, str, float]]:
+    """(training, loss, penalty) of every attack on a trial; only the "penalized" loss takes the penalties."""
+    return [
+        (training, loss, penalty)
+        for training in trainings
+        for loss in losses
+        for penalty in (penalties if loss == "penalized" else [0.0])
+    ]
+
+
+def attack_records(
+    trial: dict[str, Any], training: str, loss: str, penalty: float, out: dict, sample_ids: list[int]
+) -> list[dict]:
+    """The results records of one `delta_attack` output: one per context sample.
+
+    Args:
+        trial: the trial's identity: `trial_key`, `map` and any further fields to record (d, n, N, L, trial, seeds...).
+        training: "finetune" or "retrain".
+        loss: the Delta objective.
+        penalty: the penalty weight (recorded as the design.md field `p`).
+        out: the output of `delta_attack` for B context samples.
+        sample_ids: the B context samples' ids.
+    """
+    records = []
+    for b, rec in enumerate(output_records(out)):
+        records.append(
+            {
+                "experiment": "attack",
+                "trial_key": trial["trial_key"],
+                "record_key": f"{trial['trial_key']}/{training}/{loss}/p{penalty}/c{b}",
+                "map": trial["map"],
+                "training": training,
+                "loss": loss,
+                "p": penalty,
+                **{k: v for k, v in trial.items() if k not in ("trial_key", "map")},
+                "context": b,
+                "sample_id": int(sample_ids[b]),
+                **rec,
+            }
+        )
+    return records
+
+
+def run_attacks(
+    fmap: torch.nn.Module,
+    X_train: torch.Tensor,
+    Y: torch.Tensor,
+    X_ctx: torch.Tensor,
+    y_ctx: torch.Tensor,
+    trial: dict[str, Any],
+    objectives: list[tuple[str, str, float]],
+    sample_ids: list[int],
+    **options: Any,
+) -> list[dict]:
+    """One `delta_attack` per objective on (N, n, d) training and (B, n, d) context samples, as records.
+
+    `options` go to `delta_attack` (position, steps, restarts, seed, faithful, train_ids, ctx_ids).
+    """
+    records = []
+    for training, loss, penalty in objectives:
+        out = delta_attack(fmap, X_train, Y, X_ctx, y_ctx, training=training, loss=loss, penalty=penalty, **options)
+        records += attack_records(trial, training, loss, penalty, out, sample_ids)
+    return records
+
+
+@dataclass(frozen=True)
+class AttackCase:
+    """One (map, n) panel of the attack figures.
+
+    Args:
+        map: a registered map ("rf", "deep_rf", "raf", "relu_raf", ...).
+        n: context length (the first n tokens).
+        depth: depth L of the maps that have one ("deep_rf").
+    """
+
+    map: str
+    n: int
+    depth: int = 2
+
+
+class DeltaAttackSweep(EmbeddingsEvaluation):
+    """The single-token Delta attack on fine-tuned and re-trained heads (paper.md §6, Figures 4-5).
+
+    One trial = a case (map, n), a training-set size N and a trial index: N + `contexts` distinct reviews drawn at
+    random from the embeddings (the first `contexts` are the context samples, never in the training set), a fresh
+    random map, the closed-form heads, then one attack per (training, loss, penalty). Each record has the results.jsonl
+    fields of design.md (experiment="attack", map, training, loss, p (the penalty), d, n, N, trial, y, t0, t1, D0, D1,
+    err, sign_err, gamma, proj_ratio, seed: the sweep's seed) plus trial_seed, map_seed, attack_seed, abs_t0, abs_D0,
+    delta_norm, steps, gram_cond, gram_ill_conditioned (a flag: do not trust that trial's heads) and nonfinite (a
+    flag: a NaN or infinite value, stored as null; left out of the summary).
+
+    Args:
+        cases: the (map, n) panels.
+        d: embedding dimension (the first d coordinates).
+        N_values: training-set sizes.
+        trainings: "finetune" (theta_f) and/or "retrain" (theta_r).
+        losses: Delta objectives: "err" (16), "align" (24a), "align_proj" (24b), "penalized" (err + penalty
+            (phi^T theta*)^2).
+        penalties: penalty weights of "penalized" (each >= 0); other losses use 0.
+        trials: independent trials per (case, N).
+        contexts: context samples attacked per trial (batched; the paper: 1).
+        embeddings: where the token embeddings come from.
+        position: index of the perturbed token (0 = [CLS], as the paper).
+        steps: most optimiser steps (None: the attack's default; with faithful, the authors' counts).
+        restarts: restarts per context sample (None: the attack's default).
+        faithful: the authors' fixed-step projected descent instead of the improved optimiser.
+        rf_width_ratio: RF neurons k = ratio * n d (the paper: 1).
+        seed: the sweep's seed (samples, maps, restarts).
+        trials_per_step: trials per test step (sharded over devices by Lightning).
+        output_dir: where results.jsonl and figures go (None: the logger's directory).
+    """
+
+    def __init__(
+        self,
+        cases: list[AttackCase],
+        d: int,
+        N_values: list[int],
+        trainings: list[Literal["finetune", "retrain"]] | None = None,
+        losses: list[Literal["err", "align", "align_proj", "penalized"]] | None = None,
+        penalties: list[float] | None = None,
+        trials: int = 5,
+        contexts: int = 1,
+        embeddings: EmbeddingSpec | None = None,
+        position: int = 0,
+        steps: int | None = None,
+        restarts: int | None = None,
+        faithful: bool = False,
+        rf_width_ratio: float = 1.0,
+        seed: int = 0,
+        trials_per_step: int = 1,
+        output_dir: str | None = None,
+    ) -> None:
+        super().__init__(trials_per_step, output_dir)
+        self.cases = [c if isinstance(c, AttackCase) else AttackCase(**c) for c in cases]
+        if not self.cases:
+            raise ValueError("cases must list at least one (map, n), got an empty grid")
+        for c in self.cases:
+            validate.choice("cases.map", c.map, sorted(MAPS))
+        validate.int_list("cases.n", [c.n for c in self.cases])
+        validate.int_list("cases.depth", [c.depth for c in self.cases])
+        self.d = validate.positive_int("d", d)
+        self.N_values = validate.int_list("N_values", N_values)
+        self.trainings = validate.choices("trainings", list(TRAININGS) if trainings is None else trainings, TRAININGS)
+        self.losses = validate.choices("losses", ["err"] if losses is None else losses, LOSSES)
+        self.penalties = list(penalties if penalties is not None else [0.0])
+        if not self.penalties:
+            raise ValueError(f"penalties must list at least one weight, got {penalties!r}")
+        for value in self.penalties:
+            validate.number("penalties", value, low=0)
+        self.trials = validate.positive_int("trials", trials)
+        self.contexts = validate.positive_int("contexts", contexts)
+        self.set_embeddings(embeddings, "d", self.d, "cases.n", max(c.n for c in self.cases))
+        self.position = validate.integer("position", position, low=0, high=min(c.n for c in self.cases) - 1)
+        need = max(self.N_values) + self.contexts
+        if need > self.embeddings.num_samples:
+            raise ValueError(
+                f"N_values: N + contexts = {need} exceeds embeddings.num_samples = {self.embeddings.num_samples}"
+            )
+        self.steps = validate.integer("steps", steps, low=1, allow_none=True)
+        self.restarts = validate.integer("restarts", restarts, low=1, allow_none=True)
+        if faithful and restarts not in (None, 1):
+            raise ValueError(f"restarts must be 1 (or None) when faithful=True, got {restarts!r}")
+        self.faithful = faithful
+        self.rf_width_ratio = validate.number("rf_width_ratio", rf_width_ratio, low=0, strict=True)
+        self.seed = validate.integer("seed", seed, low=0)
+
+    def trial_specs(self) -> list[dict]:
+        return [
+            {
+                "trial_key": f"{c.map}/n{c.n}/L{c.depth}/N{N}/t{t}",
+                "map": c.map,
+                "n": c.n,
+                "L": c.depth,
+                "N": N,
+                "trial": t,
+            }
+            for c in self.cases
+            for N in self.N_values
+            for t in range(self.trials)
+        ]
+
+    def objectives(self) -> list[tuple[str, str, float]]:
+        """(training, loss, penalty) of every attack run on a trial."""
+        return attack_objectives(self.trainings, self.losses, self.penalties)
+
+    def run_trials(self, specs: list[dict]) -> list[dict]:
+        records = []
+        c = self.contexts
+        for s in specs:
+            m, n, L, N, t = s["map"], s["n"], s["L"], s["N"], s["trial"]
+            trial_seed = derive_seed(self.seed, "attack", m, n, L, N, t)
+            attack_seed = derive_seed(trial_seed, "attack.restarts")
+            index = torch.randperm(len(self.store), generator=generator(trial_seed, "attack.samples"))[: N + c]
+            X, y = self.store.samples(index, n, self.d)  # (N + c, n, d), (N + c,)
+            ids = self.store.sample_ids[index]  # (N + c,)
+            fmap = make_map(m, n, self.d, seed=trial_seed, depth=L, width_ratio=self.rf_width_ratio).to(self.device)
+            X = X.to(self.device)
+            trial = {
+                **s,
+                "d": self.d,
+                "seed": self.seed,
+                "trial_seed": trial_seed,
+                "map_seed": trial_seed,  # the trial's map is drawn from the trial's seed
+                "attack_seed": attack_seed,
+            }
+            records += run_attacks(
+                fmap,
+                X[c:],
+                y[c:],
+                X[:c],
+                y[:c],
+                trial,
+                self.objectives(),
+                ids[:c].tolist(),
+                position=self.position,
+                steps=self.steps,
+                restarts=self.restarts,
+                seed=attack_seed,
+                faithful=self.faithful,
+                train_ids=ids[c:],
+                ctx_ids=ids[:c],
+            )
+        return records
+
+    def summarize(self, records: list[dict], out_dir: Path) -> None:
+        records = trusted(records, "attack", ATTACK_REQUIRED)
+        for name, value in attack_scalars(records, self.trainings).items():
+            self.log_scalar(name, value)
+        if not self.trainer.is_global_zero or not records:
+            return
+        (out_dir / "summary.md").write_text(markdown_table(attack_table(records)))
+        for tag, fig, stem in attack_figures(records):
+            self.add_figure(tag, fig, stem)

@@ -1,0 +1,199 @@
+"""The word-sensitivity sweep run by `evaluate.py`: S over map x d x n x L x trials (Figures 2-3)."""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from .. import validate
+from ..data import EmbeddingSpec
+from ..features import MAPS, RandomFeatures, make_map
+from ..seeding import derive_seed, generator
+from ..sensitivity import word_sensitivity, ws_bound_rf
+from .base import EmbeddingsEvaluation
+from .summary import cell_table, markdown_table, nonfinite, trusted
+
+# Maps whose S the paper proves to decay as 1/sqrt(n): their S sqrt(n) figure shows that law as a flat line.
+SQRT_N_MAPS = ("rf", "deep_rf")
+
+
+def takes_depth(name: str) -> bool:
+    """True when the registered map `name` has a depth (its constructor takes `depth`): the sweep crosses `depths`."""
+    cls = MAPS.get(name)
+    return cls is not None and "depth" in inspect.signature(cls.__init__).parameters
+
+
+def rf_bound(fmap: torch.nn.Module, X: torch.Tensor, res: Any) -> torch.Tensor | None:
+    """The operator-norm bound on S of an RF map at the realised ||Delta|| (paper.md §12.3); None for other maps."""
+    if not isinstance(fmap, RandomFeatures):
+        return None
+    return ws_bound_rf(fmap, X, res.position, res.delta_norm, res.phi_norm)  # (B,)
+
+
+class WordSensitivitySweep(EmbeddingsEvaluation):
+    """Word sensitivity of random feature maps on token embeddings, over a grid (paper.md §3, Figures 2-3).
+
+    One trial = one sample drawn at random from the embeddings (seeded by `seed` and the trial index, so trial t uses
+    the same review in every cell) and, by default, a fresh random map (seeded by `seed`, the cell and the trial):
+    the paper's "independent trials". Each trial records the results.jsonl fields of design.md (experiment="ws", map,
+    d, n, L, trial, sample_id, position, ws, delta_norm, phi_norm, steps, seed: the sweep's seed) plus `map_seed` (the
+    seed of the trial's map), `radius`, `bound` (RF: the operator-norm bound of paper.md §12.3 at the realised
+    ||Delta||), `ws_sqrt_n` and `nonfinite` (a flag: S is not a finite number, e.g. phi(X) = 0 for a ReLU-RAF sample
+    whose scores are all <= 0; such records are left out of the summary).
+
+    Args:
+        maps: which registered maps to sweep ("rf", "deep_rf", "raf", "relu_raf", or any map added with
+            `wslight.features.register_map`).
+        d_values: embedding dimensions (the first d coordinates of each token).
+        n_values: context lengths (the first n tokens).
+        depths: depths L of the maps that have one ("deep_rf"); other maps record L = 1.
+        trials: independent trials per cell.
+        embeddings: where the token embeddings come from (source, encoder, layer, number of reviews, seed).
+        positions: "first" (token 0, the paper's figures), "all" (the true sup over i) or a list of token indices.
+        radius_scale: the ball radius is radius_scale * sqrt(d) (the paper: 1). Must be > 0.
+        restarts: ascent chains per sample and position (batched).
+        max_steps: most ascent steps per chain.
+        tol: convergence tolerance of the estimator (relative change of S over its window).
+        rf_width_ratio: RF neurons k = ratio * n d (the paper: 1, i.e. k = D); DeepRF widths likewise.
+        shared_weights: False (the paper): a fresh map per trial; True: one map per cell shared by its trials, which
+            batches the trials of a cell in one search.
+        dtype: working dtype of the maps and the search.
+        seed: the sweep's seed (samples, maps, restarts).
+        trials_per_step: trials per test step (sharded over devices by Lightning).
+        output_dir: where results.jsonl and figures go (None: the logger's directory).
+    """
+
+    def __init__(
+        self,
+        maps: list[str],
+        d_values: list[int],
+        n_values: list[int],
+        depths: list[int] | None = None,
+        trials: int = 10,
+        embeddings: EmbeddingSpec | None = None,
+        positions: Literal["first", "all"] | list[int] = "first",
+        radius_scale: float = 1.0,
+        restarts: int = 4,
+        max_steps: int = 500,
+        tol: float = 1e-4,
+        rf_width_ratio: float = 1.0,
+        shared_weights: bool = False,
+        dtype: Literal["float32", "float64"] = "float32",
+        seed: int = 0,
+        trials_per_step: int = 1,
+        output_dir: str | None = None,
+    ) -> None:
+        super().__init__(trials_per_step, output_dir)
+        self.maps = validate.choices("maps", maps, sorted(MAPS))
+        self.d_values = validate.int_list("d_values", d_values)
+        self.n_values = validate.int_list("n_values", n_values)
+        self.depths = validate.int_list("depths", depths if depths is not None else [2])
+        self.trials = validate.positive_int("trials", trials)
+        self.radius_scale = validate.number("radius_scale", radius_scale, low=0, strict=True)
+        self.restarts = validate.positive_int("restarts", restarts)
+        self.max_steps = validate.positive_int("max_steps", max_steps)
+        self.tol = validate.number("tol", tol, low=0)
+        self.rf_width_ratio = validate.number("rf_width_ratio", rf_width_ratio, low=0, strict=True)
+        validate.dtype("dtype", dtype)
+        self.seed = validate.integer("seed", seed, low=0)
+        self.set_embeddings(embeddings, "d_values", max(self.d_values), "n_values", max(self.n_values))
+        validate.positions("positions", positions, min(self.n_values))  # indices against the smallest n
+        self.positions, self.shared_weights, self.map_dtype = positions, shared_weights, dtype
+        self._last_map: tuple[int | None, Any] = (None, None)
+
+    # --- the grid ---------------------------------------------------------------------------------------------------
+    def cells(self) -> list[tuple[str, int, int, int]]:
+        """(map, d, n, L) for every cell, in sweep order."""
+        out = []
+        for m in self.maps:
+            for L in self.depths if takes_depth(m) else [1]:
+                out += [(m, d, n, L) for d in self.d_values for n in self.n_values]
+        return out
+
+    def trial_specs(self) -> list[dict]:
+        return [
+            {"trial_key": f"{m}/d{d}/n{n}/L{L}/t{t}", "map": m, "d": d, "n": n, "L": L, "trial": t}
+            for (m, d, n, L) in self.cells()
+            for t in range(self.trials)
+        ]
+
+    def sample_index(self, trial: int) -> int:
+        """Which embedded review trial `trial` uses (the same in every cell)."""
+        return int(torch.randint(len(self.store), (1,), generator=generator(self.seed, "ws.sample", trial)))
+
+    # --- the work ---------------------------------------------------------------------------------------------------
+    def cell_map(self, m: str, d: int, n: int, L: int, map_seed: int) -> torch.nn.Module:
+        """The map of a cell on this device; with shared weights, the cell's map is reused by its next trials."""
+        if self._last_map[0] != map_seed:
+            fmap = make_map(m, n, d, seed=map_seed, depth=L, width_ratio=self.rf_width_ratio, dtype=self.map_dtype)
+            self._last_map = (map_seed, fmap.to(self.device))
+        return self._last_map[1]
+
+    def run_trials(self, specs: list[dict]) -> list[dict]:
+        groups: dict[tuple, list[dict]] = defaultdict(list)
+        for s in specs:
+            cell = (s["map"], s["d"], s["n"], s["L"])
+            groups[cell + (None if self.shared_weights else s["trial"],)].append(s)
+        records = []
+        for (m, d, n, L, t), group in groups.items():
+            map_seed = derive_seed(self.seed, "ws.map", m, d, n, L, -1 if t is None else t)
+            fmap = self.cell_map(m, d, n, L, map_seed)
+            index = [self.sample_index(s["trial"]) for s in group]
+            X, _ = self.store.samples(index, n, d)  # (B, n, d)
+            X = X.to(self.device)
+            res = word_sensitivity(
+                fmap,
+                X,
+                positions=self.positions,
+                radius=self.radius_scale * d**0.5,
+                restarts=self.restarts,
+                max_steps=self.max_steps,
+                tol=self.tol,
+                seed=derive_seed(map_seed, "ws.restarts"),
+                dtype=self.map_dtype,
+            )
+            bound = rf_bound(fmap, X, res)  # (B,) or None
+            for b, (s, rec) in enumerate(zip(group, res.records(), strict=True)):
+                record = {
+                    "experiment": "ws",
+                    "trial_key": s["trial_key"],
+                    "map": m,
+                    "d": d,
+                    "n": n,
+                    "L": L,
+                    "trial": s["trial"],
+                    "sample_id": int(self.store.sample_ids[index[b]]),
+                    **rec,
+                    "seed": self.seed,
+                    "map_seed": map_seed,
+                    "radius": self.radius_scale * d**0.5,
+                    "ws_sqrt_n": rec["ws"] * math.sqrt(n),
+                    "bound": None if bound is None else float(bound[b]),
+                }
+                record["nonfinite"] = nonfinite(record)  # e.g. S = inf when phi(X) = 0: null in the file, flagged
+                records.append(record)
+        return records
+
+    # --- the summary ------------------------------------------------------------------------------------------------
+    def summarize(self, records: list[dict], out_dir: Path) -> None:
+        from ..plots.ws import plot_ws_curves
+
+        records = trusted(records, "word sensitivity", ("ws",))
+        table = cell_table(records, ("map", "d", "n", "L"), "ws")
+        for row in table:
+            group = f"L{row['L']}" if takes_depth(row["map"]) else f"d{row['d']}"
+            self.log_scalar(f"ws/{row['map']}/{group}/n{row['n']}", row["mean"])
+        if not self.trainer.is_global_zero or not records:
+            return
+        (out_dir / "summary.md").write_text(markdown_table(table))
+        for m in sorted({r["map"] for r in records}):
+            recs = [r for r in records if r["map"] == m]
+            group = "L" if takes_depth(m) else "d"
+            self.add_figure(f"ws/{m}", plot_ws_curves(recs, m, group=group), f"ws_{m}")
+            if m in SQRT_N_MAPS:
+                self.add_figure(f"ws/{m}_sqrt_n", plot_ws_curves(recs, m, group=group, scaled=True), f"ws_{m}_sqrt_n")
