@@ -1,53 +1,70 @@
-"""The main job's driver on a tiny plan: report with the checks table read from results.jsonl, and resume."""
+"""The main job's driver: the shipped plan file, and a tiny plan run end to end (report from results.jsonl, resume).
+
+The tiny plan is made of the shipped stage configs (configs/reproduce/ws_rf.yaml, attack_fig4.yaml) with synthetic data
+and small grids, written as YAML files next to their plan, exactly as a user would write their own.
+"""
 
 import json
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 from wslight import reproduce
-from wslight.reproduce import Stage
 
-SYNTH = {
-    "model.init_args.embeddings.source": "synthetic",
-    "model.init_args.embeddings.synthetic_dim": 16,
-    "model.init_args.embeddings.num_samples": 60,
+SYNTH = {"source": "synthetic", "synthetic_dim": 16, "num_samples": 60}
+TINY = {
+    "ws_rf": {"d_values": [16], "n_values": [4, 8], "trials": 2, "max_steps": 60},
+    "attack_fig4": {
+        "cases": [{"map": "rf", "n": 6}],
+        "d": 8,
+        "N_values": [10],
+        "trials": 2,
+        "losses": ["err"],
+        "steps": 40,
+    },
 }
 
 
-def tiny_plan():
-    a = "model.init_args."
-    return [
-        Stage(
-            "ws_rf",
-            "configs/ws/rf.yaml",
-            {**SYNTH, a + "d_values": [16], a + "n_values": [4, 8], a + "trials": 2, a + "max_steps": 60},
-            "RF",
-        ),
-        Stage(
-            "attack_fig4",
-            "configs/attack/fig4.yaml",
-            {
-                **SYNTH,
-                a + "cases": [{"map": "rf", "n": 6}],
-                a + "d": 8,
-                a + "N_values": [10],
-                a + "trials": 2,
-                a + "losses": ["err"],
-                a + "steps": 40,
-            },
-            "attack",
-        ),
-    ]
+def write_tiny_plan(root: Path) -> Path:
+    """plan.yaml with the shipped ws_rf and attack_fig4 stages shrunk; returns the plan's path."""
+    shipped = {s.name: s for s in reproduce.load_plan("offline")}
+    entries = []
+    for name, changes in TINY.items():
+        cfg = yaml.safe_load(shipped[name].path.read_text())
+        init = cfg["model"]["init_args"]
+        init.update(changes)
+        init["embeddings"].update(SYNTH)
+        path = root / "conf" / f"{name}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        entries.append({"name": name, "config": str(path), "title": shipped[name].title})
+    plan = root / "plan.yaml"
+    plan.write_text(yaml.safe_dump({"offline": entries}, sort_keys=False))
+    return plan
 
 
-@pytest.fixture
-def tiny(monkeypatch):
-    monkeypatch.setattr(reproduce, "offline_plan", tiny_plan)
+def test_shipped_plan_names_complete_configs_that_run_alone_into_the_stage_folder():
+    offline, full = reproduce.load_plan("offline"), reproduce.load_plan("full")
+    assert [s.name for s in offline][:5] == ["ws_rf", "ws_deep_rf", "ws_raf", "ws_relu_raf", "ws_raf_2x_steps"]
+    assert len(offline) == 10 and len(full) == 9
+    assert all(s.config == f"configs/reproduce/{s.name}.yaml" for s in offline)
+    assert all(s.config.startswith("configs/paper/") and s.path.is_file() for s in full)
+    for stage in offline:
+        cfg = yaml.safe_load(stage.path.read_text())
+        logger = cfg["trainer"]["logger"]["init_args"]
+        # run alone from the repository root, a stage writes to (and resumes) the folder `make reproduce` uses
+        assert (logger["save_dir"], logger["name"]) == ("reports/offline/tensorboard", stage.name)
+        assert cfg["seed_everything"] == 0 and cfg["model"]["class_path"].startswith("wslight.evaluations.")
+        assert f"python evaluate.py --config {stage.config}" in stage.path.read_text()
+    assert [s.name for s in offline if s.shares_maps()] == ["ws_rf", "ws_deep_rf"]
 
 
-def test_report_checks_come_from_the_results_and_a_rerun_resumes(tmp_path, tiny):
-    report = reproduce.main(["--reports", str(tmp_path)])
+def test_report_checks_come_from_the_results_and_a_rerun_resumes(tmp_path):
+    plan = write_tiny_plan(tmp_path)
+    argv = ["--reports", str(tmp_path), "--plan", str(plan)]
+    report = reproduce.main(argv)
     assert report == tmp_path / "offline" / "report.md"
     text = report.read_text()
     assert "## Checks (paper.md §12)" in text and "## Provenance" in text
@@ -60,15 +77,37 @@ def test_report_checks_come_from_the_results_and_a_rerun_resumes(tmp_path, tiny)
     row = next(line for line in text.splitlines() if line.startswith("| 9. RF cannot flip"))
     assert f"({len(att)} records)" in row
     assert re.search(r"figures/ws_rf__ws_rf\.png", text)
+    # each stage's section names its config; the shared-map note only where the config sets shared_weights
+    sections = {s.split("\n", 1)[0]: s for s in text.split("\n## ")}
+    ws_sec, att_sec = sections["Word sensitivity of RF (Figure 2 left)"], sections["The Delta attack (Figure 4 style)"]
+    assert f"Config `{tmp_path / 'conf' / 'ws_rf.yaml'}`" in ws_sec and "share one random map" in ws_sec
+    assert f"Config `{tmp_path / 'conf' / 'attack_fig4.yaml'}`" in att_sec and "share one random map" not in att_sec
     before = {k: p.read_text() for k, p in results.items()}
-    reproduce.main(["--reports", str(tmp_path)])
+    reproduce.main(argv)
     assert {k: p.read_text() for k, p in results.items()} == before  # nothing recomputed
     times = json.loads((tmp_path / "offline" / "stage_times.json").read_text())
     assert set(times) == {"ws_rf", "attack_fig4"}
 
 
-def test_unknown_stage_is_rejected_before_any_work(tmp_path, tiny, capsys):
+def test_unknown_stage_is_rejected_before_any_work(tmp_path, capsys):
     with pytest.raises(SystemExit):
         reproduce.main(["--reports", str(tmp_path), "--only", "ws_nope"])
-    assert "unknown stage(s) ['ws_nope']" in capsys.readouterr().err
+    assert re.search(r"only must contain only values in \[.*'ws_rf'.*\], got 'ws_nope'", capsys.readouterr().err)
+    assert not (tmp_path / "offline").exists()
+
+
+def test_bad_plan_file_is_rejected_naming_the_stage(tmp_path, capsys):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("offline:\n  - {name: ws_rf, config: configs/reproduce/nope.yaml}\n")
+    with pytest.raises(SystemExit):
+        reproduce.main(["--reports", str(tmp_path), "--plan", str(plan)])
+    assert "offline[0] (ws_rf): config configs/reproduce/nope.yaml does not exist" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="repeated name"):
+        plan.write_text(
+            "offline:\n  - {name: a, config: configs/reproduce/ws_rf.yaml}\n"
+            "  - {name: a, config: configs/reproduce/ws_raf.yaml}\n"
+        )
+        reproduce.load_plan("offline", plan)
+    with pytest.raises(ValueError, match=r"plan must be one of \['offline', 'full'\], got 'paper'"):
+        reproduce.load_plan("paper", plan)
     assert not (tmp_path / "offline").exists()

@@ -1,13 +1,16 @@
 """The main job (`make reproduce`): a reduced but faithful offline reproduction of the paper, with a report.
 
-Stages (each an `evaluate.py` run of a shipped config with smaller grids, so every number traces to a config):
-word sensitivity of RF, DeepRF, RAF and ReLU-RAF against n; a doubled-step-budget check; the Delta attack (Figure 4
-style); the three encoder probes. Every stage writes its results.jsonl as trials finish, in a log directory named by
-its run key under `reports/<run-id>/tensorboard`, so re-running `make reproduce` after an interruption resumes from the
-finished trials. The report (`reports/<run-id>/report.md`) shows the figures, per-cell tables, the checks of paper.md
-§12 computed from the results files, and a provenance block.
+The plan is `configs/reproduce/plan.yaml`: an ordered list of stages, each a complete `evaluate.py` config under
+configs/reproduce/ (the shipped configs with smaller grids, every difference stated in its header) that a user can also
+run alone, so every number in the report traces to a config: word sensitivity of RF, DeepRF, RAF and ReLU-RAF against
+n; a doubled-step-budget check; the Delta attack (Figure 4 style); the three encoder probes. Every stage writes its
+results.jsonl as trials finish, in a log directory named by its run key under `reports/<run-id>/tensorboard`, so
+re-running `make reproduce` after an interruption resumes from the finished trials. The report
+(`reports/<run-id>/report.md`) shows the figures, per-cell tables, the checks of paper.md §12 computed from the results
+files, and a provenance block.
 
-`--full 1` runs the paper-size configs under configs/paper/ instead (a GPU machine with hub access).
+`--full 1` runs the plan's `full` list instead: the paper-size configs under configs/paper/ (a GPU machine with hub
+access).
 """
 
 from __future__ import annotations
@@ -18,127 +21,79 @@ import os
 import platform
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+import yaml
+
+from . import validate
 from .paper_checks import all_checks, checks_markdown
 from .results import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
+PLAN = ROOT / "configs" / "reproduce" / "plan.yaml"
+PLANS = ("offline", "full")
 
 
 @dataclass
 class Stage:
-    """One evaluate.py run: a config and its overrides."""
+    """One evaluate.py run of a complete config (a path relative to the repository root, or absolute)."""
 
     name: str
     config: str
-    overrides: dict = field(default_factory=dict)
     title: str = ""
 
+    @property
+    def path(self) -> Path:
+        return ROOT / self.config
 
-def offline_plan() -> list[Stage]:
-    """The offline main job, sized for well under 20 minutes on 2 CPU cores.
+    def shares_maps(self) -> bool:
+        """True when the config's cells share one random map across their trials (`shared_weights: true`)."""
+        init = (yaml.safe_load(self.path.read_text()).get("model") or {}).get("init_args") or {}
+        return bool(init.get("shared_weights"))
 
-    RF and DeepRF share one random map per cell across its 10 trials (`shared_weights`), which batches the trials
-    and draws each large V once; the other stages draw a fresh map per trial, as the paper.
+
+def load_plan(which: str = "offline", path: str | Path = PLAN) -> list[Stage]:
+    """The ordered stages of the plan file's `offline` or `full` list.
+
+    Each entry has `name` (its folder and section in the report), `config` and optionally `title`.
     """
-    a = "model.init_args."
-    shared = {a + "shared_weights": True, a + "trials_per_step": 10}
-    return [
-        Stage(
-            "ws_rf",
-            "configs/ws/rf.yaml",
-            {a + "n_values": [20, 40, 60, 80], **shared},
-            "Word sensitivity of RF (Figure 2 left)",
-        ),
-        Stage(
-            "ws_deep_rf",
-            "configs/ws/deep_rf.yaml",
-            {a + "d_values": [192], a + "n_values": [20, 30, 40], a + "depths": [2, 4], **shared},
-            "Word sensitivity of DeepRF (Figure 2 right)",
-        ),
-        Stage(
-            "ws_raf",
-            "configs/ws/raf.yaml",
-            {a + "n_values": [10, 20, 50, 100, 150, 250]},
-            "Word sensitivity of RAF (Figure 3, first panel)",
-        ),
-        Stage(
-            "ws_relu_raf",
-            "configs/ws/relu_raf.yaml",
-            {a + "n_values": [10, 20, 50, 100, 150, 250]},
-            "Word sensitivity of ReLU-RAF (Figure 3, second panel)",
-        ),
-        Stage(
-            "ws_raf_2x_steps",
-            "configs/ws/raf.yaml",
-            {a + "d_values": [192], a + "n_values": [20, 100], a + "trials": 3, a + "max_steps": 1000, a + "tol": 1e-5},
-            "RAF with twice the step budget and a tighter tolerance (check 7)",
-        ),
-        Stage(
-            "attack_fig4",
-            "configs/attack/fig4.yaml",
-            {a + "N_values": [100, 300, 600]},
-            "The Delta attack (Figure 4 style)",
-        ),
-        Stage(
-            "attack_fig5",
-            "configs/attack/fig5.yaml",
-            {a + "cases": [{"map": "raf", "n": 40}, {"map": "relu_raf", "n": 40}], a + "trials": 2},
-            "The penalized Delta attack (Figure 5 style)",
-        ),
-        Stage(
-            "probe_attention_edit",
-            "configs/probes/attention_edit.yaml",
-            {},
-            "Attention of a one-word edit (Figure 1 left)",
-        ),
-        Stage(
-            "probe_layerwise_change",
-            "configs/probes/layerwise_change.yaml",
-            {},
-            "Layer-wise relative change under Delta (Figure 3, panel 3)",
-        ),
-        Stage(
-            "probe_attention_under_delta",
-            "configs/probes/attention_under_delta.yaml",
-            {},
-            "Attention under Delta (Figure 3, panel 4)",
-        ),
-    ]
-
-
-def full_plan() -> list[Stage]:
-    """The paper-size configs (configs/paper/), for a GPU machine with hub access."""
-    names = [
-        "ws/rf",
-        "ws/deep_rf",
-        "ws/raf",
-        "ws/relu_raf",
-        "attack/fig4",
-        "attack/fig5",
-        "probes/attention_edit",
-        "probes/layerwise_change",
-        "probes/attention_under_delta",
-    ]
-    return [Stage(n.replace("/", "_"), f"configs/paper/{n}.yaml", {}, f"configs/paper/{n}.yaml") for n in names]
+    validate.choice("plan", which, PLANS)
+    path = Path(path)
+    plan = yaml.safe_load(path.read_text()) or {}
+    entries = plan.get(which)
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{path}: `{which}` must be a non-empty list of stages, got {entries!r}")
+    stages = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry.get("config"):
+            raise ValueError(f"{path}: {which}[{i}] must have a `name` and a `config`, got {entry!r}")
+        unknown = sorted(set(entry) - {"name", "config", "title"})
+        if unknown:
+            raise ValueError(f"{path}: {which}[{i}] ({entry['name']}): unknown key(s) {unknown}")
+        stage = Stage(entry["name"], str(entry["config"]), str(entry.get("title", "")))
+        if not stage.path.is_file():
+            raise ValueError(f"{path}: {which}[{i}] ({stage.name}): config {stage.config} does not exist")
+        stages.append(stage)
+    names = [s.name for s in stages]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"{path}: `{which}` names each stage once, got repeated name(s) {repeated}")
+    return stages
 
 
 def stage_args(stage: Stage, log_dir: Path) -> list[str]:
-    args = [
+    """evaluate.py's arguments for a stage: its config; only the log location is set here (not part of the run key)."""
+    return [
         "test",
         "--config",
-        str(ROOT / stage.config),
+        str(stage.path),
         "--trainer.logger.init_args.save_dir",
         str(log_dir),
         "--trainer.logger.init_args.name",
         stage.name,
     ]
-    for key, value in stage.overrides.items():
-        args += [f"--{key}", value if isinstance(value, str) else json.dumps(value)]
-    return args
 
 
 def run_stage(stage: Stage, log_dir: Path) -> Path:
@@ -178,7 +133,12 @@ def _device() -> str:
 
 
 def write_report(
-    report_dir: Path, plan: list[Stage], results: dict[str, Path], times: dict[str, float], full: bool
+    report_dir: Path,
+    plan: list[Stage],
+    results: dict[str, Path],
+    times: dict[str, float],
+    full: bool,
+    plan_path: Path = PLAN,
 ) -> Path:
     """report.md: figures, per-cell summaries, the checks table (from the results files) and provenance."""
     records = {name: read_records(path) for name, path in results.items()}
@@ -209,14 +169,13 @@ def write_report(
         lines += [
             f"## {stage.title or stage.name}",
             "",
-            f"Config `{stage.config}`"
-            + (f", overrides `{json.dumps(stage.overrides)}`" if stage.overrides else "")
-            + f"; {len(records[stage.name])} records in `{os.path.relpath(path, report_dir)}`; "
+            f"Config `{stage.config}` (alone: `python evaluate.py --config {stage.config}`); "
+            f"{len(records[stage.name])} records in `{os.path.relpath(path, report_dir)}`; "
             f"wall time {times.get(stage.name, float('nan')):.0f} s."
             + (
-                " Each cell's trials share one random map (`shared_weights`); the other word-sensitivity stages draw a"
-                " fresh map per trial, as the paper."
-                if stage.overrides.get("model.init_args.shared_weights")
+                " Each cell's trials share one random map (`shared_weights: true`); the other word-sensitivity stages"
+                " draw a fresh map per trial, as the paper."
+                if stage.shares_maps()
                 else ""
             ),
             "",
@@ -242,6 +201,8 @@ def write_report(
             "(d = 384, standing in for bert-base-uncased, d = 768); grids use d in {192, 384}."
         ),
         f"- Encoders used by the probes: {', '.join(encoders) or 'none'}.",
+        f"- Plan: `{os.path.relpath(plan_path, ROOT)}` ({'full' if full else 'offline'}); each section above names its "
+        "stage's config.",
         "- Seeds: `seed: 0` in every config (samples, maps and restarts derive from it); `seed_everything: 0`.",
         f"- Device: {_device()}.",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in _versions().items()) + ".",
@@ -258,7 +219,8 @@ def write_report(
 
 def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--full", type=int, default=0, help="1: paper-size configs (GPU machine with hub access)")
+    parser.add_argument("--full", type=int, default=0, help="1: the plan's paper-size stages (GPU machine, hub access)")
+    parser.add_argument("--plan", default=str(PLAN), help="the plan file: `offline` and `full` lists of stages")
     parser.add_argument("--reports", default=str(ROOT / "reports"), help="where reports/<run-id>/ goes")
     parser.add_argument("--only", nargs="*", default=None, help="run only these stages (names as in the report)")
     parser.add_argument(
@@ -269,18 +231,22 @@ def main(argv: list[str] | None = None) -> Path:
         "oversubscribed threads slow down many times on a small machine; 0 keeps torch's default)",
     )
     args = parser.parse_args(argv)
+    try:
+        validate.choice("full", args.full, [0, 1])
+        validate.integer("threads", args.threads, low=0)
+        plan = load_plan(PLANS[args.full], args.plan)
+        if args.only:
+            validate.choices("only", args.only, [s.name for s in plan])
+    except ValueError as err:
+        parser.error(str(err))
+    if args.only:
+        plan = [s for s in plan if s.name in args.only]
     if args.threads > 0:
         import torch
 
         torch.set_num_threads(args.threads)
-    plan = full_plan() if args.full else offline_plan()
-    if args.only:
-        unknown = sorted(set(args.only) - {s.name for s in plan})
-        if unknown:
-            parser.error(f"--only: unknown stage(s) {unknown}; stages are {[s.name for s in plan]}")
-        plan = [s for s in plan if s.name in args.only]
     # a fixed run id: a re-run finds the stages' directories (named by their config's run key) and resumes them
-    run_id = "full" if args.full else "offline"
+    run_id = PLANS[args.full]
     report_dir = Path(args.reports) / run_id
     log_dir = report_dir / "tensorboard"
     times_path = report_dir / "stage_times.json"
@@ -288,12 +254,12 @@ def main(argv: list[str] | None = None) -> Path:
     times = json.loads(times_path.read_text()) if times_path.exists() else {}
     results: dict[str, Path] = {}
     for i, stage in enumerate(plan, 1):
-        print(f"\n=== [{i}/{len(plan)}] {stage.name}: {stage.title} ===", flush=True)
+        print(f"\n=== [{i}/{len(plan)}] {stage.name}: {stage.title} ({stage.config}) ===", flush=True)
         start = time.perf_counter()
         results[stage.name] = run_stage(stage, log_dir)
         times[stage.name] = times.get(stage.name, 0.0) + time.perf_counter() - start
         times_path.write_text(json.dumps(times, indent=1))
-    report = write_report(report_dir, plan, results, times, bool(args.full))
+    report = write_report(report_dir, plan, results, times, bool(args.full), Path(args.plan))
     print(f"\nreport: {report}")
     return report
 
