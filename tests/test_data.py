@@ -1,6 +1,8 @@
-"""Data layer: offline IMDb source, embedding cache (hits, rebuilds, atomic writes), preprocessing, synthetic data,
-the DataModule (splits, DDP sharding, workers), the build command and bad input."""
+"""Data layer: offline IMDb source, the encoder's description, embedding cache (key, hits, rebuilds, atomic writes),
+preprocessing, synthetic data, the DataModule (nested spec, splits, DDP sharding, workers), the build command and bad
+input."""
 
+import dataclasses
 import json
 import pickle
 import time
@@ -21,7 +23,7 @@ from wslight.data import (
     load_token_embeddings,
     preprocess,
 )
-from wslight.data import embeddings as emb_mod
+from wslight.data import build as build_mod
 from wslight.data.__main__ import main as data_main
 from wslight.data.sources import TextCorpus
 from wslight.data.synthetic import planted_direction, synthetic_labels, synthetic_tokens
@@ -54,7 +56,7 @@ def forbid_encoder(monkeypatch):
         raise AssertionError("the encoder / text source must not be used here")
 
     monkeypatch.setattr(encoders, "load_encoder", boom)
-    monkeypatch.setattr(emb_mod, "load_texts", boom)
+    monkeypatch.setattr(build_mod, "load_texts", boom)
     import transformers
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", boom)
@@ -187,7 +189,7 @@ def test_data_without_manifest_is_rebuilt(tmp_path):
 
 def test_interrupted_build_leaves_no_entry(tmp_path, monkeypatch):
     spec = spec_for(tmp_path)
-    real = emb_mod._embed_batch
+    real = build_mod._embed_batch
     calls = []
 
     def dies_on_second_batch(*a, **k):
@@ -196,12 +198,12 @@ def test_interrupted_build_leaves_no_entry(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(emb_mod, "_embed_batch", dies_on_second_batch)
+    monkeypatch.setattr(build_mod, "_embed_batch", dies_on_second_batch)
     with pytest.raises(KeyboardInterrupt):
         load_token_embeddings(spec, progress=False)
     left = [p.name for p in tmp_path.iterdir() if p.suffix != ".lock"]
     assert left == []  # no data file, no manifest, no temporary file
-    monkeypatch.setattr(emb_mod, "_embed_batch", real)
+    monkeypatch.setattr(build_mod, "_embed_batch", real)
     with warnings_as_errors():
         assert load_token_embeddings(spec, progress=False).built  # a clean miss: no rebuild warning
 
@@ -234,6 +236,45 @@ def test_cache_dir_from_env(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert cache_root(None) == tmp_path / ".cache" / "wslight"
     assert cache_root(str(tmp_path / "x")) == tmp_path / "x"
+
+
+def test_cache_key_is_stable():
+    """The key of an entry derives from the request alone: a pinned value, so entries built before stay hits."""
+    spec = EmbeddingSpec(source="synthetic", num_samples=40)
+    request = build_mod.cache_request(spec, None)
+    assert request == {
+        "format": 1,
+        "source": "synthetic",
+        "source_fingerprint": {"generator": "wslight.data.synthetic"},
+        "max_length": 256,
+        "num_samples": 40,
+        "seed": 0,
+        "synthetic_dim": 384,
+        "synthetic_unit_rows": False,
+    }
+    assert build_mod.cache_stem(spec, request) == "synthetic-bundled-minilm-layer0-L256-M40-seed0-d0d76481329fa208"
+    text = EmbeddingSpec(num_samples=20, layer=2)
+    info = encoders.encoder_info(text.encoder)
+    assert set(build_mod.cache_request(text, info)) == {
+        "format", "source", "source_fingerprint", "max_length", "num_samples", "seed", "encoder", "encoder_revision",
+        "encoder_fingerprint", "layer", "max_tokens", "selection", "storage_dtype", "tokenization",
+    }  # fmt: skip
+    # cache_dir and the encoder batch are not part of the key
+    assert build_mod.cache_request(dataclasses.replace(text, cache_dir="/elsewhere", batch_size=7), info) == (
+        build_mod.cache_request(text, info)
+    )
+
+
+def test_one_encoder_description():
+    """encoder_info reads config.json without weights; load_encoder returns that same description."""
+    info = encoders.encoder_info("bundled-minilm")
+    model, _, loaded = encoders.load_encoder("bundled-minilm")
+    assert loaded == info
+    cfg = model.config
+    assert (info.hidden_size, info.num_layers, info.num_heads) == (
+        cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads
+    ) == (384, 6, 12)  # fmt: skip
+    assert info.revision is None and len(info.fingerprint) == 64
 
 
 def test_pickles_without_the_memory_map(emb):
@@ -298,19 +339,10 @@ def test_synthetic_unit_rows_option():
 # ------------------------------------------------------------------------------------------------------ datamodule
 
 
-def datamodule(cache_dir, **kw):
-    args = dict(
-        num_samples=M,
-        n=12,
-        d=32,
-        val_fraction=0.2,
-        test_fraction=0.2,
-        batch_size=4,
-        cache_dir=str(cache_dir),
-        progress=False,
-    )
+def datamodule(cache_dir, spec=None, **kw):
+    args = dict(n=12, d=32, val_fraction=0.2, test_fraction=0.2, batch_size=4, progress=False)
     args.update(kw)
-    return EmbeddingDataModule(**args)
+    return EmbeddingDataModule(spec or EmbeddingSpec(num_samples=M, cache_dir=str(cache_dir)), **args)
 
 
 def test_datamodule_items_and_seeded_stratified_split(cache_dir, emb):
@@ -363,22 +395,28 @@ def test_dataloader_with_two_workers(cache_dir):
 
 
 def test_datamodule_synthetic(tmp_path):
-    dm = EmbeddingDataModule(
-        source="synthetic",
-        num_samples=10,
-        max_length=8,
-        synthetic_dim=6,
-        n=8,
-        d=6,
-        val_fraction=0.2,
-        test_fraction=0.0,
-        batch_size=5,
-    )
+    spec = EmbeddingSpec(source="synthetic", num_samples=10, max_length=8, synthetic_dim=6, batch_size=3)
+    dm = EmbeddingDataModule(spec, n=8, d=6, val_fraction=0.2, test_fraction=0.0, batch_size=5)
     dm.prepare_data()
     dm.setup("fit")
     X, y, sid = next(iter(dm.train_dataloader()))
+    # the loader's batch is the DataModule's batch_size; the spec's batch_size (encoder batch) does not touch it
     assert X.shape == (5, 8, 6) and set(y.tolist()) <= {1.0, -1.0}
+    assert dm.spec is spec and dm.hparams["embeddings"]["batch_size"] == 3 and dm.hparams["batch_size"] == 5
     assert not list(tmp_path.iterdir())
+
+
+def test_split_seed_defaults_to_the_spec_seed_and_moves_only_the_split():
+    spec = EmbeddingSpec(source="synthetic", num_samples=40, max_length=4, synthetic_dim=4, seed=5)
+    kw = dict(n=4, d=4, val_fraction=0.25, test_fraction=0.25)
+    default, same, other = (EmbeddingDataModule(spec, split_seed=s, **kw) for s in (None, 5, 6))
+    for dm in (default, same, other):
+        dm.setup("fit")
+    assert default.seed == 5 and torch.equal(default.val_indices, same.val_indices)
+    assert not torch.equal(default.val_indices, other.val_indices)
+    assert torch.equal(default.embeddings.sample_ids, other.embeddings.sample_ids)  # the same samples, split apart
+    # a dict of the spec's fields (a checkpoint's hyperparameters) is the same spec
+    assert EmbeddingDataModule(dataclasses.asdict(spec), **kw).spec == spec
 
 
 # --------------------------------------------------------------------------------------------------------- command
@@ -396,23 +434,54 @@ def test_build_command_prints_manifest(cache_dir, emb, capsys, monkeypatch):
 # ------------------------------------------------------------------------------------------------------- bad input
 
 
+SPEC_KEYS = ("layer", "num_samples", "source", "selection", "storage_dtype", "max_length", "batch_size")
+
+
 @pytest.mark.parametrize(
     "kw, pattern",
     [
-        (dict(n=257), r"n must be an integer in \[1, 256\].*got 257"),
-        (dict(d=385), r"d must be an integer in \[1, 384\].*got 385"),
-        (dict(layer=7), r"layer must be an integer in \[0, 6\].*num_hidden_layers=6.*got 7"),
-        (dict(num_samples=25_002), r"num_samples must be an integer in \[2, 25000\].*got 25002"),
-        (dict(num_samples=7), r"num_samples must be even.*got 7"),
-        (dict(source="yelp"), r"source must be one of \['imdb_offline', 'imdb_hub', 'synthetic'\], got 'yelp'"),
-        (dict(val_fraction=0.6, test_fraction=0.5), r"val_fraction \+ test_fraction must be < 1"),
+        (
+            dict(n=257),
+            r"^n \(token positions stored per review, embeddings.max_length=256\) must be an integer in \[1, 256\], "
+            r"got 257$",
+        ),
+        (dict(d=385), r"^d \(hidden size of 'bundled-minilm' is 384\) must be an integer in \[1, 384\], got 385$"),
+        (
+            dict(layer=7),
+            r"^embeddings.layer \(0 = embedding layer; 'bundled-minilm' has num_hidden_layers=6\) must be an integer "
+            r"in \[0, 6\], got 7$",
+        ),
+        (dict(layer=-1), r"^embeddings.layer must be an integer >= 0, got -1$"),
+        (
+            dict(num_samples=25_002),
+            r"^embeddings.num_samples \(source 'imdb_offline' holds 25000 reviews\) must be an integer in "
+            r"\[2, 25000\], got 25002$",
+        ),
+        (dict(num_samples=7), r"^embeddings.num_samples must be even.*got 7$"),
+        (
+            dict(source="yelp"),
+            r"^embeddings.source must be one of \['imdb_offline', 'imdb_hub', 'synthetic'\], got 'yelp'$",
+        ),
+        (dict(selection="best"), r"^embeddings.selection must be one of \['random', 'first'\], got 'best'$"),
+        (dict(storage_dtype="int8"), r"^embeddings.storage_dtype must be one of \['float16', 'float32'\], got 'int8'$"),
+        (dict(max_length=1), r"^embeddings.max_length must be an integer >= 2, got 1$"),
+        (dict(batch_size=0), r"^embeddings.batch_size must be a positive integer, got 0$"),
+        (dict(val_fraction=0.6, test_fraction=0.5), r"^val_fraction \+ test_fraction must be < 1"),
+        (dict(val_fraction=1.0), r"^val_fraction must be a finite number in \[0, 1\), got 1.0$"),
+        (dict(test_fraction=-0.1), r"^test_fraction must be a finite number >= 0, got -0.1$"),
+        (dict(loader_batch_size=0), r"^batch_size must be a positive integer, got 0$"),
+        (dict(num_workers=-1), r"^num_workers must be an integer >= 0, got -1$"),
+        (dict(split_seed=-2), r"^split_seed must be an integer >= 0 or None, got -2$"),
     ],
 )
 def test_bad_input_raises_before_the_encoder(tmp_path, monkeypatch, kw, pattern):
     forbid_encoder(monkeypatch)
+    spec_kw = {k: v for k, v in kw.items() if k in SPEC_KEYS}
+    dm_kw = {k: v for k, v in kw.items() if k not in SPEC_KEYS}
+    if "loader_batch_size" in dm_kw:
+        dm_kw["batch_size"] = dm_kw.pop("loader_batch_size")
     with pytest.raises(ValueError, match=pattern):
-        EmbeddingDataModule(**{"num_samples": 8, "n": 10, "d": 16, "cache_dir": str(tmp_path), **kw})
-    spec_kw = {k: v for k, v in kw.items() if k in ("layer", "num_samples", "source")}
+        EmbeddingDataModule(spec_for(tmp_path, **spec_kw), **{"n": 10, "d": 16, **dm_kw})
     if spec_kw:
         with pytest.raises(ValueError, match=pattern):
             load_token_embeddings(spec_for(tmp_path, **spec_kw))
@@ -420,12 +489,15 @@ def test_bad_input_raises_before_the_encoder(tmp_path, monkeypatch, kw, pattern)
 
 
 def test_samples_out_of_range(emb):
-    with pytest.raises(ValueError, match=r"n must be an integer in \[1, 256\].*got 300"):
+    n_msg = r"^n \(stored token positions, max_length=256\) must be an integer in \[1, 256\], got 300$"
+    with pytest.raises(ValueError, match=n_msg):
         emb.samples([0], 300, 10)
-    with pytest.raises(ValueError, match=r"d must be an integer in \[1, 384\].*got 400"):
+    with pytest.raises(ValueError, match=r"^d \(the embedding's hidden size is 384\) must be .* \[1, 384\], got 400$"):
         emb.samples([0], 10, 400)
-    with pytest.raises(ValueError, match=r"d must be an integer in \[1, 16\].*got 17"):
+    with pytest.raises(ValueError, match=r"^d \(the embedding's hidden size is 16\) must be .* \[1, 16\], got 17$"):
         preprocess(torch.zeros(1, 4, 16), 2, 17)
+    with pytest.raises(ValueError, match=r"^verify must be one of \['full', 'size'\], got 'fast'$"):
+        load_token_embeddings(EmbeddingSpec(source="synthetic", num_samples=2), verify="fast")
 
 
 def test_more_samples_than_the_filtered_source_holds(tmp_path, monkeypatch):
@@ -434,7 +506,7 @@ def test_more_samples_than_the_filtered_source_holds(tmp_path, monkeypatch):
     texts += ["word " * 300] * 2
     labels = np.asarray([1] * 6 + [0] * 6 + [1, 1])
     small = TextCorpus("imdb_offline", "train", texts, labels, np.arange(len(texts)))
-    monkeypatch.setattr(emb_mod, "load_texts", lambda source: small)
+    monkeypatch.setattr(build_mod, "load_texts", lambda source: small)
 
     def no_encoder(*a, **k):
         raise AssertionError("the encoder must not load")

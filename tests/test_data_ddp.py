@@ -6,7 +6,7 @@ import pytest
 import torch
 from lightning.pytorch import LightningModule, Trainer
 
-from wslight.data import EmbeddingDataModule
+from wslight.data import EmbeddingDataModule, EmbeddingSpec
 
 
 class RecordIds(LightningModule):
@@ -34,13 +34,12 @@ class RecordIds(LightningModule):
 @pytest.mark.slow
 def test_ddp_two_ranks_get_distinct_samples(tmp_path):
     dm = EmbeddingDataModule(
-        num_samples=16,
+        EmbeddingSpec(num_samples=16, cache_dir=str(tmp_path / "cache")),
         n=8,
         d=16,
         val_fraction=0.0,
         test_fraction=0.0,
         batch_size=2,
-        cache_dir=str(tmp_path / "cache"),
         progress=False,
     )
     trainer = Trainer(

@@ -1,31 +1,30 @@
-"""FeatureMapClassifier: gradient descent reaches the closed-form min-norm head, checkpoints, size checks, CLI."""
+"""FeatureMapClassifier: gradient descent reaches the closed-form min-norm head, checkpoints, size checks, bad
+arguments, and the training CLI run on the tiny twins of the shipped configs (tests/conf/)."""
 
 from pathlib import Path
 
-import lightning as L
+import lightning.pytorch as pl
 import pytest
 import torch
 import yaml
 
 from wslight.cli import main
-from wslight.data import EmbeddingDataModule
+from wslight.data import EmbeddingDataModule, EmbeddingSpec
 from wslight.features import RandomAttentionFeatures, RandomFeatures
 from wslight.models import FeatureMapClassifier
 
 ROOT = Path(__file__).resolve().parents[1]
+MAPS = ["rf", "deep_rf", "raf", "relu_raf"]
 
 
 def synthetic_dm(tmp_path, n=6, d=8, num_samples=40, **kw):
     return EmbeddingDataModule(
-        source="synthetic",
-        synthetic_dim=d,
-        num_samples=num_samples,
+        EmbeddingSpec(source="synthetic", synthetic_dim=d, num_samples=num_samples, cache_dir=str(tmp_path)),
         n=n,
         d=d,
         val_fraction=0.1,
         test_fraction=0.2,
         batch_size=8,
-        cache_dir=str(tmp_path),
         progress=False,
         **kw,
     )
@@ -41,7 +40,7 @@ def trainer(tmp_path, **kw):
         enable_model_summary=False,
         default_root_dir=str(tmp_path),
     )
-    return L.Trainer(**{**opts, **kw})
+    return pl.Trainer(**{**opts, **kw})
 
 
 def test_gradient_descent_converges_to_the_closed_form_head(tmp_path):
@@ -54,7 +53,7 @@ def test_gradient_descent_converges_to_the_closed_form_head(tmp_path):
     dm.setup()
     X, _ = dm.embeddings.samples(dm.train_indices, n, d)
     Phi = closed.features(X)
-    # step below 2 / L of the loss mean((Phi theta - y)^2): L = 2 lambda_max(Phi Phi^T) / N
+    # step below 2 / smoothness of the loss mean((Phi theta - y)^2), smoothness = 2 lambda_max(Phi Phi^T) / N
     lr = 0.9 * len(Phi) / torch.linalg.eigvalsh(Phi @ Phi.T)[-1].item()
     gd = FeatureMapClassifier(rf(), fit_mode="gradient", lr=lr)
     trainer(tmp_path, max_epochs=400, num_sanity_val_steps=0, limit_val_batches=0).fit(gd, datamodule=dm)
@@ -103,27 +102,57 @@ def test_map_built_for_other_sizes_than_the_data_is_rejected_before_training(tmp
         trainer(tmp_path, max_epochs=1).fit(model, datamodule=dm)
 
 
-def tiny_config(tmp_path, name="raf", **data):
-    cfg = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text())
-    cfg["data"]["init_args"].update(
-        dict(source="synthetic", synthetic_dim=16, num_samples=40, n=5, d=16, cache_dir=str(tmp_path)), **data
-    )
-    cfg["trainer"]["logger"]["init_args"]["save_dir"] = str(tmp_path / "logs")
-    cfg["trainer"]["callbacks"] = cfg["trainer"]["callbacks"][:1]
-    cfg["trainer"]["enable_progress_bar"] = False
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+@pytest.mark.parametrize(
+    "kw, pattern",
+    [
+        (dict(fit_mode="adam"), r"fit_mode must be one of \['gradient', 'closed_form'\], got 'adam'"),
+        (dict(n=0), r"n must be a positive integer or None, got 0"),
+        (dict(lr=0.0), r"lr must be a finite number > 0, got 0.0"),
+    ],
+)
+def test_bad_arguments_name_the_key_the_range_and_the_value(kw, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        FeatureMapClassifier(RandomFeatures(6, 8, seed=0), **kw)
+    with pytest.raises(ValueError, match="n: the number of tokens is needed to size the head of an attention map"):
+        FeatureMapClassifier(RandomAttentionFeatures(8, seed=0))
 
 
-@pytest.mark.parametrize("name", ["rf", "deep_rf", "raf", "relu_raf"])
+def keys(node, prefix=""):
+    """Dotted paths of every mapping key, recursively; lists are values (the twins drop two callbacks)."""
+    if not isinstance(node, dict):
+        return set()
+    out = set()
+    for k, v in node.items():
+        out |= {f"{prefix}{k}"} | keys(v, f"{prefix}{k}.")
+    return out
+
+
+@pytest.mark.parametrize("name", MAPS)
+def test_twin_has_the_keys_of_its_shipped_config(name):
+    twin = yaml.safe_load((ROOT / "tests" / "conf" / f"{name}.yaml").read_text())
+    for shipped in (ROOT / "configs" / f"{name}.yaml", ROOT / "configs" / "paper" / f"{name}.yaml"):
+        assert keys(twin) == keys(yaml.safe_load(shipped.read_text())), shipped
+    # and it stays tiny: synthetic tokens, a CPU, nothing written but the logs
+    emb = twin["data"]["init_args"]["embeddings"]
+    assert emb["source"] == "synthetic" and emb["num_samples"] <= 64 and emb["synthetic_dim"] <= 32
+    assert twin["trainer"]["accelerator"] == "cpu" and twin["trainer"]["callbacks"] == []
+
+
+def fit_twin(tmp_path, name="raf", *extra):
+    args = ["fit", "--config", str(ROOT / "tests" / "conf" / f"{name}.yaml")]
+    return main([*args, "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"), *extra])
+
+
+@pytest.mark.parametrize("name", MAPS)
 def test_train_cli_links_sizes_and_logs_scalars(tmp_path, name):
-    cli = main(["fit", "--config", str(tiny_config(tmp_path, name))])
+    cli = fit_twin(tmp_path, name)
     fm = cli.model.feature_map
     assert (fm.d, cli.model.n) == (16, 5)
     assert getattr(fm, "n", 5) == 5
+    assert cli.datamodule.spec == EmbeddingSpec(source="synthetic", num_samples=40, synthetic_dim=16)
     log_dir = Path(cli.trainer.logger.log_dir)
-    assert (log_dir / "config.yaml").exists()
+    saved = yaml.safe_load((log_dir / "config.yaml").read_text())
+    assert saved["data"]["init_args"]["embeddings"]["source"] == "synthetic"  # the substitution is recorded
     assert list(log_dir.glob("events.out.tfevents.*"))
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -135,8 +164,30 @@ def test_train_cli_links_sizes_and_logs_scalars(tmp_path, name):
 
 def test_train_cli_sizes_come_from_the_data_only(tmp_path):
     """n and d are written once, under data: the link sets them on the map and the head."""
-    cli = main(["fit", "--config", str(tiny_config(tmp_path)), "--data.init_args.d", "12", "--data.init_args.n", "7"])
+    cli = fit_twin(tmp_path, "raf", "--data.init_args.d", "12", "--data.init_args.n", "7")
     assert (cli.model.feature_map.d, cli.model.n, cli.model.p) == (12, 7, 7 * 12)
+
+
+def test_train_cli_nested_embeddings_override(tmp_path):
+    """One config shape: the spec's keys are set as data.init_args.embeddings.<key>, like the evaluations'."""
+    emb = "--data.init_args.embeddings"
+    cli = fit_twin(tmp_path, "rf", f"{emb}.num_samples", "30", f"{emb}.seed", "2")
+    dm = cli.datamodule
+    assert dm.spec.num_samples == 30 and dm.spec.seed == 2 and dm.seed == 2  # the split follows embeddings.seed
+    assert len(dm.train_indices) + len(dm.val_indices) + len(dm.test_indices) == 30
+
+
+def test_checkpoint_with_the_datamodule_loads_weights_only(tmp_path):
+    """The spec is saved as plain values, so a checkpoint (and `--ckpt_path` resume) loads with weights_only=True."""
+    dm = synthetic_dm(tmp_path)
+    t = trainer(tmp_path, max_epochs=1)
+    t.fit(FeatureMapClassifier(RandomFeatures(6, 8, seed=0), fit_mode="closed_form"), datamodule=dm)
+    t.save_checkpoint(tmp_path / "c.ckpt")
+    ckpt = torch.load(tmp_path / "c.ckpt", weights_only=True)
+    saved = ckpt["datamodule_hyper_parameters"]
+    assert saved["embeddings"]["synthetic_dim"] == 8 and saved["n"] == 6
+    again = EmbeddingDataModule(**saved)
+    assert again.spec == dm.spec and (again.n, again.d, again.seed) == (dm.n, dm.d, dm.seed)
 
 
 @pytest.mark.slow
@@ -144,14 +195,15 @@ def test_ddp_two_processes_gives_the_same_closed_form_head(tmp_path):
     import subprocess
     import sys
 
-    cfg = tiny_config(tmp_path, "raf")
-    one = main(["fit", "--config", str(cfg)]).model.theta.detach().clone()
+    cfg = ROOT / "tests" / "conf" / "raf.yaml"
+    logs = ["--trainer.logger.init_args.save_dir", str(tmp_path / "logs")]
+    one = main(["fit", "--config", str(cfg), *logs]).model.theta.detach().clone()
     out = tmp_path / "ddp.pt"
     script = tmp_path / "fit_ddp.py"  # DDP re-launches the script for rank 1, so it must be a file
     script.write_text(
         "import torch\nfrom wslight.cli import main\n"
         f"cli = main(['fit', '--config', r'{cfg}', '--trainer.devices', '2', '--trainer.strategy', 'ddp', "
-        "'--trainer.accelerator', 'cpu'])\n"
+        f"'--trainer.logger.init_args.save_dir', r'{tmp_path / 'logs'}'])\n"
         f"if cli.trainer.is_global_zero:\n    torch.save(cli.model.theta.detach(), r'{out}')\n"
     )
     subprocess.run([sys.executable, str(script)], check=True, cwd=ROOT, timeout=600, capture_output=True)

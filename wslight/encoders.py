@@ -4,15 +4,24 @@
 BERT, hidden size 384, the bert-base-uncased WordPiece vocabulary); it stands in for bert-base-uncased offline.
 A hub name that is not in the local cache fails fast, with a message naming the offline configs, when the hub
 cannot be reached.
+
+`EncoderInfo` is the one description of an encoder: its dimensions (read from config.json, no weights loaded) and its
+identity (the fingerprint that keys the embedding cache). `load_encoder` returns the same description beside the model.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import socket
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+# wslight.data reaches this module as `from wslight import encoders` (attribute access at call time), so importing
+# its cache module here does not cycle.
+from wslight.data.cache import file_fingerprint
 
 BUNDLED_MINILM = "bundled-minilm"
 OFFLINE_HINT = (
@@ -20,6 +29,8 @@ OFFLINE_HINT = (
     "instead of configs/paper/*."
 )
 HUB_HOST = "huggingface.co"
+# What identifies a local encoder folder: its config, tokenizer and weight files.
+ENCODER_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json")
 
 
 class HubUnreachableError(RuntimeError):
@@ -61,26 +72,88 @@ def resolve_encoder(name: str) -> str:
     return str(bundled_minilm_path()) if name == BUNDLED_MINILM else name
 
 
-def _locally_available(path_or_id: str) -> bool:
-    if Path(path_or_id).is_dir():
-        return True
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        return isinstance(try_to_load_from_cache(path_or_id, "config.json"), str)
-    except Exception:
-        return False
-
-
 @dataclass(frozen=True)
 class EncoderInfo:
-    """What a run records about its encoder."""
+    """An encoder's dimensions and identity, as a run records them.
+
+    Attributes:
+        name: as configured ('bundled-minilm', a hub id or a folder).
+        path: what `from_pretrained` loads: the resolved folder, or the hub id.
+        hidden_size: H, the width of every hidden state.
+        num_layers: transformer blocks; hidden_states has num_layers + 1 entries (0 = the embedding layer's output).
+        num_heads: attention heads per block.
+        revision: the cached hub snapshot's revision (None for a local folder).
+        fingerprint: sha256 over the folder's config, tokenizer and weight files (a folder), or over the hub id,
+            revision and config (a hub id); part of the embedding cache key.
+    """
 
     name: str
     path: str
     hidden_size: int
     num_layers: int
     num_heads: int
+    revision: str | None
+    fingerprint: str
+
+
+@lru_cache(maxsize=8)
+def _folder_fingerprint(folder: str, stamp: tuple) -> str:
+    """sha256 over the config, tokenizer and weight files of an encoder folder (memoised on names, sizes, mtimes)."""
+    h = hashlib.sha256()
+    for name, _, _ in stamp:
+        # Weight files above 64 MiB: size + first and last 4 MiB (a changed checkpoint changes those too).
+        path = Path(folder) / name
+        h.update(f"{name}:{file_fingerprint(path, full=path.stat().st_size <= 1 << 26)}\n".encode())
+    return h.hexdigest()
+
+
+def _encoder_files(folder: Path) -> list[Path]:
+    files = [folder / f for f in ENCODER_FILES if (folder / f).is_file()]
+    files += sorted(folder.glob("*.safetensors")) + sorted(folder.glob("pytorch_model*.bin"))
+    return files
+
+
+def _hub_snapshot(repo_id: str) -> Path:  # pragma: no cover - the hub part needs the network
+    """The local snapshot folder holding `repo_id`'s config.json (downloaded when the hub answers)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(repo_id, "config.json")
+    if isinstance(cached, str):
+        return Path(cached).parent
+    require_hub(f"encoder {repo_id!r}")
+    from huggingface_hub import hf_hub_download
+
+    return Path(hf_hub_download(repo_id, "config.json")).parent
+
+
+def encoder_info(name: str) -> EncoderInfo:
+    """Dimensions and identity of encoder `name` from its config.json (no weights loaded, no transformers import).
+
+    A local folder (or 'bundled-minilm') is identified by the sha256 of its config, tokenizer and weight files; a hub
+    id by its cached snapshot revision.
+
+    Raises:
+        ValueError: an empty name, or a config.json without hidden_size / num_hidden_layers.
+        HubUnreachableError: a hub id that is not cached locally while the hub is unreachable (within seconds).
+    """
+    path = resolve_encoder(name)
+    folder = Path(path)
+    revision = None
+    if not folder.is_dir():
+        folder = _hub_snapshot(path)
+        revision = folder.name
+    cfg = json.loads((folder / "config.json").read_text())
+    hidden = cfg.get("hidden_size", cfg.get("dim"))
+    layers = cfg.get("num_hidden_layers", cfg.get("n_layers"))
+    heads = cfg.get("num_attention_heads", cfg.get("n_heads"))
+    if hidden is None or layers is None or heads is None:
+        raise ValueError(f"encoder {name!r}: config.json has no hidden_size / num_hidden_layers / num_attention_heads")
+    if revision is not None:
+        fp = hashlib.sha256(f"{path}@{revision}:{file_fingerprint(folder / 'config.json')}".encode()).hexdigest()
+    else:
+        stamp = tuple((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in _encoder_files(folder))
+        fp = _folder_fingerprint(str(folder), stamp)
+    return EncoderInfo(name, path, int(hidden), int(layers), int(heads), revision, fp)
 
 
 @lru_cache(maxsize=4)
@@ -90,15 +163,14 @@ def load_encoder(name: str, attn_implementation: str = "eager"):
     Args:
         name: 'bundled-minilm', a hub id such as 'bert-base-uncased', or a local folder.
         attn_implementation: 'eager' so that attention probabilities can be returned (output_attentions).
+
+    Raises:
+        HubUnreachableError: a hub id that is not cached locally while the hub is unreachable (within seconds).
     """
     from transformers import AutoModel, AutoTokenizer
 
-    path = resolve_encoder(name)
-    if not _locally_available(path):
-        require_hub(f"encoder {name!r}")
-    model = AutoModel.from_pretrained(path, attn_implementation=attn_implementation)
+    info = encoder_info(name)  # fails fast (seconds) for a hub id while the hub is unreachable
+    model = AutoModel.from_pretrained(info.path, attn_implementation=attn_implementation)
     model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    cfg = model.config
-    info = EncoderInfo(name, path, cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads)
+    tokenizer = AutoTokenizer.from_pretrained(info.path)
     return model, tokenizer, info

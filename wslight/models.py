@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-import lightning as L
+import lightning.pytorch as pl
 import torch
 from torch import nn
 from torchmetrics import MeanSquaredError
@@ -12,9 +12,10 @@ from torchmetrics.classification import BinaryAccuracy
 
 from .features import output_dim
 from .interpolation import min_norm_interpolator
+from .validate import choice, integer, number
 
 
-class FeatureMapClassifier(L.LightningModule):
+class FeatureMapClassifier(pl.LightningModule):
     """A linear head theta on a frozen feature map: f(X) = phi(X)^T theta, trained on +/-1 labels (paper.md §6.2).
 
     Batches are `(X (B, n, d), y (B,), sample_id (B,))`. The map's random weights are frozen buffers (they land in the
@@ -40,8 +41,9 @@ class FeatureMapClassifier(L.LightningModule):
         bias: bool = False,
     ) -> None:
         super().__init__()
-        if fit_mode not in ("gradient", "closed_form"):
-            raise ValueError(f"fit_mode must be 'gradient' or 'closed_form', got {fit_mode!r}")
+        choice("fit_mode", fit_mode, ("gradient", "closed_form"))
+        integer("n", n, low=1, allow_none=True)
+        number("lr", lr, low=0.0, strict=True)
         self.save_hyperparameters(ignore=["feature_map"])
         self.feature_map = feature_map.requires_grad_(False)
         n = n if n is not None else getattr(feature_map, "n", None)

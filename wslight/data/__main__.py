@@ -13,13 +13,14 @@ import sys
 import time
 from dataclasses import fields
 
-from wslight.data.embeddings import EmbeddingSpec, load_token_embeddings
+from wslight.data.build import load_token_embeddings
 from wslight.data.sources import SELECTIONS, SOURCES
+from wslight.data.spec import STORAGE_DTYPES, EmbeddingSpec
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m wslight.data", description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="python -m wslight.data", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build (or validate) the embedding cache and print its manifest")
     defaults = {f.name: f.default for f in fields(EmbeddingSpec)}
     b.add_argument("--source", choices=SOURCES, default=defaults["source"])
@@ -32,12 +33,12 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--cache-dir", default=None, help="default $WSLIGHT_CACHE, else .cache/wslight")
     b.add_argument("--synthetic-dim", type=int, default=defaults["synthetic_dim"])
     b.add_argument("--selection", choices=SELECTIONS, default=defaults["selection"])
-    b.add_argument("--storage-dtype", choices=("float16", "float32"), default=defaults["storage_dtype"])
+    b.add_argument("--storage-dtype", choices=list(STORAGE_DTYPES), default=defaults["storage_dtype"])
     b.add_argument("--batch-size", type=int, default=defaults["batch_size"], help="reviews per encoder batch")
     b.add_argument("--device", default=None, help="encoder device (default cuda if available, else cpu)")
     b.add_argument("--verify", choices=("full", "size"), default="full", help="check the file's sha256 or only size")
     b.add_argument("--no-progress", action="store_true")
-    return p
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

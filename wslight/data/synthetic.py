@@ -1,8 +1,9 @@
 """Synthetic token embeddings with labels from a planted direction (paper.md §6.9 style), generated on demand.
 
-Sample j is X_j in R^{L x H} with i.i.d. N(0, 1) entries, drawn from its own generator seeded by (seed, j), so any
-sample can be regenerated alone (random access, DataLoader workers, DDP ranks) without storing the whole set.
-Labels: y_j = sign(<flat(X_j), u>) with u ~ N(0, I_D / D), D = L * H (ties go to +1).
+Sample j is X_j in R^{S x H} (S = max_length tokens, H = synthetic_dim) with i.i.d. N(0, 1) entries, drawn from its
+own generator seeded by (seed, j), so any sample can be regenerated alone (random access, DataLoader workers, DDP
+ranks) without storing the whole set.
+Labels: y_j = sign(<flat(X_j), u>) with u ~ N(0, I_D / D), D = S * H (ties go to +1).
 """
 
 from __future__ import annotations
@@ -17,16 +18,16 @@ def planted_direction(seed: int, length: int, dim: int) -> torch.Tensor:
     """u ~ N(0, I_D / D) with D = length * dim, as a (length, dim) float64 tensor."""
     D = length * dim
     g = generator(seed, "data/synthetic/u")
-    return torch.randn(length, dim, generator=g, dtype=torch.float64) / D**0.5  # (L, H)
+    return torch.randn(length, dim, generator=g, dtype=torch.float64) / D**0.5  # (S, H)
 
 
 def synthetic_tokens(seed: int, ids, length: int, dim: int, unit_rows: bool = False) -> torch.Tensor:
-    """Tokens of samples `ids`, (B, L, H) float64.
+    """Tokens of samples `ids`, (B, S, H) float64.
 
     Args:
         seed: data seed.
         ids: (B,) candidate ids (the samples' `sample_id`).
-        length: L, tokens per sample.
+        length: S, tokens per sample.
         dim: H, hidden size.
         unit_rows: rescale each token to norm sqrt(H) (the paper's input assumption) before anything else.
     """
@@ -35,13 +36,13 @@ def synthetic_tokens(seed: int, ids, length: int, dim: int, unit_rows: bool = Fa
     for b, j in enumerate(ids):
         out[b] = torch.randn(length, dim, generator=generator(seed, "data/synthetic/x", j), dtype=torch.float64)
     if unit_rows:
-        out = out / out.norm(dim=-1, keepdim=True) * dim**0.5  # (B, L, H), rows of norm sqrt(H)
+        out = out / out.norm(dim=-1, keepdim=True) * dim**0.5  # (B, S, H), rows of norm sqrt(H)
     return out
 
 
 def synthetic_labels(X: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Paper §6.9: y = sign(<flat(X), u>), ties to +1. X (B, L, H), u (L, H) -> (B,) float32 in {+1, -1}."""
-    s = torch.einsum("blh,lh->b", X, u)  # (B, L, H) . (L, H) -> (B,)
+    """Paper §6.9: y = sign(<flat(X), u>), ties to +1. X (B, S, H), u (S, H) -> (B,) float32 in {+1, -1}."""
+    s = torch.einsum("bsh,sh->b", X, u)  # (B, S, H) . (S, H) -> (B,)
     return torch.where(s >= 0, 1.0, -1.0).to(torch.float32)
 
 
