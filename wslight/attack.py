@@ -7,11 +7,12 @@ sqrt(d) around the clean token and is chosen by projected descent on one of the 
     err         (16)  (phi(X')^T theta_{f/r} - y_Delta)^2, y_Delta = -y            (the test error itself)
     align       (24a) (<phi(X'), phi(X)> / ||phi(X)||^2 + 1)^2
     align_proj  (24b) (<phi(X'), P phi(X)> / ||P phi(X)||^2 + 1)^2
-    penalized         err + p (phi(X')^T theta*)^2                                (working definition, paper.md top)
+    penalized         err + penalty (phi(X')^T theta*)^2                          (working definition, paper.md top)
 
 The heads only enter through inner products with phi(X'): phi(X')^T theta*, phi(X')^T phi(X), phi(X')^T P phi(X).
-Single-token structure is used where it pays: for RF, phi(X') = act(z + V^(i) Delta); for RAF / ReLU-RAF only the
-scores in row and column i change, so one step costs O(n d + d^2) per sample instead of O(n^2 d + n d^2).
+phi(X') comes from the map's single-token algebra (`wslight.features.single_token`, the same engine as the
+word-sensitivity estimator): for RF, act(z + V^(i) Delta); for RAF / ReLU-RAF only the scores in row and column i
+change, so one step costs O(n d + d^2) per sample instead of O(n^2 d + n d^2); any other module through its forward.
 Pure maths: no Lightning import.
 """
 
@@ -24,27 +25,25 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from .features import DeepRandomFeatures, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
-from .interpolation import Heads, check_training, fit_heads, sum_last
+from . import validate
+from .features import map_dims, map_name
+from .features.single_token import map_features, project_ball, single_token
+from .interpolation import TRAININGS, Heads, fit_heads, sum_last
 from .seeding import generator
 
 LOSSES = ("err", "align", "align_proj", "penalized")
-# Authors' fixed-step schedules (paper.md §6.8): (lr, steps) for RF-type maps; RAF-type maps use lr 1 for 50 n steps.
-FAITHFUL_RF = (100.0, 300)
-FAITHFUL_RAF_LR, FAITHFUL_RAF_STEPS_PER_TOKEN = 1.0, 50
+# Authors' fixed-step schedules (paper.md §6.8), per map: (lr, steps, steps per token); steps = fixed + per token * n.
+FAITHFUL_SCHEDULES = {
+    "rf": (100.0, 300, 0),
+    "deep_rf": (100.0, 300, 0),
+    "raf": (1.0, 0, 50),
+    "relu_raf": (1.0, 0, 50),
+}
 # Defaults of the improved optimiser: momentum steps normalised per sample (initial length lr * radius), cosine decay,
 # restarts batched, early stop when the best loss improves by less than rtol * |loss| + atol over `patience` steps.
 DEFAULT_STEPS, DEFAULT_LR, DEFAULT_RESTARTS = 400, 0.1, 4
 PATIENCE, RTOL, ATOL = 25, 1e-5, 1e-12
 LR_FLOOR = 0.01
-
-
-def check_loss(loss: str, p: float) -> None:
-    """Raise a ValueError naming the allowed values unless `loss` is known and `p` >= 0."""
-    if loss not in LOSSES:
-        raise ValueError(f"loss must be one of {list(LOSSES)}, got {loss!r}")
-    if not isinstance(p, (int, float)) or isinstance(p, bool) or not p >= 0 or math.isinf(p):
-        raise ValueError(f"p must be a finite number >= 0, got {p!r}")
 
 
 def attack_objective(
@@ -54,7 +53,7 @@ def attack_objective(
     heads: Heads,
     training: Literal["finetune", "retrain"],
     loss: Literal["err", "align", "align_proj", "penalized"],
-    p: float = 0.0,
+    penalty: float = 0.0,
 ) -> Tensor:
     """The Delta-objective from the three inner products of phi(X') with the heads' vectors.
 
@@ -62,10 +61,10 @@ def attack_objective(
         s: (..., B) phi(X')^T theta*  (D0).
         a: (..., B) phi(X')^T phi(X).
         ap: (..., B) phi(X')^T P phi(X).
-        heads: the fitted heads; its (..., B) tensors broadcast against s (e.g. with a restart dim inserted).
+        heads: the fitted heads; its (..., B) tensors broadcast against s (e.g. with a restart dim appended).
         training: which head, theta_f or theta_r, the test error uses.
         loss: "err" (16), "align" (24a), "align_proj" (24b) or "penalized".
-        p: penalty weight of "penalized".
+        penalty: weight of the penalty term of "penalized".
 
     Returns:
         (..., B) loss values.
@@ -80,164 +79,17 @@ def attack_objective(
     # Paper: Eq. (16), test error against the flipped label y_Delta = -y (working definition of Err)
     err = (D1 + heads.y) ** 2
     if loss == "penalized":
-        # Working definition (paper.md top): l_{Err,p} = Err + p (phi(X')^T theta*)^2
-        return err + p * s**2
+        # Working definition (paper.md top): l_{Err,p} = Err + p (phi(X')^T theta*)^2, p the penalty weight
+        return err + penalty * s**2
     return err
 
 
-def _stack_heads(heads: Heads, dim: int) -> Heads:
-    """A view of the (T, B) per-sample scalars of `heads` with a singleton restart dim at `dim` (T, 1, B)."""
+def _with_restart_dim(heads: Heads) -> Heads:
+    """A view of the (T, B) per-sample scalars of `heads` with a singleton restart dim appended, (T, B, 1)."""
     fields = {k: getattr(heads, k) for k in heads.__dataclass_fields__}
     for k in ("y", "t0", "phi_sq", "Pphi_sq"):
-        fields[k] = fields[k].unsqueeze(dim)
+        fields[k] = fields[k].unsqueeze(-1)
     return Heads(**fields)
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Features of X with token i replaced by x0 + Delta, batched over trials T, restarts R and context samples B.
-
-
-class _GenericToken:
-    """Any map: a full forward pass on X + e_i Delta^T (used for DeepRF or mixed maps)."""
-
-    def __init__(self, maps: Sequence[nn.Module], X: Tensor, position: int, dtype: torch.dtype) -> None:
-        self.maps, self.X, self.i, self.dtype = maps, X, position, dtype  # X (T, B, n, d)
-
-    def __call__(self, delta: Tensor) -> Tensor:
-        """delta (T, R, B, d) -> phi(X') (T, R, B, p)."""
-        T, R, B, d = delta.shape
-        n = self.X.shape[2]
-        e = torch.zeros(n, 1, dtype=delta.dtype, device=delta.device)
-        e[self.i] = 1
-        out = []
-        for t, m in enumerate(self.maps):
-            Xp = self.X[t].unsqueeze(0).to(delta.dtype) + e * delta[t].unsqueeze(-2)  # (R, B, n, d)
-            w = getattr(m, "weight_dtype", delta.dtype)
-            out.append(m(Xp.reshape(R * B, n, d).to(w)).to(self.dtype).reshape(R, B, -1))  # (R, B, p)
-        return torch.stack(out)
-
-
-class _RFToken:
-    """RF: phi(X') = act(z + V^(i) Delta) with the clean pre-activations z and the token block V^(i) (paper.md §10b)."""
-
-    def __init__(self, maps: Sequence[RandomFeatures], X: Tensor, position: int, dtype: torch.dtype) -> None:
-        zs, blocks = [], []
-        for t, m in enumerate(maps):
-            z, blk = m.preactivations_and_token_blocks(X[t], [position])  # (B, k), (1, k, d)
-            zs.append(z.to(dtype))
-            blocks.append(blk[0].to(dtype))
-        self.z, self.V = torch.stack(zs), torch.stack(blocks)  # (T, B, k), (T, k, d)
-        self.act = maps[0].phi
-
-    def __call__(self, delta: Tensor) -> Tensor:
-        """delta (T, R, B, d) -> phi(X') (T, R, B, k)."""
-        # Paper: Eq. (rf) with a single token moved, V flat(X') = z + V^(i) Delta
-        pre = self.z.unsqueeze(1) + torch.einsum("trbd,tkd->trbk", delta, self.V)  # (T, R, B, k)
-        return self.act(pre)
-
-
-class _AttentionToken:
-    """RAF / ReLU-RAF with only token i moving: rows j != i reuse their clean part (paper.md §4.3-4.4).
-
-    With S = X W X^T / sqrt(d), moving x_i to x' changes column i of every row (S_ji = x_j W x' / sqrt(d)) and row i.
-    For a row j != i, out_j = w_j C_j + w'_j x' where C_j is the clean row's average over tokens k != i and the two
-    weights come from a 2-way softmax of (logsumexp_{k != i} S_jk, S_ji) (ReLU: the analogous sums of ReLU scores).
-    Row i is recomputed from its n scores. Cost per sample O(n d + d^2) instead of O(n^2 d + n d^2).
-    """
-
-    def __init__(
-        self,
-        maps: Sequence[RandomAttentionFeatures | ReLUAttentionFeatures],
-        X: Tensor,
-        position: int,
-        dtype: torch.dtype,
-    ) -> None:
-        self.relu = isinstance(maps[0], ReLUAttentionFeatures)
-        X = X.to(dtype)  # (T, B, n, d)
-        T, B, n, d = X.shape
-        self.i, self.n, self.d = position, n, d
-        W = torch.stack([m.W.to(dtype) for m in maps])  # (T, d, d)
-        self.W, self.X = W, X
-        self.XW = X @ W.unsqueeze(1)  # (T, B, n, d) @ (T, 1, d, d) -> (T, B, n, d), rows x_j W
-        self.XWt = X @ W.mT.unsqueeze(1)  # (T, B, n, d), rows W x_k (so x' W x_k = x' . (W x_k))
-        S = self.XW @ X.mT / d**0.5  # (T, B, n, n)
-        keep = torch.arange(n, device=X.device) != position
-        S_rest, X_rest = S[..., keep], X[..., keep, :]  # (T, B, n, n-1), (T, B, n-1, d)
-        if self.relu:
-            Rr = torch.relu(S_rest)  # (T, B, n, n-1)
-            self.mass = Rr.sum(-1)  # (T, B, n)
-            self.C = Rr @ X_rest  # (T, B, n, n-1) @ (T, B, n-1, d) -> (T, B, n, d), unnormalised
-        else:
-            self.lse = torch.logsumexp(S_rest, dim=-1)  # (T, B, n)
-            self.C = torch.softmax(S_rest, dim=-1) @ X_rest  # (T, B, n, d), clean average over k != i
-        self.row_i = (torch.arange(n, device=X.device) == position).unsqueeze(-1)  # (n, 1)
-        self.col_i = torch.arange(n, device=X.device) == position  # (n,)
-
-    def __call__(self, delta: Tensor) -> Tensor:
-        """delta (T, R, B, d) -> phi(X') (T, R, B, n d)."""
-        d = self.d
-        X = self.X.unsqueeze(1)  # (T, 1, B, n, d)
-        xp = X[..., self.i, :] + delta  # (T, R, B, d), the moved token
-        # column i of rows j: x_j W x' / sqrt(d)
-        s_col = torch.einsum("tbnd,trbd->trbn", self.XW, xp) / d**0.5  # (T, R, B, n)
-        # row i: x' W x_k / sqrt(d) for k != i, and x' W x' / sqrt(d) at k = i
-        s_row = torch.einsum("tbnd,trbd->trbn", self.XWt, xp) / d**0.5  # (T, R, B, n)
-        T, R, B, _ = xp.shape
-        xpW = torch.bmm(xp.reshape(T, R * B, d), self.W).reshape(T, R, B, d)  # (T, R B, d) @ (T, d, d), no expand
-        xWx = (xpW * xp).sum(-1) / d**0.5  # (T, R, B)
-        s_row = torch.where(self.col_i, xWx.unsqueeze(-1), s_row)  # (T, R, B, n)
-        Xp = torch.where(self.row_i, xp.unsqueeze(-2), X)  # (T, R, B, n, d), X with token i replaced
-        if self.relu:
-            r_col = torch.relu(s_col)  # (T, R, B, n)
-            den = self.mass.unsqueeze(1) + r_col
-            den = torch.where(den > 0, den, torch.ones_like(den))  # authors' code: a zero row sum becomes 1
-            rows = (self.C.unsqueeze(1) + r_col.unsqueeze(-1) * xp.unsqueeze(-2)) / den.unsqueeze(-1)  # (T,R,B,n,d)
-            r_row = torch.relu(s_row)  # (T, R, B, n)
-            den_i = r_row.sum(-1, keepdim=True)
-            a_i = r_row / torch.where(den_i > 0, den_i, torch.ones_like(den_i))
-        else:
-            # 2-way softmax between the clean tokens k != i (log-mass lse_j) and the moved token (score S_ji)
-            w = torch.softmax(torch.stack([self.lse.unsqueeze(1).expand_as(s_col), s_col], dim=-1), dim=-1)
-            rows = w[..., :1] * self.C.unsqueeze(1) + w[..., 1:] * xp.unsqueeze(-2)  # (T, R, B, n, d)
-            a_i = torch.softmax(s_row, dim=-1)  # (T, R, B, n)
-        out_i = (a_i.unsqueeze(-2) @ Xp).squeeze(-2)  # (T,R,B,1,n) @ (T,R,B,n,d) -> (T, R, B, d)
-        out = torch.where(self.row_i, out_i.unsqueeze(-2), rows)  # (T, R, B, n, d)
-        return out.flatten(-2)  # (T, R, B, n d), row-major as the map's forward
-
-
-def token_features(
-    maps: Sequence[nn.Module], X: Tensor, position: int, dtype: torch.dtype = torch.float64
-) -> _GenericToken | _RFToken | _AttentionToken:
-    """A callable delta (T, R, B, d) -> phi(X with token `position` moved by delta) (T, R, B, p), one map per trial.
-
-    Picks the structured evaluator when all maps share a type (RF with one activation; RAF; ReLU-RAF).
-
-    Args:
-        maps: T feature maps.
-        X: (T, B, n, d) clean context samples.
-        position: index of the moved token.
-        dtype: working dtype of the returned features.
-    """
-    kinds = {type(m) for m in maps}
-    if kinds == {RandomFeatures} and len({m.activation for m in maps}) == 1:
-        return _RFToken(maps, X, position, dtype)  # type: ignore[arg-type]
-    if kinds in ({RandomAttentionFeatures}, {ReLUAttentionFeatures}):
-        return _AttentionToken(maps, X, position, dtype)  # type: ignore[arg-type]
-    return _GenericToken(maps, X, position, dtype)
-
-
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def _features(m: nn.Module, X: Tensor, chunk: int = 256) -> Tensor:
-    """phi(X) in chunks of samples, float64, (M, n, d) -> (M, p)."""
-    w = getattr(m, "weight_dtype", X.dtype)
-    with torch.no_grad():
-        return torch.cat([m(X[s : s + chunk].to(w)).to(torch.float64) for s in range(0, X.shape[0], chunk)])
-
-
-def _is_rf_like(m: nn.Module) -> bool:
-    return isinstance(m, (RandomFeatures, DeepRandomFeatures))
 
 
 def _check_ids(train_ids: Tensor | None, ctx_ids: Tensor | None, T: int, M: int, B: int, N: int) -> None:
@@ -268,7 +120,7 @@ def delta_attack(
     y_ctx: Tensor,
     training: Literal["finetune", "retrain"] = "retrain",
     loss: Literal["err", "align", "align_proj", "penalized"] = "err",
-    p: float = 0.0,
+    penalty: float = 0.0,
     position: int = 0,
     radius: float | None = None,
     steps: int | None = None,
@@ -285,7 +137,8 @@ def delta_attack(
     """Optimise Delta on one token of each context sample and report the closed-form heads' outputs (paper.md §6.8).
 
     Batched over B context samples sharing one training set, R restarts, and optionally T trials with their own
-    training sets and maps (pass 4-d X_train / X_ctx and a list of T maps, or one map shared by all trials).
+    training sets and maps (pass 4-d X_train / X_ctx and a list of T maps, or one map shared by all trials). Any
+    map works: the four of `wslight.features` through their closed forms, any other nn.Module through its forward.
 
     Deviation: by default an improved optimiser (normalised momentum steps with cosine decay, R restarts of which
     the first starts at the clean token and the others uniformly in the ball, early stop per sample, best iterate
@@ -300,8 +153,8 @@ def delta_attack(
         X_ctx: (B, n, d) or (T, B, n, d) context samples (not in the training set).
         y_ctx: (B,) or (T, B) context labels y (the attack targets -y).
         training: "finetune" (theta_f) or "retrain" (theta_r).
-        loss: "err" (16), "align" (24a), "align_proj" (24b) or "penalized" (err + p (phi^T theta*)^2).
-        p: penalty weight, >= 0 (used by "penalized").
+        loss: "err" (16), "align" (24a), "align_proj" (24b) or "penalized" (err + penalty (phi^T theta*)^2).
+        penalty: the penalty weight (called p in the paper and in results.jsonl), >= 0; used by "penalized".
         position: index of the perturbed token (0 = [CLS] as in the paper).
         radius: radius of the ball around the clean token; None means sqrt(d).
         steps: maximum number of steps; None means 400 (faithful: 300 for RF/DRF, 50 n for RAF/ReLU-RAF).
@@ -321,8 +174,9 @@ def delta_attack(
         abs_D0, delta_norm, steps, loss (final objective), restart (the one kept), gram_cond, gram_ill_conditioned.
     """
     # ---- validation, before any heavy work
-    check_training(training)
-    check_loss(loss, p)
+    validate.choice("training", training, TRAININGS)
+    validate.choice("loss", loss, LOSSES)
+    penalty = validate.number("penalty", penalty, 0.0)
     if X_train.dim() not in (3, 4) or X_ctx.dim() != X_train.dim():
         raise ValueError(
             f"X_train/X_ctx: expected (M, n, d)/(B, n, d) or (T, M, n, d)/(T, B, n, d), "
@@ -337,83 +191,77 @@ def delta_attack(
         raise ValueError(f"X_ctx: expected ({T}, B, {n}, {d}), got {tuple(X_ctx.shape)}")
     if Y.shape != (T, M) or y_ctx.shape != (T, B):
         raise ValueError(f"Y/y_ctx: expected {(T, M)} and {(T, B)}, got {tuple(Y.shape)} and {tuple(y_ctx.shape)}")
-    N = M if N is None else N
-    if isinstance(N, bool) or not isinstance(N, int) or not 1 <= N <= M:
-        raise ValueError(f"N must be an integer in [1, {M}] (the training samples available), got {N!r}")
-    if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position < n:
-        raise ValueError(f"position must be an integer in [0, {n - 1}], got {position!r}")
-    radius = d**0.5 if radius is None else radius
-    if not radius > 0:
-        raise ValueError(f"radius must be > 0, got {radius!r}")
+    N = validate.integer("N", M if N is None else N, 1, M, why="the training samples available")
+    position = validate.integer("position", position, 0, n - 1)
+    radius = validate.number("radius", d**0.5 if radius is None else radius, 0.0, strict=True)
     maps = list(feature_map) if isinstance(feature_map, (Sequence, nn.ModuleList)) else [feature_map] * T
     if len(maps) != T:
         raise ValueError(f"feature_map: expected one map or {T} maps (one per trial), got {len(maps)}")
-    rf_like = _is_rf_like(maps[0])
+    for m in maps:
+        map_dims(m)  # a ValueError for anything that is not a map of d-dimensional tokens
     if faithful:
         if restarts not in (None, 1):
             raise ValueError(f"restarts must be 1 (or None) when faithful=True, got {restarts!r}")
         restarts = 1
-        lr = (FAITHFUL_RF[0] if rf_like else FAITHFUL_RAF_LR) if lr is None else lr
-        steps = (FAITHFUL_RF[1] if rf_like else FAITHFUL_RAF_STEPS_PER_TOKEN * n) if steps is None else steps
-    restarts = DEFAULT_RESTARTS if restarts is None else restarts
-    steps = DEFAULT_STEPS if steps is None else steps
-    lr = DEFAULT_LR if lr is None else lr
-    for key, val in (("steps", steps), ("restarts", restarts)):
-        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-            raise ValueError(f"{key} must be a positive integer, got {val!r}")
-    if not lr > 0:
-        raise ValueError(f"lr must be > 0, got {lr!r}")
+        schedule = FAITHFUL_SCHEDULES.get(map_name(maps[0]))
+        if schedule is None and (lr is None or steps is None):
+            raise ValueError(
+                f"faithful: the authors' schedule exists for {sorted(FAITHFUL_SCHEDULES)}; give lr and steps for a "
+                f"{map_name(maps[0])} map"
+            )
+        if schedule is not None:
+            lr = schedule[0] if lr is None else lr
+            steps = schedule[1] + schedule[2] * n if steps is None else steps
+    restarts = validate.integer("restarts", DEFAULT_RESTARTS if restarts is None else restarts, 1)
+    steps = validate.integer("steps", DEFAULT_STEPS if steps is None else steps, 1)
+    lr = validate.number("lr", DEFAULT_LR if lr is None else lr, 0.0, strict=True)
     _check_ids(train_ids, ctx_ids, T, M, B, N)
 
     # ---- closed-form heads, float64 (paper.md §6.2)
     X_train, Y = X_train[:, :N], Y[:, :N]
-    Phi = torch.stack([_features(m, X_train[t]) for t, m in enumerate(maps)])  # (T, N, p)
-    phi = torch.stack([_features(m, X_ctx[t]) for t, m in enumerate(maps)])  # (T, B, p)
+    Phi = torch.stack([map_features(m, X_train[t]) for t, m in enumerate(maps)])  # (T, N, p)
+    phi = torch.stack([map_features(m, X_ctx[t]) for t, m in enumerate(maps)])  # (T, B, p)
     heads = fit_heads(Phi, Y, phi, y_ctx)
     del Phi  # heads.Phi keeps the float64 copy for P
     hv = torch.stack([heads.theta_star.unsqueeze(1).expand_as(heads.phi), heads.phi, heads.Pphi], -1).to(dtype)
     # hv: (T, B, p, 3), the three vectors the losses need
-    hR = _stack_heads(heads, 1)  # (T, 1, B) scalars, broadcast over restarts
-    feats = token_features(maps, X_ctx, position, dtype)
+    hR = _with_restart_dim(heads)  # (T, B, 1) scalars, broadcast over restarts
+    token = single_token(maps, X_ctx, [position], dtype)
 
-    def inner(delta: Tensor) -> Tensor:  # (T, R, B, d) -> (T, R, B, 3): phi(X')^T [theta*, phi, P phi]
-        return torch.einsum("trbp,tbpc->trbc", feats(delta), hv)
+    def inner(delta: Tensor) -> Tensor:  # (T, B, R, d) -> (T, B, R, 3): phi(X')^T [theta*, phi, P phi]
+        return token.readout(delta[:, :, None], hv)[:, :, 0]
 
-    def objective(delta: Tensor) -> Tensor:  # (T, R, B)
+    def objective(delta: Tensor) -> Tensor:  # (T, B, R)
         sap = inner(delta).to(torch.float64)
-        return attack_objective(sap[..., 0], sap[..., 1], sap[..., 2], hR, training, loss, p)
+        return attack_objective(sap[..., 0], sap[..., 1], sap[..., 2], hR, training, loss, penalty)
 
-    # ---- projected descent on Delta, batched over (T, R, B)
+    # ---- projected descent on Delta, batched over (T, B, R)
     dev = X_ctx.device
     R = restarts
-    delta = torch.zeros(T, R, B, d, dtype=dtype, device=dev)
+    delta = torch.zeros(T, B, R, d, dtype=dtype, device=dev)
     if R > 1:
         g = generator(seed, "attack.restarts")
-        u = torch.randn(T, R - 1, B, d, generator=g, dtype=torch.float64)
+        u = torch.randn(T, R - 1, B, d, generator=g, dtype=torch.float64)  # drawn restart-major, as ever
         u = u / u.norm(dim=-1, keepdim=True)
         rad = radius * torch.rand(T, R - 1, B, 1, generator=g, dtype=torch.float64) ** (1.0 / d)  # uniform in ball
-        delta[:, 1:] = (u * rad).to(dtype=dtype, device=dev)
+        delta[:, :, 1:] = (u * rad).transpose(1, 2).to(dtype=dtype, device=dev)
 
-    def project_ball(v: Tensor) -> Tensor:
-        nrm = v.norm(dim=-1, keepdim=True)
-        return v * torch.clamp(radius / nrm.clamp_min(1e-300), max=1.0)
-
-    best_loss = torch.full((T, R, B), float("inf"), dtype=torch.float64, device=dev)
+    best_loss = torch.full((T, B, R), float("inf"), dtype=torch.float64, device=dev)
     best_delta = delta.clone()
     ref_loss = best_loss.clone()
-    active = torch.ones(T, R, B, dtype=torch.bool, device=dev)
-    taken = torch.zeros(T, R, B, dtype=torch.long, device=dev)
+    active = torch.ones(T, B, R, dtype=torch.bool, device=dev)
+    taken = torch.zeros(T, B, R, dtype=torch.long, device=dev)
     m1, m2 = torch.zeros_like(delta), torch.zeros_like(delta[..., :1])
     b1, b2, eps = 0.9, 0.999, 1e-30
     unit = radius / d**0.5
     for step in range(steps):
         delta.requires_grad_(True)
-        L = objective(delta)  # (T, R, B)
-        (grad,) = torch.autograd.grad(L.sum(), delta)
+        values = objective(delta)  # (T, B, R)
+        (grad,) = torch.autograd.grad(values.sum(), delta)
         delta = delta.detach()
         with torch.no_grad():
-            better = L < best_loss
-            best_loss = torch.where(better, L, best_loss)
+            better = values < best_loss
+            best_loss = torch.where(better, values, best_loss)
             best_delta = torch.where(better.unsqueeze(-1), delta, best_delta)
             if faithful:
                 # Paper (authors' code): plain gradient step, lr fixed, then projection onto the ball
@@ -427,7 +275,7 @@ def delta_attack(
                 mh, vh = m1 / (1 - b1 ** (step + 1)), m2 / (1 - b2 ** (step + 1))
                 sched = LR_FLOOR + (1 - LR_FLOOR) * 0.5 * (1 + math.cos(math.pi * step / steps))
                 upd = lr * unit * sched * mh / (vh.sqrt() + eps)
-            delta = torch.where(active.unsqueeze(-1), project_ball(delta - upd), delta)
+            delta = torch.where(active.unsqueeze(-1), project_ball(delta - upd, radius), delta)
             taken += active
             if not faithful:
                 active &= best_loss > ATOL
@@ -437,19 +285,18 @@ def delta_attack(
                 if not bool(active.any()):
                     break
     with torch.no_grad():
-        L = objective(delta)
+        values = objective(delta)
         if faithful:
-            best_loss, best_delta = L, delta  # the authors report the final iterate
+            best_loss, best_delta = values, delta  # the authors report the final iterate
         else:
-            better = L < best_loss
-            best_loss = torch.where(better, L, best_loss)
+            better = values < best_loss
+            best_loss = torch.where(better, values, best_loss)
             best_delta = torch.where(better.unsqueeze(-1), delta, best_delta)
 
         # ---- keep the best restart per sample and report in float64
-        r_best = best_loss.argmin(dim=1)  # (T, B)
-        idx = r_best[:, None, :, None].expand(T, 1, B, d)
-        delta_k = best_delta.gather(1, idx)  # (T, 1, B, d)
-        sap = inner(delta_k).to(torch.float64)[:, 0]  # (T, B, 3)
+        r_best = best_loss.argmin(dim=2)  # (T, B)
+        delta_k = best_delta.gather(2, r_best[:, :, None, None].expand(T, B, 1, d))  # (T, B, 1, d)
+        sap = inner(delta_k).to(torch.float64)[:, :, 0]  # (T, B, 3)
         D0 = sap[..., 0]
         D1 = D0 + heads.coef(training) * (sap[..., 1] if training == "finetune" else sap[..., 2])
         t1 = heads.t0 + heads.coef(training) * (
@@ -469,15 +316,15 @@ def delta_attack(
             "proj_ratio": heads.proj_ratio,
             "abs_t0": heads.t0.abs(),
             "abs_D0": D0.abs(),
-            "delta_norm": delta_k[:, 0].to(torch.float64).norm(dim=-1),
-            "steps": taken.gather(1, r_best[:, None])[:, 0],
-            "loss": best_loss.gather(1, r_best[:, None])[:, 0],
+            "delta_norm": delta_k[:, :, 0].to(torch.float64).norm(dim=-1),
+            "steps": taken.gather(2, r_best[..., None])[..., 0],
+            "loss": best_loss.gather(2, r_best[..., None])[..., 0],
             "restart": r_best,
             "gram_cond": heads.cond[:, None].expand(T, B),
             "gram_ill_conditioned": heads.ill_conditioned[:, None].expand(T, B),
         }
         if return_delta:
-            out["delta"] = delta_k[:, 0]  # (T, B, d)
+            out["delta"] = delta_k[:, :, 0]  # (T, B, d)
     return out if batched else {k: v[0] for k, v in out.items()}
 
 

@@ -21,8 +21,11 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def integer(key: str, value: Any, low: int | None = None, high: int | None = None, allow_none: bool = False) -> Any:
-    """`value` if it is an int in [low, high] (either bound optional; None too when `allow_none`)."""
+def integer(
+    key: str, value: Any, low: int | None = None, high: int | None = None, allow_none: bool = False, why: str = ""
+) -> Any:
+    """`value` if it is an int in [low, high] (either bound optional; None too when `allow_none`); `why` explains
+    the bounds in the message."""
     if allow_none and value is None:
         return None
     if not _is_int(value) or (low is not None and value < low) or (high is not None and value > high):
@@ -32,7 +35,8 @@ def integer(key: str, value: Any, low: int | None = None, high: int | None = Non
             what = f"an integer >= {low}" if low is not None else "an integer"
         else:
             what = f"an integer in [{low if low is not None else '-inf'}, {high}]"
-        raise ValueError(f"{key} must be {what}{' or None' if allow_none else ''}, got {value!r}")
+        why = f" ({why})" if why else ""
+        raise ValueError(f"{key} must be {what}{' or None' if allow_none else ''}{why}, got {value!r}")
     return value
 
 

@@ -25,8 +25,10 @@ def register_map(name: str) -> Callable[[type[FeatureMap]], type[FeatureMap]]:
     """Class decorator: make the map buildable as `make_map(name, ...)` and in the sweeps' `maps:` lists."""
 
     def register(cls: type[FeatureMap]) -> type[FeatureMap]:
-        if name in MAPS and MAPS[name] is not cls:
-            raise ValueError(f"map name {name!r} is already registered to {MAPS[name].__name__}")
+        old = MAPS.get(name)
+        if old is not None and (old.__module__, old.__qualname__) != (cls.__module__, cls.__qualname__):
+            # the same class defined again (a notebook cell re-run) replaces itself; another class is refused
+            raise ValueError(f"map name {name!r} is already registered to {old.__qualname__}")
         cls.map_name = name
         MAPS[name] = cls
         return cls

@@ -1,0 +1,144 @@
+"""The single-token engine: every map family's closed form equals the generic autograd path and the full forward, and
+any plain module works in the estimator and the attack."""
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from wslight.attack import delta_attack
+from wslight.features import RandomAttentionFeatures, RandomFeatures, make_map
+from wslight.features.single_token import GenericToken, single_token, token_class_for
+from wslight.seeding import generator
+from wslight.sensitivity import word_sensitivity
+
+ROOT = Path(__file__).resolve().parents[1]
+FAMILIES = ["rf", "rf_bounded", "deep_rf", "raf", "relu_raf"]
+
+
+def build(kind, n, d, seed):
+    if kind == "rf_bounded":  # V regenerated in row chunks, never stored
+        return RandomFeatures(n, d, seed=seed, dtype="float64", max_stored_bytes=0, block_rows=7)
+    return make_map(kind, n, d, seed=seed, depth=3, dtype="float64")
+
+
+def moved(X, position, delta):
+    """X (B, n, d) with token `position` moved by delta (B, R, d) -> (B, R, n, d)."""
+    Xp = X[:, None].repeat(1, delta.shape[1], 1, 1)
+    Xp[:, :, position] += delta
+    return Xp
+
+
+@pytest.fixture
+def case(rows):
+    def make(kind, T=2, B=3, n=7, d=6, R=2, positions=(0, 3, 6)):
+        maps = [build(kind, n, d, seed) for seed in range(T)]
+        X = rows(T * B, n, d, seed=4, dtype=torch.float64).reshape(T, B, n, d)
+        g = generator(0, "test.delta")
+        delta = 2 * torch.randn(T, B, len(positions), R, d, generator=g, dtype=torch.float64)
+        return maps, X, list(positions), delta
+
+    return make
+
+
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_closed_form_equals_generic_path_and_full_forward(case, kind):
+    maps, X, positions, delta = case(kind)
+    fast = single_token(maps, X, positions, torch.float64)
+    generic = GenericToken(maps, X, positions, torch.float64)
+    assert type(fast) is not GenericToken and type(fast) is token_class_for(maps)
+    f = fast.features(delta)  # (T, B, P, R, p)
+    assert torch.allclose(f, generic.features(delta), rtol=1e-9, atol=1e-9)
+    assert torch.allclose(fast.phi0, generic.phi0, rtol=1e-9, atol=1e-9)
+    for t, m in enumerate(maps):  # the full forward on the moved samples
+        for j, i in enumerate(positions):
+            ref = m(moved(X[t], i, delta[t, :, j]).flatten(0, 1)).reshape(f.shape[1], f.shape[3], -1)
+            assert torch.allclose(f[t, :, j], ref, rtol=1e-9, atol=1e-9)
+    assert torch.allclose(fast.change_sq(delta), generic.change_sq(delta), rtol=1e-8, atol=1e-9)
+    H = torch.randn(*X.shape[:2], f.shape[-1], 3, generator=generator(1, "test.H"), dtype=torch.float64)
+    assert torch.allclose(fast.readout(delta, H), generic.readout(delta, H), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_closed_form_gradients_equal_autograd_through_the_forward(case, kind):
+    maps, X, positions, delta = case(kind, T=1)
+    grads = []
+    for token in (single_token(maps, X, positions, torch.float64), GenericToken(maps, X, positions, torch.float64)):
+        x = delta.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(token.change_sq(x).sum(), x)
+        grads.append(g)
+    assert torch.allclose(grads[0], grads[1], rtol=1e-7, atol=1e-9)
+
+
+def test_exact64_of_the_memory_bounded_rf_is_the_float64_forward(case):
+    maps, X, positions, delta = case("rf_bounded")
+    token = single_token(maps, X, positions, torch.float64)
+    j = torch.tensor([[0, 1, 2], [2, 2, 0]])  # index into positions, per trial and sample
+    chosen = delta[:, :, 0, 0]  # (T, B, d)
+    ws, norm = token.exact64(chosen, j)
+    for t, m in enumerate(maps):
+        for b in range(X.shape[1]):
+            Xp = X[t, b : b + 1].clone()
+            Xp[0, positions[j[t, b]]] += chosen[t, b]
+            ref = (m(Xp) - m(X[t, b : b + 1])).norm() / m(X[t, b : b + 1]).norm()
+            assert abs(float(ws[t, b]) - float(ref)) < 1e-10
+
+
+def test_mixed_maps_fall_back_to_the_generic_path(case):
+    maps, X, positions, _ = case("rf")
+    assert token_class_for([maps[0], RandomFeatures(7, 6, activation="tanh")]) is GenericToken
+    assert token_class_for([maps[0], make_map("raf", 7, 6)]) is GenericToken
+
+
+class PlainRAF(nn.Module):
+    """RAF behind a plain module: the estimators see only its forward (no closed form, no structured starts)."""
+
+    def __init__(self, raf):
+        super().__init__()
+        self.raf, self.d = raf, raf.d
+
+    def forward(self, X):
+        return self.raf(X)
+
+
+def test_plain_module_gives_the_fast_path_word_sensitivity(rows):
+    raf = RandomAttentionFeatures(16, seed=3, dtype="float64")
+    X = rows(4, 10, 16, seed=2, dtype=torch.float64)
+    fast = word_sensitivity(raf, X, restarts=4, max_steps=300, seed=1)
+    plain = word_sensitivity(PlainRAF(raf), X, restarts=4, max_steps=300, seed=1)
+    rel = (plain.ws - fast.ws).abs() / fast.ws
+    assert float(rel.max()) < 0.01, (fast.ws, plain.ws)
+    assert torch.all(plain.delta_norm <= 4.0 + 1e-9)
+
+
+def test_plain_module_gives_the_fast_path_attack(rows):
+    raf = RandomAttentionFeatures(8, seed=3, dtype="float64")
+    X = rows(24, 6, 8, seed=5, dtype=torch.float64)
+    Y = torch.sign(torch.randn(24, generator=torch.Generator().manual_seed(1))).double()
+    kw = dict(training="retrain", loss="err", steps=60, seed=2)
+    fast = delta_attack(raf, X[2:], Y[2:], X[:2], Y[:2], **kw)
+    plain = delta_attack(PlainRAF(raf), X[2:], Y[2:], X[:2], Y[:2], **kw)
+    for key in ("t0", "t1", "D0", "D1", "err"):
+        assert torch.allclose(fast[key], plain[key], rtol=1e-6, atol=1e-8), key
+
+
+def test_readme_example_map_registers_and_runs_everywhere(rows):
+    """The README's 20-line example: one class plus `register_map` makes a map usable by name."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- example-map -->\s*```python\n(.*?)```", readme, re.S)
+    assert block is not None, "README.md must hold the example map after <!-- example-map -->"
+    code = block.group(1)
+    assert len(code.strip().splitlines()) <= 25
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    fmap = make_map("mean_rf", n=5, d=8, seed=0)
+    assert type(fmap).__name__ in namespace and fmap.out_dim(5) == fmap(rows(2, 5, 8)).shape[1]
+    assert torch.equal(fmap(rows(2, 5, 8)), make_map("mean_rf", n=5, d=8, seed=0)(rows(2, 5, 8)))
+    res = word_sensitivity(fmap, rows(3, 5, 8), max_steps=50)
+    assert torch.all(res.ws > 0) and torch.all(res.delta_norm <= 8**0.5 + 1e-6)
+    X = rows(40, 5, 8, seed=1)
+    Y = torch.sign(torch.randn(40, generator=torch.Generator().manual_seed(0)))
+    out = delta_attack(fmap, X[2:], Y[2:], X[:2], Y[:2], steps=20)
+    assert torch.allclose(out["t1"], out["y"], atol=1e-6)
