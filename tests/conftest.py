@@ -1,4 +1,9 @@
+"""Shared fixtures: token rows, the one CPU trainer of every test config, and one torch thread for tiny tensors."""
+
 import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,3 +22,72 @@ def unit_rows(B: int, n: int, d: int, seed: int = 0, dtype=torch.float32) -> tor
 @pytest.fixture
 def rows():
     return unit_rows
+
+
+@contextmanager
+def num_threads(n: int):
+    """Run a block with `n` intra-op torch threads, restoring the previous count."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module of tiny tensors: no pool contention on busy cores.
+
+    Opt in per module with `pytestmark = pytest.mark.usefixtures("one_thread")`.
+    """
+    with num_threads(1):
+        yield
+
+
+@pytest.fixture
+def threads():
+    """`with threads(n): ...` runs a block with n torch threads."""
+    return num_threads
+
+
+@dataclass(frozen=True)
+class CPUTrainer:
+    """The trainer of every test run: CPU, one device, no progress bar or model summary, TensorBoard logs.
+
+    `kwargs` for `Trainer(**cpu_trainer.kwargs, ...)`, `yaml(save_dir, name)` for a config's `trainer:` block and
+    `args` for the same settings as command-line overrides.
+    """
+
+    kwargs: dict = field(
+        default_factory=lambda: {
+            "accelerator": "cpu",
+            "devices": 1,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+        }
+    )
+
+    @property
+    def args(self) -> list[str]:
+        out = []
+        for key, value in self.kwargs.items():
+            out += [f"--trainer.{key}", str(value).lower() if isinstance(value, bool) else str(value)]
+        return out
+
+    def yaml(self, save_dir: str | Path, name: str = "test", **extra) -> str:
+        """The `trainer:` block (a YAML string ending in a newline); `extra` adds plain trainer keys."""
+        lines = ["trainer:"]
+        for key, value in {**self.kwargs, **extra}.items():
+            lines.append(f"  {key}: {str(value).lower() if isinstance(value, bool) else value}")
+        lines += [
+            "  logger:",
+            "    class_path: lightning.pytorch.loggers.TensorBoardLogger",
+            f"    init_args: {{save_dir: {save_dir}, name: {name}, default_hp_metric: false}}",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="session")
+def cpu_trainer() -> CPUTrainer:
+    return CPUTrainer()

@@ -61,25 +61,20 @@ model:
   init_args: {{steps: 2, output_dir: {out}, {extra}}}
 """
 
-TRAINER = """
-trainer:
-  accelerator: cpu
-  devices: 1
-  enable_progress_bar: false
-  enable_model_summary: false
-  logger:
-    class_path: lightning.pytorch.loggers.TensorBoardLogger
-    init_args: {{save_dir: {logs}, name: bad, default_hp_metric: false}}
-"""
-
 TEXT = {"embeddings.source": "imdb_offline", "embeddings.encoder": "bundled-minilm"}
 
 
-def write(tmp_path, body, extra=""):
-    cfg = tmp_path / "config.yaml"
-    fields = {"cache": tmp_path / "cache", "out": tmp_path / "out", "logs": tmp_path / "logs", "extra": extra}
-    cfg.write_text(body.format(**fields) + TRAINER.format(**fields))
-    return cfg
+@pytest.fixture
+def write(tmp_path, cpu_trainer):
+    """write(body, extra=""): config.yaml of a sweep or probe body with the CPU trainer; returns its path."""
+
+    def write_config(body, extra=""):
+        cfg = tmp_path / "config.yaml"
+        fields = {"cache": tmp_path / "cache", "out": tmp_path / "out", "extra": extra}
+        cfg.write_text(body.format(**fields) + cpu_trainer.yaml(tmp_path / "logs", "bad"))
+        return cfg
+
+    return write_config
 
 
 def overrides(settings: dict) -> list[str]:
@@ -131,14 +126,16 @@ CLI_CASES = [
 @pytest.mark.parametrize(
     "sweep, settings, patterns", CLI_CASES, ids=[f"{s}-{'-'.join(map(str, k))}" for s, k, _ in CLI_CASES]
 )
-def test_bad_sweep_config_fails_at_parse_time_naming_the_key(tmp_path, capsys, monkeypatch, sweep, settings, patterns):
+def test_bad_sweep_config_fails_at_parse_time_naming_the_key(
+    tmp_path, capsys, monkeypatch, write, sweep, settings, patterns
+):
     from wslight import encoders
 
     def no_encoder(*a, **k):
         raise AssertionError("the encoder must not load for a bad config")
 
     monkeypatch.setattr(encoders, "load_encoder", no_encoder)
-    cfg = write(tmp_path, WS if sweep == "ws" else ATTACK)
+    cfg = write(WS if sweep == "ws" else ATTACK)
     with pytest.raises((SystemExit, ValueError)) as exc:
         main(["test", "--config", str(cfg), *overrides(settings)], evaluate=True)
     if isinstance(exc.value, SystemExit):  # a parse error: jsonargparse reports on stderr and exits non-zero
@@ -160,7 +157,7 @@ PROBE_CASES = [
 
 
 @pytest.mark.parametrize("settings, pattern", PROBE_CASES, ids=[next(iter(k)) for k, _ in PROBE_CASES])
-def test_bad_probe_fails_before_any_forward_and_writes_no_results(tmp_path, monkeypatch, settings, pattern):
+def test_bad_probe_fails_before_any_forward_and_writes_no_results(tmp_path, monkeypatch, write, settings, pattern):
     """Probe keys that need the tokenised text or the encoder's sizes are checked before any forward pass."""
     import wslight.probes.attention as attention_mod
 
@@ -168,7 +165,7 @@ def test_bad_probe_fails_before_any_forward_and_writes_no_results(tmp_path, monk
         raise AssertionError("no encoder forward pass for bad input")
 
     monkeypatch.setattr(attention_mod, "encoder_forward", no_forward)
-    cfg = write(tmp_path, PROBE, ", ".join(f"{k}: {json.dumps(v)}" for k, v in settings.items()))
+    cfg = write(PROBE, ", ".join(f"{k}: {json.dumps(v)}" for k, v in settings.items()))
     with pytest.raises(ValueError, match=pattern):
         main(["test", "--config", str(cfg)], evaluate=True)
     assert not list(tmp_path.rglob("results.jsonl"))
@@ -258,14 +255,14 @@ def _read_only_cases(tmp_path):
     return cases
 
 
-def test_unwritable_output_dir_fails_before_any_trial(tmp_path, monkeypatch):
+def test_unwritable_output_dir_fails_before_any_trial(tmp_path, monkeypatch, write):
     import wslight.evaluations.ws_sweep as sweeps_mod
 
     def no_trials(*a, **k):
         raise AssertionError("no trial may run when the results cannot be written")
 
     monkeypatch.setattr(sweeps_mod, "word_sensitivity", no_trials)
-    cfg = write(tmp_path, WS)
+    cfg = write(WS)
     for name, out, reason in _read_only_cases(tmp_path):
         with pytest.raises(PermissionError, match=rf"output_dir: cannot .*{out.parent.name}.*{reason}") as exc:
             main(["test", "--config", str(cfg), "--model.init_args.output_dir", str(out)], evaluate=True)
@@ -274,8 +271,8 @@ def test_unwritable_output_dir_fails_before_any_trial(tmp_path, monkeypatch):
     assert not list(tmp_path.rglob("results.jsonl"))
 
 
-def test_disk_full_fails_clearly_and_leaves_no_partial_line(tmp_path, monkeypatch):
-    cfg = write(tmp_path, WS)
+def test_disk_full_fails_clearly_and_leaves_no_partial_line(tmp_path, monkeypatch, write):
+    cfg = write(WS)
     args = ["test", "--config", str(cfg), "--model.init_args.trials", "3"]
     real_open = open
     calls = []

@@ -72,22 +72,14 @@ model:
     embeddings: {source: synthetic, synthetic_dim: 384, num_samples: 12, max_length: 100}
 """
 
-TRAINER = """
-trainer:
-  accelerator: cpu
-  devices: 1
-  enable_progress_bar: false
-  enable_model_summary: false
-  logger:
-    class_path: lightning.pytorch.loggers.TensorBoardLogger
-    init_args: {{save_dir: {save_dir}, name: det, default_hp_metric: false}}
-"""
+@pytest.fixture
+def write_config(tmp_path, cpu_trainer):
+    def write(body, save_dir):
+        cfg = tmp_path / "config.yaml"
+        cfg.write_text(body + cpu_trainer.yaml(save_dir, "det"))
+        return cfg
 
-
-def write_config(tmp_path, body, save_dir):
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text(body + TRAINER.format(save_dir=save_dir))
-    return cfg
+    return write
 
 
 def records_of(path):
@@ -101,8 +93,8 @@ def run_in_process(cfg, save_dir):
 
 
 @pytest.mark.parametrize("body", [WS_CONFIG, ATTACK_CONFIG], ids=["ws", "attack"])
-def test_two_runs_give_bit_identical_records(tmp_path, body):
-    cfg = write_config(tmp_path, body, tmp_path / "a")
+def test_two_runs_give_bit_identical_records(tmp_path, write_config, body):
+    cfg = write_config(body, tmp_path / "a")
     a = run_in_process(cfg, tmp_path / "a")
     b = run_in_process(cfg, tmp_path / "b")
     assert a != b and a.parent.name == b.parent.name  # separate files, same run key
@@ -112,8 +104,8 @@ def test_two_runs_give_bit_identical_records(tmp_path, body):
     assert a.read_bytes() == b.read_bytes()
 
 
-def test_a_different_seed_changes_the_records(tmp_path):
-    cfg = write_config(tmp_path, WS_CONFIG, tmp_path / "a")
+def test_a_different_seed_changes_the_records(tmp_path, write_config):
+    cfg = write_config(WS_CONFIG, tmp_path / "a")
     a = [r for r in records_of(run_in_process(cfg, tmp_path / "a")) if r["map"] == "rf"]
     cli = main(
         [
@@ -133,21 +125,7 @@ def test_a_different_seed_changes_the_records(tmp_path):
     assert [r["ws"] for r in a] != [r["ws"] for r in b]
 
 
-class threads:
-    """Run a block with `n` intra-op threads, restoring the previous count."""
-
-    def __init__(self, n):
-        self.n = n
-
-    def __enter__(self):
-        self.old = torch.get_num_threads()
-        torch.set_num_threads(self.n)
-
-    def __exit__(self, *exc):
-        torch.set_num_threads(self.old)
-
-
-def test_sum_last_is_thread_count_invariant_and_accurate():
+def test_sum_last_is_thread_count_invariant_and_accurate(threads):
     g = torch.Generator().manual_seed(0)
     for p in (7, 1024, 40_000, 300_001):
         x = torch.randn(1, p, generator=g, dtype=torch.float64)
@@ -161,7 +139,7 @@ def test_sum_last_is_thread_count_invariant_and_accurate():
     assert sum_last(y).shape == (3, 5) and torch.allclose(sum_last(y), y.sum(-1), rtol=1e-5, atol=1e-4)
 
 
-def test_attack_and_ws_do_not_depend_on_the_thread_count():
+def test_attack_and_ws_do_not_depend_on_the_thread_count(threads):
     """One context sample with p = 38400 features: before sum_last, t1 and proj_ratio differed with 1 and 2 threads."""
     g = torch.Generator().manual_seed(0)
     n, d = 100, 384
@@ -208,9 +186,9 @@ def _evaluate_subprocess(cfg, save_dir, *extra):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("body", [WS_CONFIG, ATTACK_CONFIG, WIDE_ATTACK_CONFIG], ids=["ws", "attack", "attack-wide"])
-def test_one_and_two_devices_give_identical_records(tmp_path, body):
+def test_one_and_two_devices_give_identical_records(tmp_path, write_config, body):
     """1 process vs 2 DDP processes (gloo, CPU): the same records, bit for bit (the file order may differ)."""
-    cfg = write_config(tmp_path, body, tmp_path / "one")
+    cfg = write_config(body, tmp_path / "one")
     one = _evaluate_subprocess(cfg, tmp_path / "one")
     two = _evaluate_subprocess(
         cfg, tmp_path / "two", "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu"

@@ -22,9 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRIALS = 16  # 2 maps x 2 n x 4 trials
 
 
-def write_config(path: Path, save_dir: Path) -> Path:
-    path.write_text(
-        f"""
+WS = """
 seed_everything: 0
 model:
   class_path: wslight.evaluations.WordSensitivitySweep
@@ -36,22 +34,24 @@ model:
     restarts: 4
     max_steps: 40
     seed: 5
-    embeddings: {{source: synthetic, synthetic_dim: 16, num_samples: 40, max_length: 16}}
-trainer:
-  accelerator: cpu
-  devices: 1
-  enable_progress_bar: false
-  enable_model_summary: false
-  logger:
-    class_path: lightning.pytorch.loggers.TensorBoardLogger
-    init_args: {{save_dir: {save_dir}, name: ws, default_hp_metric: false}}
+    embeddings: {source: synthetic, synthetic_dim: 16, num_samples: 40, max_length: 16}
 """
-    )
-    return path
+
+# Subprocesses that are sent signals: under the `slow` marker (make test-slow), out of the fast suite.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
+def write_config(cpu_trainer):
+    def write(path: Path, save_dir: Path) -> Path:
+        path.write_text(WS + cpu_trainer.yaml(save_dir, "ws"))
+        return path
+
+    return write
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, write_config):
     """results.jsonl of an uninterrupted run (in-process, as evaluate.py does)."""
     tmp = tmp_path_factory.mktemp("reference")
     cfg = write_config(tmp / "ws.yaml", tmp / "logs")
@@ -100,7 +100,7 @@ def interrupt(cfg: Path, sig: int, at_least: int) -> tuple[Path, bytes]:
     return results, partial
 
 
-def test_sigterm_then_sigint_then_resume_gives_the_uninterrupted_file(tmp_path, reference):
+def test_sigterm_then_sigint_then_resume_gives_the_uninterrupted_file(tmp_path, write_config, reference):
     cfg = write_config(tmp_path / "ws.yaml", tmp_path / "logs")
     results, first = interrupt(cfg, signal.SIGTERM, 2)
     assert results.parent.name == reference.parent.name  # same run key as the reference

@@ -19,7 +19,8 @@ from wslight.attack import delta_attack
 from wslight.cli import main
 from wslight.data import EmbeddingSpec, TokenEmbeddings, preprocess
 from wslight.features import RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
-from wslight.sensitivity import full_features64, word_sensitivity
+from wslight.features.single_token import map_features
+from wslight.sensitivity import word_sensitivity
 
 n, d = 6, 8
 
@@ -51,7 +52,7 @@ def test_raf_map_with_huge_scores_is_finite_and_row_stochastic(rows):
     A = fm.attention(fm.scores(X))
     assert torch.isfinite(A).all() and torch.allclose(A.sum(-1), torch.ones(3, n))
     assert torch.isfinite(fm(X)).all()
-    assert torch.isfinite(full_features64(fm, X)).all()
+    assert torch.isfinite(map_features(fm, X, exact=True)).all()  # the float64 reference forward
 
 
 @pytest.mark.parametrize("cls", [RandomAttentionFeatures, ReLUAttentionFeatures])
@@ -87,7 +88,7 @@ def test_relu_raf_zero_rows_give_zero_features_not_nan():
     assert torch.equal(fm(X), torch.zeros(2, n * d))
 
 
-def test_ws_on_zero_features_is_not_finite_and_the_sweep_flags_it(tmp_path, monkeypatch):
+def test_ws_on_zero_features_is_not_finite_and_the_sweep_flags_it(tmp_path, monkeypatch, write_config):
     fm = ReLUAttentionFeatures(d, seed=0)
     res = word_sensitivity(fm, zero_row_input(fm.W), restarts=2, max_steps=20)
     # phi(X) = 0: S = ||phi(X^i(Delta))|| / 0 is undefined (NaN, or inf once phi moves); the sweep must flag it
@@ -106,7 +107,7 @@ def test_ws_on_zero_features_is_not_finite_and_the_sweep_flags_it(tmp_path, monk
         [
             "test",
             "--config",
-            str(_config(tmp_path, WS)),
+            str(write_config(WS)),
         ],
         evaluate=True,
     )
@@ -119,7 +120,7 @@ def test_ws_on_zero_features_is_not_finite_and_the_sweep_flags_it(tmp_path, monk
     assert "| relu_raf | 8 | 6 | 1 |" in summary and summary.rstrip().endswith("| 2 |")  # 2 of 3 trials counted
 
 
-def test_attack_on_zero_context_features_is_flagged(rows, tmp_path, monkeypatch):
+def test_attack_on_zero_context_features_is_flagged(rows, tmp_path, monkeypatch, write_config):
     fm = ReLUAttentionFeatures(d, seed=0)
     X, y = data(rows)
     out = delta_attack(fm, X[2:], y[2:], zero_row_input(fm.W, 2), y[:2], steps=20)
@@ -141,7 +142,7 @@ def test_attack_on_zero_context_features_is_flagged(rows, tmp_path, monkeypatch)
 
     monkeypatch.setattr(attack_mod, "delta_attack", degenerate_contexts)
     with pytest.warns(RuntimeWarning, match="1 of 3 record"):
-        cli = main(["test", "--config", str(_config(tmp_path, ATTACK))], evaluate=True)
+        cli = main(["test", "--config", str(write_config(ATTACK))], evaluate=True)
     recs = [json.loads(x) for x in Path(cli.model.results_path).read_text().splitlines()]
     flagged = [r for r in recs if r["nonfinite"]]
     assert len(flagged) == 1 and flagged[0]["err"] is None and flagged[0]["D1"] is None
@@ -246,19 +247,13 @@ model:
 """
 
 
-def _config(tmp_path, body):
-    cfg = tmp_path / "config.yaml"
-    cfg.write_text(
-        body
-        + f"""
-trainer:
-  accelerator: cpu
-  devices: 1
-  enable_progress_bar: false
-  enable_model_summary: false
-  logger:
-    class_path: lightning.pytorch.loggers.TensorBoardLogger
-    init_args: {{save_dir: {tmp_path}/logs, name: robust, default_hp_metric: false}}
-"""
-    )
-    return cfg
+@pytest.fixture
+def write_config(tmp_path, cpu_trainer):
+    """write_config(body): config.yaml of a sweep body with the CPU trainer; returns its path."""
+
+    def write(body):
+        cfg = tmp_path / "config.yaml"
+        cfg.write_text(body + cpu_trainer.yaml(tmp_path / "logs", "robust"))
+        return cfg
+
+    return write
