@@ -80,6 +80,7 @@ def _run(cfg, tmp_path):
     )
 
 
+@pytest.mark.slow  # a subprocess killed mid-sweep: seconds of wall time
 def test_sigterm_mid_sweep_then_resume_equals_uninterrupted(tmp_path):
     cfg = write_config(tmp_path, trials=8, sleep=0.4)
     proc = _run(cfg, tmp_path)

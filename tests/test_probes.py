@@ -238,8 +238,8 @@ def test_layerwise_records(layerwise):
         ({"position": -1}, r"position must be an integer in \[0, 206\].*got -1"),
         ({"heads": [0, 12]}, r"heads must be an integer in \[0, 11\].*got 12"),
         ({"text": "   "}, "text must be a non-empty string"),
-        ({"n_draws": 0}, "n_draws must be an integer >= 1, got 0"),
-        ({"delta_norm": -1.0}, "delta_norm must be a positive number, got -1.0"),
+        ({"n_draws": 0}, "n_draws must be a positive integer, got 0"),
+        ({"delta_norm": -1.0}, r"delta_norm must be a finite number > 0 or None, got -1.0"),
     ],
 )
 def test_layerwise_bad_input(enc, forward_counter, kwargs, match):

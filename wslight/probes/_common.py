@@ -13,6 +13,8 @@ from importlib import resources
 import torch
 from torch import nn
 
+from .. import validate
+
 DEFAULT_TEXT_ASSET = "probe_text.txt"
 
 
@@ -46,10 +48,11 @@ def tokenise(tokenizer, text: str, max_len: int | None = None, key: str = "text"
 
 
 def check_index(key: str, value: int, size: int, what: str) -> int:
-    """Check 0 <= value < size for an integer index; ValueError naming the key, the range and the value."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
-        raise ValueError(f"{key} must be an integer in [0, {size - 1}] ({what}), got {value!r}")
-    return value
+    """`validate.integer(key, value, 0, size - 1)`, the message also saying what the range counts (`what`)."""
+    try:
+        return validate.integer(key, value, low=0, high=size - 1)
+    except ValueError as e:
+        raise ValueError(f"{e} ({what})") from None
 
 
 def check_heads(heads, num_heads: int, key: str = "heads") -> list[int]:
@@ -64,14 +67,6 @@ def check_heads(heads, num_heads: int, key: str = "heads") -> list[int]:
     for h in heads:
         check_index(key, h, num_heads, f"{num_heads} attention heads")
     return sorted(set(heads))
-
-
-def check_positive(key: str, value, allow_none: bool = True):
-    if value is None and allow_none:
-        return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{key} must be a positive number, got {value!r}")
-    return value
 
 
 def max_positions(model) -> int:

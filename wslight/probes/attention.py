@@ -10,17 +10,17 @@ from typing import Literal
 
 import torch
 
+from .. import validate
 from ..encoders import load_encoder
 from ._common import (
     check_heads,
     check_index,
-    check_positive,
     encoder_forward,
     max_positions,
     tokenise,
 )
 from .delta import closed_form_delta, optimised_delta
-from .layerwise import _check_int, heads_label
+from .layerwise import heads_label
 
 DEFAULT_SENTENCES = ("I love her much", "I love her smile")
 PAPER_TITLE = "Towards Understanding the Word Sensitivity of Attention Layers: A Study via Random Features"
@@ -138,9 +138,9 @@ def attention_under_delta(
     """
     if method not in ("optimised", "closed_form"):
         raise ValueError(f"method must be one of ['optimised', 'closed_form'], got {method!r}")
-    _check_int("steps", steps, 0)
-    check_positive("delta_norm", delta_norm)
-    check_positive("lr", lr, allow_none=False)
+    validate.integer("steps", steps, low=0)
+    validate.number("delta_norm", delta_norm, low=0, strict=True, allow_none=True)
+    validate.number("lr", lr, low=0, strict=True)
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"text must be a non-empty string, got {text!r}")
     model, tokenizer, info = load_encoder(encoder)

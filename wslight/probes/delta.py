@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from ._common import check_heads, check_index, check_positive, first_self_attention
+from .. import validate
+from ._common import check_heads, check_index, first_self_attention
 
 
 def _qk_params(model, heads: list[int]):
@@ -70,7 +71,7 @@ def _check(model, H0: torch.Tensor, position: int, heads, norm):
         raise ValueError(f"H0 must be the (n, d) hidden_states[0] of one text, got shape {tuple(H0.shape)}")
     check_index("position", position, H0.shape[0], f"tokenised text of {H0.shape[0]} tokens, [CLS] at 0")
     heads = check_heads(heads, int(model.config.num_attention_heads))
-    check_positive("delta_norm", norm)
+    validate.number("delta_norm", norm, low=0, strict=True, allow_none=True)
     c = float(H0[position].norm()) if norm is None else float(norm)
     return heads, c
 
@@ -131,7 +132,7 @@ def optimised_delta(
     heads, c = _check(model, H0, position, heads, norm)
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise ValueError(f"steps must be an integer >= 0, got {steps!r}")
-    check_positive("lr", lr, allow_none=False)
+    validate.number("lr", lr, low=0, strict=True)
     H0 = H0.detach().float()
     e = torch.zeros(H0.shape[0], 1)
     e[position] = 1.0

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import torch
 
+from .. import validate
 from ..encoders import load_encoder
 from ..seeding import generator
 from ._common import (
     check_heads,
     check_index,
-    check_positive,
     default_probe_text,
     encoder_forward,
     max_positions,
@@ -34,12 +34,6 @@ DEFAULT_POSITION = 42
 def heads_label(heads: list[int], num_heads: int) -> str:
     """'all' or a comma-separated list of head indices (a flat JSON value)."""
     return "all" if len(heads) == num_heads else ",".join(map(str, heads))
-
-
-def _check_int(key: str, value, lo: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ValueError(f"{key} must be an integer >= {lo}, got {value!r}")
-    return value
 
 
 def layerwise_change(
@@ -80,11 +74,11 @@ def layerwise_change(
     text = default_probe_text() if text is None else text
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"text must be a non-empty string, got {text!r}")
-    _check_int("n_draws", n_draws, 1)
-    _check_int("replacement_k", replacement_k, 0)
-    _check_int("steps", steps, 0)
-    check_positive("delta_norm", delta_norm)
-    check_positive("lr", lr, allow_none=False)
+    validate.integer("n_draws", n_draws, low=1)
+    validate.integer("replacement_k", replacement_k, low=0)
+    validate.integer("steps", steps, low=0)
+    validate.number("delta_norm", delta_norm, low=0, strict=True, allow_none=True)
+    validate.number("lr", lr, low=0, strict=True)
     model, tokenizer, info = load_encoder(encoder)
     tk = tokenise(tokenizer, text, max_positions(model))
     check_index("position", position, tk.n, f"tokenised text of {tk.n} tokens, [CLS] at 0")
