@@ -10,6 +10,7 @@ from torch import nn
 from .. import validate
 from ..seeding import derive_seed, generator
 from .base import FeatureMap, register_map
+from .rf import fresh_preactivations
 from .single_token import SingleToken, matmul64, per_trial, stack_trials
 
 
@@ -144,10 +145,53 @@ class DeepRFToken(SingleToken):
                 x = X[t].reshape(X.shape[1], m.D).to(V1.dtype)  # (B, D)
                 z1.append((x @ V1.T).to(dtype))  # (B, D) @ (D, width) -> (B, width)
                 blocks.append(torch.stack([V1[:, p * d : (p + 1) * d] for p in positions]).to(dtype))  # (P, width, d)
-            self.z1, self.V1 = stack_trials(z1), stack_trials(blocks)  # (T, B, width), (T, P, width, d)
             # deeper layers, (T, width, width) each (one map: a view of its weight, no copy)
-            self.deeper = [stack_trials([m.Vs[k].V.to(dtype) for m in maps]) for k in range(1, maps[0].depth)]
-            self.phi0 = self._deeper_layers(torch.relu(self.z1))  # (T, B, width)
+            deeper = [stack_trials([m.Vs[k].V.to(dtype) for m in maps]) for k in range(1, maps[0].depth)]
+            self._setup(stack_trials(z1), stack_trials(blocks), deeper)
+
+    def _setup(self, z1, V1, deeper, z1_64=None) -> None:
+        self.z1, self.V1, self.deeper = z1, V1, deeper  # (T, B, width), (T, P, width, d), [(T, width, width)]
+        self.phi0 = self._deeper_layers(torch.relu(self.z1))  # (T, B, width)
+        if z1_64 is not None:
+            self._z1_64 = z1_64
+            self.exact64 = self._exact64
+
+    @classmethod
+    def fresh(
+        cls, X: torch.Tensor, positions: list[int], seeds: list[int], depth: int, width: int | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> DeepRFToken:
+        """T fresh DeepRF maps: the first layer from the law of (z1, V1^(i)) (`RFToken.fresh`, entries N(0, 2 / D)),
+        the deeper layers drawn dense per trial (N(0, 2 / width), as the map's)."""
+        T, B, n, d = X.shape
+        width = n * d if width is None else width
+        z64s, blocks, deeper = [], [], [[] for _ in range(depth - 1)]
+        for seed, Xt in zip(seeds, X):
+            z64, blk = fresh_preactivations(Xt, positions, width, seed, variance=2.0)
+            z64s.append(z64)
+            blocks.append(blk.to(dtype))
+            for layer in range(1, depth):
+                g = generator(seed, "deep_rf.fresh", layer)
+                V = torch.randn(width, width, generator=g) * (2.0 / width) ** 0.5  # (width, width)
+                deeper[layer - 1].append(V.to(device=X.device, dtype=dtype))
+        token = cls.__new__(cls)
+        SingleToken.__init__(token, [], X, positions, dtype)
+        z1_64 = torch.stack(z64s)
+        with torch.no_grad():
+            token._setup(z1_64.to(dtype), torch.stack(blocks), [torch.stack(v) for v in deeper], z1_64)
+        return token
+
+    def _exact64(self, delta: torch.Tensor, j: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """S in float64 from the float64 first layer and the deeper layers cast chunk by chunk."""
+        T, B = j.shape
+        V1 = self.V1[torch.arange(T)[:, None], j.to(self.V1.device)].to(torch.float64)  # (T, B, width, d)
+        h0 = torch.relu(self._z1_64)  # (T, B, width)
+        h1 = torch.relu(self._z1_64 + (V1 @ delta.to(V1)[..., None])[..., 0])  # (T, B, width)
+        for V in self.deeper:
+            h0 = torch.relu(torch.stack([matmul64(h0[t], V[t]) for t in range(T)]))  # (T, B, width)
+            h1 = torch.relu(torch.stack([matmul64(h1[t], V[t]) for t in range(T)]))
+        norm = h0.norm(dim=-1)
+        return ((h1 - h0).norm(dim=-1) / norm).cpu(), norm.cpu()
 
     @classmethod
     def supports(cls, maps) -> bool:

@@ -171,7 +171,6 @@ class RFToken(SingleToken):
 
     def __init__(self, maps, X, positions, dtype) -> None:
         super().__init__(maps, X, positions, dtype)
-        self.act = maps[0].phi
         zs, blocks, z64s = [], [], []
         with torch.no_grad():
             for t, m in enumerate(maps):
@@ -182,11 +181,57 @@ class RFToken(SingleToken):
                     z64s.append(z)
                 zs.append(z.to(dtype))
                 blocks.append(blk.to(dtype))
-        self.z, self.V = stack_trials(zs), stack_trials(blocks)  # (T, B, k), (T, P, k, d)
+        self._setup(maps[0].phi, stack_trials(zs), stack_trials(blocks), stack_trials(z64s) if z64s else None)
+
+    def _setup(self, act, z: torch.Tensor, V: torch.Tensor, z64: torch.Tensor | None) -> None:
+        self.act, self.z, self.V = act, z, V  # (T, B, k), (T, P, k, d)
         self.phi0 = self.act(self.z)  # (T, B, k)
-        if len(z64s) == len(maps):
-            self._z64, self._blocks = stack_trials(z64s), self.V
+        if z64 is not None:  # the exact float64 value without the full map
+            self._z64 = z64
             self.exact64 = self._exact64
+
+    @classmethod
+    def fresh(
+        cls,
+        X: torch.Tensor,
+        positions: list[int],
+        seeds: list[int],
+        k: int | None = None,
+        activation: str = "relu",
+        dtype: torch.dtype = torch.float32,
+        variance: float = 1.0,
+    ) -> RFToken:
+        """The single-token algebra of T fresh RF maps, drawn from the law of (z, V^(i)) alone (docs/theory.md §3).
+
+        For a fresh V with entries N(0, variance / D), only z = V flat(X) and the blocks V^(i) of the moved tokens
+        enter phi(X^i(Delta)). Writing z = sum_{i in P} V^(i) x_i + g, the remainder g = V^(-P) flat(X_{-P}) is
+        independent of the blocks, and for each neuron Gaussian across the B samples with covariance
+        variance * G / D, G the Gram matrix of the samples' other tokens. Drawing the blocks and g gives exactly
+        the joint law of the full map's (z, V^(i)) with k (P d + B) random numbers instead of k D.
+
+        Args:
+            X: (T, B, n, d) samples, trial t with the map of seed seeds[t].
+            positions: the token indices that move.
+            seeds: one seed per trial.
+            k: neurons (None: D = n d, the paper's).
+            activation: "relu", "tanh" or "gelu".
+            dtype: working dtype.
+            variance: entries of V are N(0, variance / D) (RF: 1; DeepRF's first layer: 2).
+        """
+        T, B, n, d = X.shape
+        D = n * d
+        k = D if k is None else k
+        phi = ACTIVATIONS[validate.choice("activation", activation, sorted(ACTIVATIONS))]
+        zs, blocks = [], []
+        for t, seed in enumerate(seeds):
+            z64, blk = fresh_preactivations(X[t], positions, k, seed, variance)
+            zs.append(z64)
+            blocks.append(blk.to(dtype))
+        token = cls.__new__(cls)
+        SingleToken.__init__(token, [], X, positions, dtype)
+        z64 = torch.stack(zs)  # (T, B, k)
+        token._setup(phi, z64.to(dtype), torch.stack(blocks), z64)
+        return token
 
     @classmethod
     def supports(cls, maps) -> bool:
@@ -209,11 +254,37 @@ class RFToken(SingleToken):
 
     def _exact64(self, delta: torch.Tensor, j: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         T, B = j.shape
-        Vi = self._blocks[torch.arange(T)[:, None], j.to(self._blocks.device)].to(torch.float64)  # (T, B, k, d)
+        Vi = self.V[torch.arange(T)[:, None], j.to(self.V.device)].to(torch.float64)  # (T, B, k, d)
         zp = self._z64 + (Vi @ delta.to(Vi)[..., None])[..., 0]  # (T, B, k, d) @ (T, B, d, 1) -> (T, B, k)
         phi = self.act(self._z64)
         norm = phi.norm(dim=-1)
         return ((self.act(zp) - phi).norm(dim=-1) / norm).cpu(), norm.cpu()
+
+
+def fresh_preactivations(
+    X: torch.Tensor, positions: list[int], k: int, seed: int, variance: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """z = V flat(X) in float64 (B, k) and the blocks V^(i) (P, k, d) of one fresh map, drawn from their joint law.
+
+    See `RFToken.fresh`. The blocks are drawn in float32 (like the stored map's weights); g in float64.
+    """
+    B, n, d = X.shape
+    D = n * d
+    g = generator(seed, "rf.fresh")
+    blocks = torch.randn(len(positions), k, d, generator=g) * (variance / D) ** 0.5  # (P, k, d)
+    X64 = X.to(torch.float64)
+    moved = torch.zeros(n, dtype=torch.bool)
+    moved[positions] = True
+    rest = X64[:, ~moved.to(X.device)].reshape(B, -1)  # (B, (n - P) d), the tokens that never move
+    G = rest @ rest.T  # (B, B)
+    lam, U = torch.linalg.eigh(G)
+    F = U * lam.clamp_min(0).sqrt()  # F F^T = G (G may be singular)
+    E = torch.randn(k, B, generator=g, dtype=torch.float64)
+    z = (E @ F.T.cpu()).T.to(X.device) * (variance / D) ** 0.5  # (B, k): V^(-P) flat(X_{-P}) in law
+    blocks = blocks.to(X.device)
+    for j, i in enumerate(positions):
+        z = z + X64[:, i] @ blocks[j].to(torch.float64).T  # (B, d) @ (d, k) -> (B, k)
+    return z, blocks
 
 
 def _bounded_preactivations(m: RandomFeatures, X: torch.Tensor, positions: list[int]):
