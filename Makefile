@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # FULL=1 runs the paper-size configs (a GPU machine with hub access).
 FULL ?= 0
 
-.PHONY: env test test-slow reproduce lint bench clean
+.PHONY: env test test-slow reproduce lint bench gpu-check clean
 
 env: $(VENV)/.installed
 
@@ -37,6 +37,14 @@ lint: env
 bench: env
 	$(PY) benchmarks/ws.py
 	$(PY) benchmarks/attack.py
+
+# On a GPU machine: `pytest -m gpu` and a short GPU benchmark (benchmarks/gpu_check.py) in about 8 minutes, with the
+# python that already holds a CUDA build of torch (no virtual environment is made); prints a markdown table and writes
+# gpu_check.md/.json under $$OUT when OUT is set. `make gpu-check GPU_PY=.venv/bin/python` uses the venv instead.
+GPU_PY ?= python3
+GPU_CHECK_ARGS ?=
+gpu-check:
+	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1 $(GPU_PY) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) lightning_logs reports .pytest_cache
