@@ -95,11 +95,15 @@ CLI_CASES = [
     # data
     ("ws", {"n_values": "[20]"}, [r"n_values: n must be <= 16 \(embeddings.max_length\), got 20"]),
     ("ws", {"d_values": "[32]"}, [r"d_values: d must be <= 16 \(the embeddings' hidden size\), got 32"]),
-    ("ws", {**TEXT, "embeddings.layer": 7}, [r"layer must be an integer in \[0, 6\].*num_hidden_layers=6.*got 7"]),
+    (
+        "ws",
+        {**TEXT, "embeddings.layer": 7},
+        [r"embeddings.layer \(.*num_hidden_layers=6\) must be an integer in \[0, 6\], got 7"],
+    ),
     (
         "ws",
         {**TEXT, "embeddings.num_samples": 25002},
-        [r"num_samples must be an integer in \[2, 25000\].*got 25002"],
+        [r"embeddings.num_samples \(.*holds 25000 reviews\) must be an integer in \[2, 25000\], got 25002"],
     ),
     ("ws", {"embeddings.num_samples": 7}, [r"num_samples must be even.*got 7"]),
     ("ws", {"embeddings.source": "yelp"}, ["source", "yelp"]),

@@ -201,7 +201,7 @@ def test_interrupted_build_leaves_no_entry(tmp_path, monkeypatch):
     monkeypatch.setattr(build_mod, "_embed_batch", dies_on_second_batch)
     with pytest.raises(KeyboardInterrupt):
         load_token_embeddings(spec, progress=False)
-    left = [p.name for p in tmp_path.iterdir() if p.suffix != ".lock"]
+    left = [f.name for f in tmp_path.iterdir() if f.suffix != ".lock"]
     assert left == []  # no data file, no manifest, no temporary file
     monkeypatch.setattr(build_mod, "_embed_batch", real)
     with warnings_as_errors():

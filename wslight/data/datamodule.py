@@ -64,7 +64,7 @@ def split_indices(
         parts[1].append(idx[:n_val])
         parts[2].append(idx[n_val : n_val + n_test])
         parts[0].append(idx[n_val + n_test :])
-    train, val, test = (torch.sort(torch.cat(p)).values for p in parts)
+    train, val, test = (torch.sort(torch.cat(part)).values for part in parts)
     return train, val, test
 
 
