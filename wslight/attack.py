@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from . import validate
-from .features import map_dims, map_name
+from .features import FreshMaps, map_dims, map_name
 from .features.single_token import map_features, project_ball, single_token
 from .interpolation import TRAININGS, Heads, fit_heads, sum_last
 from .seeding import generator
@@ -113,7 +113,7 @@ def _check_ids(train_ids: Tensor | None, ctx_ids: Tensor | None, T: int, M: int,
 
 
 def delta_attack(
-    feature_map: nn.Module | Sequence[nn.Module],
+    feature_map: nn.Module | Sequence[nn.Module] | FreshMaps,
     X_train: Tensor,
     Y: Tensor,
     X_ctx: Tensor,
@@ -147,7 +147,9 @@ def delta_attack(
     Working definitions (paper.md top): err = (D1 + y)^2 against y_Delta = -y, gamma = max(|t0|, |D0|).
 
     Args:
-        feature_map: a feature map, or a sequence of T maps (one per trial).
+        feature_map: a feature map, a sequence of T maps (one per trial), or `FreshMaps` (T fresh maps of one kind,
+            the paper's protocol; RF / DeepRF drawn from the law of their features on the trial's samples,
+            docs/theory.md §3.6).
         X_train: (M, n, d) or (T, M, n, d) training samples; the first N are used.
         Y: (M,) or (T, M) training labels.
         X_ctx: (B, n, d) or (T, B, n, d) context samples (not in the training set).
@@ -194,20 +196,27 @@ def delta_attack(
     N = validate.integer("N", M if N is None else N, 1, M, why="the training samples available")
     position = validate.integer("position", position, 0, n - 1)
     radius = validate.number("radius", d**0.5 if radius is None else radius, 0.0, strict=True)
-    maps = list(feature_map) if isinstance(feature_map, (Sequence, nn.ModuleList)) else [feature_map] * T
-    if len(maps) != T:
-        raise ValueError(f"feature_map: expected one map or {T} maps (one per trial), got {len(maps)}")
-    for m in maps:
-        map_dims(m)  # a ValueError for anything that is not a map of d-dimensional tokens
+    fresh = feature_map if isinstance(feature_map, FreshMaps) else None
+    if fresh is not None:
+        maps, kind = [], fresh.name
+        if len(fresh) != T:
+            raise ValueError(f"feature_map: FreshMaps with {len(fresh)} seeds for {T} trials")
+    else:
+        maps = list(feature_map) if isinstance(feature_map, (Sequence, nn.ModuleList)) else [feature_map] * T
+        if len(maps) != T:
+            raise ValueError(f"feature_map: expected one map or {T} maps (one per trial), got {len(maps)}")
+        for m in maps:
+            map_dims(m)  # a ValueError for anything that is not a map of d-dimensional tokens
+        kind = map_name(maps[0])
     if faithful:
         if restarts not in (None, 1):
             raise ValueError(f"restarts must be 1 (or None) when faithful=True, got {restarts!r}")
         restarts = 1
-        schedule = FAITHFUL_SCHEDULES.get(map_name(maps[0]))
+        schedule = FAITHFUL_SCHEDULES.get(kind)
         if schedule is None and (lr is None or steps is None):
             raise ValueError(
                 f"faithful: the authors' schedule exists for {sorted(FAITHFUL_SCHEDULES)}; give lr and steps for a "
-                f"{map_name(maps[0])} map"
+                f"{kind} map"
             )
         if schedule is not None:
             lr = schedule[0] if lr is None else lr
@@ -219,14 +228,17 @@ def delta_attack(
 
     # ---- closed-form heads, float64 (paper.md §6.2)
     X_train, Y = X_train[:, :N], Y[:, :N]
-    Phi = torch.stack([map_features(m, X_train[t]) for t, m in enumerate(maps)])  # (T, N, p)
-    phi = torch.stack([map_features(m, X_ctx[t]) for t, m in enumerate(maps)])  # (T, B, p)
+    if fresh is not None:  # one draw of each trial's map for its training and context samples
+        Phi, phi, token = fresh.attack_inputs(X_train, X_ctx, position, dtype)
+    else:
+        Phi = torch.stack([map_features(m, X_train[t]) for t, m in enumerate(maps)])  # (T, N, p)
+        phi = torch.stack([map_features(m, X_ctx[t]) for t, m in enumerate(maps)])  # (T, B, p)
+        token = single_token(maps, X_ctx, [position], dtype)
     heads = fit_heads(Phi, Y, phi, y_ctx)
     del Phi  # heads.Phi keeps the float64 copy for P
     hv = torch.stack([heads.theta_star.unsqueeze(1).expand_as(heads.phi), heads.phi, heads.Pphi], -1).to(dtype)
     # hv: (T, B, p, 3), the three vectors the losses need
     hR = _with_restart_dim(heads)  # (T, B, 1) scalars, broadcast over restarts
-    token = single_token(maps, X_ctx, [position], dtype)
 
     def inner(delta: Tensor) -> Tensor:  # (T, B, R, d) -> (T, B, R, 3): phi(X')^T [theta*, phi, P phi]
         return token.readout(delta[:, :, None], hv)[:, :, 0]

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from . import validate
 from .ascent import DEFAULT_CHUNK_ELEMENTS, Search, WSResult
-from .features import RandomFeatures, map_dims
+from .features import FreshMaps, RandomFeatures, map_dims
 from .features.single_token import map_features, single_token, token_class_for
 
 # Lipschitz constants of the RF activations (for the bound of paper.md §12.3); GELU's derivative peaks at about 1.1289.
@@ -30,7 +30,7 @@ LIPSCHITZ = {"relu": 1.0, "tanh": 1.0, "gelu": 1.1289}
 
 
 def word_sensitivity(
-    feature_map: nn.Module | Sequence[nn.Module],
+    feature_map: nn.Module | Sequence[nn.Module] | FreshMaps,
     X: Tensor,
     positions: Literal["first", "all"] | Sequence[int] = "first",
     radius: float | None = None,
@@ -67,7 +67,9 @@ def word_sensitivity(
     Args:
         feature_map: any nn.Module mapping (B, n, d) to (B, p) with an int attribute `d` (and `n` when it is built for
             one length): the four maps of `wslight.features` use their closed forms, any other module autograd.
-            A list of T maps (trials) takes X of shape (T, B, n, d) and searches all trials in one program.
+            A list of T maps (trials), or `FreshMaps` (T fresh maps of one kind, the paper's protocol: RF and DeepRF
+            drawn from the law of (z, V^(i)), docs/theory.md §3.6), takes X of shape (T, B, n, d) and searches
+            all trials in one program.
         X: (B, n, d) clean samples (rows of norm sqrt(d) under the paper's assumption); (T, B, n, d) with T maps.
         positions: "first" (token 0, the paper's figures), "all" (the true sup over i), or a list of token indices.
         radius: radius of the ball of Delta; None means sqrt(d) (paper.md §3.1). Must be > 0.
@@ -77,7 +79,7 @@ def word_sensitivity(
         tol: a chain stops when its S grew by a relative amount below tol over `window` steps.
         window: the convergence window, in steps.
         seed: seed of the random restarts (a list: one per trial).
-        dtype: working dtype of the search ("float32" or "float64"); None means the map's dtype.
+        dtype: working dtype of the search ("float32" or "float64"); None means the map's dtype (FreshMaps: theirs).
         chunk_elements: memory bound of one chunk, in working-dtype elements.
         power_iters: Hessian-vector products of the curvature starts.
 
@@ -88,112 +90,50 @@ def word_sensitivity(
     Raises:
         ValueError: a bad argument, named in the message, before any heavy work.
     """
-    trials = isinstance(feature_map, (list, tuple, nn.ModuleList))
-    maps = list(feature_map) if trials else [feature_map]
-    if not maps:
-        raise ValueError("feature_map: expected a map or a non-empty list of maps, got an empty list")
-    d, n_map = map_dims(maps[0])
-    for m in maps[1:]:
-        if map_dims(m) != (d, n_map):
-            raise ValueError(f"feature_map: every map of a list must have the same d and n, got {map_dims(m)}")
+    fresh = feature_map if isinstance(feature_map, FreshMaps) else None
+    trials = fresh is not None or isinstance(feature_map, (list, tuple, nn.ModuleList))
     if trials:
-        if not isinstance(X, Tensor) or X.dim() != 4 or X.shape[0] != len(maps):
+        T = len(feature_map)
+        if not isinstance(X, Tensor) or X.dim() != 4 or X.shape[0] != T:
             shape = tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__
-            raise ValueError(f"X: a list of {len(maps)} maps takes X of shape ({len(maps)}, B, n, d), got {shape}")
-        X4 = torch.stack([validate.samples("X", x, d, n_map) for x in X])
+            raise ValueError(f"X: {T} maps (one per trial) take X of shape ({T}, B, n, d), got {shape}")
+    if fresh is not None and not (fresh.drawn_from_law and positions != "all"):
+        feature_map, fresh = fresh.maps(X.shape[2], X.shape[3]), None  # built in full
+    if fresh is not None:
+        d, n_map = X.shape[3], None
+        dt = fresh.working_dtype
+        X4 = X.to(fresh.device or X.device)
     else:
-        X4 = validate.samples("X", X, d, n_map)[None]
+        maps = list(feature_map) if trials else [feature_map]
+        if not maps:
+            raise ValueError("feature_map: expected a map or a non-empty list of maps, got an empty list")
+        d, n_map = map_dims(maps[0])
+        for m in maps[1:]:
+            if map_dims(m) != (d, n_map):
+                raise ValueError(f"feature_map: every map of a list must have the same d and n, got {map_dims(m)}")
+        dt = working_dtype(maps[0], dtype)
+        X4 = X if trials else X[None] if isinstance(X, Tensor) else X
+        X4 = X4.to(_device(maps[0])) if isinstance(X4, Tensor) else X4
+    if not isinstance(X4, Tensor) or X4.dim() != 4:
+        validate.samples("X", X, d, n_map)  # the error names the shape received
+    X4 = validate.samples("X", X4.flatten(0, 1), d, n_map).reshape(X4.shape)
     search = Search.checked(
         d, X4.shape[2], positions, radius, restarts, max_steps, lr, tol, window, chunk_elements, power_iters
     )
-    seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * len(maps)
-    if len(seeds) != len(maps):
-        raise ValueError(f"seed: expected one seed or {len(maps)} (one per map), got {len(seeds)}")
-    dt = working_dtype(maps[0], dtype)
-    device = _device(maps[0])
-    X4 = X4.to(device)
-    per_chain, per_pos = token_class_for(maps).chain_elements(maps, X4.shape[1], X4.shape[2], d)
+    T, B, n = X4.shape[:3]
+    seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * T
+    if len(seeds) != T:
+        raise ValueError(f"seed: expected one seed or {T} (one per trial), got {len(seeds)}")
+    if fresh is not None:
+        per_chain, per_pos = fresh.chain_elements(B, n, d)
+        return search.run(lambda pos: fresh.token(X4, pos), None, X4, seeds, dt, per_chain, per_pos, True)
+    per_chain, per_pos = token_class_for(maps).chain_elements(maps, B, n, d)
 
     def exact(Xp: Tensor) -> Tensor:  # (T, 2B, n, d) float64 -> (T, 2B, p): the full maps in float64
         return torch.stack([map_features(m, x, exact=True, chunk=x.shape[0]) for m, x in zip(maps, Xp)])
 
     res = search.run(lambda pos: single_token(maps, X4, pos, dt), exact, X4, seeds, dt, per_chain, per_pos)
     return res if trials else WSResult(*(getattr(res, f)[0] for f in WSResult.__dataclass_fields__))
-
-
-def fresh_word_sensitivity(
-    name: str,
-    X: Tensor,
-    seeds: Sequence[int],
-    restart_seeds: Sequence[int] | None = None,
-    depth: int = 2,
-    width_ratio: float = 1.0,
-    positions: Literal["first", "all"] | Sequence[int] = "first",
-    radius: float | None = None,
-    restarts: int = 4,
-    max_steps: int = 500,
-    lr: float = 0.25,
-    tol: float = 1e-4,
-    window: int = 20,
-    dtype: Literal["float32", "float64"] = "float32",
-    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-    power_iters: int = 20,
-    device: str | torch.device | None = None,
-) -> WSResult:
-    """Word sensitivity of T independent trials, each with a fresh map of the registered kind `name` (the paper's
-    protocol), searched together in one program.
-
-    RF and DeepRF never build their maps: for the positions searched, a fresh map enters only through
-    (z = V flat(X), V^(i)), which are drawn from their exact joint law (`RFToken.fresh`, docs/theory.md §3), k (P d + B)
-    random numbers per trial instead of k D (DeepRF: its first layer so; deeper layers are drawn dense). Other maps
-    are built with `make_map(name, n, d, seed)` and stacked. With positions "all" (every block of V needed) RF and
-    DeepRF build their maps too.
-
-    Args:
-        name: a registered map ("rf", "deep_rf", "raf", "relu_raf", ...).
-        X: (T, B, n, d) samples; trial t uses the map seeded seeds[t].
-        seeds: T map seeds.
-        restart_seeds: T seeds of the random restarts (None: the map seeds).
-        depth, width_ratio: as in `make_map` (RF neurons / DeepRF width = round(width_ratio n d)).
-        The other arguments are those of `word_sensitivity`.
-
-    Returns:
-        WSResult with (T, B) fields.
-    """
-    from .features import MAPS, make_map
-    from .features.deep_rf import DeepRFToken
-    from .features.rf import RFToken
-
-    validate.choice("map", name, sorted(MAPS))
-    if not isinstance(X, Tensor) or X.dim() != 4:
-        raise ValueError(f"X must be a tensor of shape (T, B, n, d), got {getattr(X, 'shape', type(X).__name__)}")
-    T, B, n, d = X.shape
-    seeds = [int(s) for s in seeds]
-    if len(seeds) != T:
-        raise ValueError(f"seeds: expected {T} map seeds (one per trial), got {len(seeds)}")
-    restart_seeds = seeds if restart_seeds is None else [int(s) for s in restart_seeds]
-    search = Search.checked(
-        d, n, positions, radius, restarts, max_steps, lr, tol, window, chunk_elements, power_iters
-    )
-    width = max(1, round(validate.number("width_ratio", width_ratio, 0.0, strict=True) * n * d))
-    dt = validate.dtype("dtype", dtype)
-    X = validate.samples("X", X.flatten(0, 1), d, None).reshape(T, B, n, d).to(device or "cpu")
-    law = name in ("rf", "deep_rf") and positions != "all"
-    if not law:
-        maps = [make_map(name, n, d, seed=s, depth=depth, width_ratio=width_ratio, dtype=dtype, device=device)
-                for s in seeds]
-        return word_sensitivity(
-            maps, X, positions=positions, radius=radius, restarts=restarts, max_steps=max_steps, lr=lr, tol=tol,
-            window=window, seed=restart_seeds, dtype=dtype, chunk_elements=chunk_elements, power_iters=power_iters,
-        )
-    if name == "rf":
-        per_chain, per_pos = 6 * width, width * d
-        build = lambda pos: RFToken.fresh(X, pos, seeds, k=width, dtype=dt)  # noqa: E731
-    else:
-        validate.positive_int("depth", depth)
-        per_chain, per_pos = 4 * width * depth, width * d + (depth - 1) * width * width
-        build = lambda pos: DeepRFToken.fresh(X, pos, seeds, depth=depth, width=width, dtype=dt)  # noqa: E731
-    return search.run(build, None, X, restart_seeds, dt, per_chain, per_pos, one_chunk=True)
 
 
 def single_token_objective(

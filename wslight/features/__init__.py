@@ -6,12 +6,14 @@
 from .attention import RandomAttentionFeatures, ReLUAttentionFeatures
 from .base import MAPS, FeatureMap, make_map, map_dims, map_name, output_dim, register_map
 from .deep_rf import DeepRandomFeatures
+from .fresh import FreshMaps
 from .rf import RandomFeatures
 
 __all__ = [
     "MAPS",
     "DeepRandomFeatures",
     "FeatureMap",
+    "FreshMaps",
     "RandomAttentionFeatures",
     "RandomFeatures",
     "ReLUAttentionFeatures",

@@ -10,7 +10,6 @@ from torch import nn
 from .. import validate
 from ..seeding import derive_seed, generator
 from .base import FeatureMap, register_map
-from .rf import fresh_preactivations
 from .single_token import SingleToken, matmul64, per_trial, stack_trials
 
 
@@ -157,39 +156,23 @@ class DeepRFToken(SingleToken):
             self.exact64 = self._exact64
 
     @classmethod
-    def fresh(
-        cls, X: torch.Tensor, positions: list[int], seeds: list[int], depth: int, width: int | None = None,
-        dtype: torch.dtype = torch.float32,
+    def from_preactivations(
+        cls, z1_64: torch.Tensor, blocks: torch.Tensor, deeper: list[torch.Tensor], dtype: torch.dtype
     ) -> DeepRFToken:
-        """T fresh DeepRF maps: the first layer from the law of (z1, V1^(i)) (`RFToken.fresh`, entries N(0, 2 / D)),
-        the deeper layers drawn dense per trial (N(0, 2 / width), as the map's)."""
-        T, B, n, d = X.shape
-        width = n * d if width is None else width
-        z64s, blocks, deeper = [], [], [[] for _ in range(depth - 1)]
-        for seed, Xt in zip(seeds, X):
-            z64, blk = fresh_preactivations(Xt, positions, width, seed, variance=2.0)
-            z64s.append(z64)
-            blocks.append(blk.to(dtype))
-            for layer in range(1, depth):
-                g = generator(seed, "deep_rf.fresh", layer)
-                V = torch.randn(width, width, generator=g) * (2.0 / width) ** 0.5  # (width, width)
-                deeper[layer - 1].append(V.to(device=X.device, dtype=dtype))
+        """The algebra of T maps known through their first layer's z1 (T, B, width) float64 and blocks
+        (T, P, width, d), and their deeper layers [(T, width, width)] (e.g. `fresh_deeper_layers`)."""
         token = cls.__new__(cls)
-        SingleToken.__init__(token, [], X, positions, dtype)
-        z1_64 = torch.stack(z64s)
+        SingleToken.__init__(token, [], z1_64, [], dtype)
         with torch.no_grad():
-            token._setup(z1_64.to(dtype), torch.stack(blocks), [torch.stack(v) for v in deeper], z1_64)
+            token._setup(z1_64.to(dtype), blocks.to(dtype), [V.to(dtype) for V in deeper], z1_64)
         return token
 
     def _exact64(self, delta: torch.Tensor, j: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """S in float64 from the float64 first layer and the deeper layers cast chunk by chunk."""
         T, B = j.shape
         V1 = self.V1[torch.arange(T)[:, None], j.to(self.V1.device)].to(torch.float64)  # (T, B, width, d)
-        h0 = torch.relu(self._z1_64)  # (T, B, width)
-        h1 = torch.relu(self._z1_64 + (V1 @ delta.to(V1)[..., None])[..., 0])  # (T, B, width)
-        for V in self.deeper:
-            h0 = torch.relu(torch.stack([matmul64(h0[t], V[t]) for t in range(T)]))  # (T, B, width)
-            h1 = torch.relu(torch.stack([matmul64(h1[t], V[t]) for t in range(T)]))
+        h0 = deeper_forward64(torch.relu(self._z1_64), self.deeper)  # (T, B, width)
+        h1 = deeper_forward64(torch.relu(self._z1_64 + (V1 @ delta.to(V1)[..., None])[..., 0]), self.deeper)
         norm = h0.norm(dim=-1)
         return ((h1 - h0).norm(dim=-1) / norm).cpu(), norm.cpu()
 
@@ -212,6 +195,22 @@ class DeepRFToken(SingleToken):
         moved = (flat @ self.V1.transpose(-1, -2)).reshape(T, P, B, R, -1).permute(0, 2, 1, 3, 4)  # (T, B, P, R, w)
         # first layer: the single-token identity of RF; deeper layers: full matrices
         return self._deeper_layers(torch.relu(self.z1[:, :, None, None] + moved))
+
+
+def fresh_deeper_layers(seeds: list[int], depth: int, width: int, device: torch.device | str = "cpu") -> list:
+    """Layers 2..L of T fresh DeepRF maps, N(0, 2 / width) each: [(T, width, width)] * (depth - 1)."""
+    layers = []
+    for layer in range(1, depth):
+        draws = [torch.randn(width, width, generator=generator(s, "deep_rf.fresh", layer)) for s in seeds]
+        layers.append(torch.stack(draws).mul_((2.0 / width) ** 0.5).to(device))
+    return layers
+
+
+def deeper_forward64(h: torch.Tensor, deeper: list[torch.Tensor]) -> torch.Tensor:
+    """relu through the deeper layers in float64, per trial: (T, M, width) -> (T, M, width)."""
+    for V in deeper:
+        h = torch.relu(torch.stack([matmul64(h[t], V[t]) for t in range(h.shape[0])]))
+    return h
 
 
 DeepRandomFeatures.token_class = DeepRFToken

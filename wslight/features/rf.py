@@ -191,46 +191,14 @@ class RFToken(SingleToken):
             self.exact64 = self._exact64
 
     @classmethod
-    def fresh(
-        cls,
-        X: torch.Tensor,
-        positions: list[int],
-        seeds: list[int],
-        k: int | None = None,
-        activation: str = "relu",
-        dtype: torch.dtype = torch.float32,
-        variance: float = 1.0,
+    def from_preactivations(
+        cls, activation: str, z64: torch.Tensor, blocks: torch.Tensor, dtype: torch.dtype
     ) -> RFToken:
-        """The single-token algebra of T fresh RF maps, drawn from the law of (z, V^(i)) alone (docs/theory.md §3).
-
-        For a fresh V with entries N(0, variance / D), only z = V flat(X) and the blocks V^(i) of the moved tokens
-        enter phi(X^i(Delta)). Writing z = sum_{i in P} V^(i) x_i + g, the remainder g = V^(-P) flat(X_{-P}) is
-        independent of the blocks, and for each neuron Gaussian across the B samples with covariance
-        variance * G / D, G the Gram matrix of the samples' other tokens. Drawing the blocks and g gives exactly
-        the joint law of the full map's (z, V^(i)) with k (P d + B) random numbers instead of k D.
-
-        Args:
-            X: (T, B, n, d) samples, trial t with the map of seed seeds[t].
-            positions: the token indices that move.
-            seeds: one seed per trial.
-            k: neurons (None: D = n d, the paper's).
-            activation: "relu", "tanh" or "gelu".
-            dtype: working dtype.
-            variance: entries of V are N(0, variance / D) (RF: 1; DeepRF's first layer: 2).
-        """
-        T, B, n, d = X.shape
-        D = n * d
-        k = D if k is None else k
-        phi = ACTIVATIONS[validate.choice("activation", activation, sorted(ACTIVATIONS))]
-        zs, blocks = [], []
-        for t, seed in enumerate(seeds):
-            z64, blk = fresh_preactivations(X[t], positions, k, seed, variance)
-            zs.append(z64)
-            blocks.append(blk.to(dtype))
+        """The algebra of T maps known only through z (T, B, k) float64 and their blocks (T, P, k, d), e.g. drawn
+        from their law (`fresh_preactivations`); the reported values are exact in float64."""
         token = cls.__new__(cls)
-        SingleToken.__init__(token, [], X, positions, dtype)
-        z64 = torch.stack(zs)  # (T, B, k)
-        token._setup(phi, z64.to(dtype), torch.stack(blocks), z64)
+        SingleToken.__init__(token, [], z64, [], dtype)
+        token._setup(ACTIVATIONS[activation], z64.to(dtype), blocks.to(dtype), z64)
         return token
 
     @classmethod
@@ -262,29 +230,44 @@ class RFToken(SingleToken):
 
 
 def fresh_preactivations(
-    X: torch.Tensor, positions: list[int], k: int, seed: int, variance: float = 1.0
+    X: torch.Tensor, positions: list[int], k: int, seeds: list[int], variance: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """z = V flat(X) in float64 (B, k) and the blocks V^(i) (P, k, d) of one fresh map, drawn from their joint law.
+    """z = V flat(X) in float64 and the blocks V^(i) of T fresh maps, drawn from their joint law (docs/theory.md §3.6).
 
-    See `RFToken.fresh`. The blocks are drawn in float32 (like the stored map's weights); g in float64.
+    For a fresh V with entries N(0, variance / D), write z = sum_{i in P} V^(i) x_i + g: the remainder
+    g = V^(-P) flat(X_{-P}) is independent of the blocks, and for each neuron Gaussian across the samples with
+    covariance variance * G / D, G the Gram matrix of the samples' unmoved tokens. Drawing the blocks and g gives the
+    joint law of the full map's (z, V^(i)) from k (P d + M) random numbers instead of k D. The blocks are drawn in
+    float32 like a stored map's weights, g in float64.
+
+    Args:
+        X: (T, M, n, d) samples; trial t's map is seeded by seeds[t] (its M samples share that map).
+        positions: the token indices that move.
+        k: neurons.
+        seeds: T seeds.
+        variance: entries of V are N(0, variance / D) (RF: 1; DeepRF's first layer: 2).
+
+    Returns:
+        z: (T, M, k) float64; blocks: (T, P, k, d) float32, on X's device.
     """
-    B, n, d = X.shape
+    T, M, n, d = X.shape
     D = n * d
-    g = generator(seed, "rf.fresh")
-    blocks = torch.randn(len(positions), k, d, generator=g) * (variance / D) ** 0.5  # (P, k, d)
-    X64 = X.to(torch.float64)
     moved = torch.zeros(n, dtype=torch.bool)
     moved[positions] = True
-    rest = X64[:, ~moved.to(X.device)].reshape(B, -1)  # (B, (n - P) d), the tokens that never move
-    G = rest @ rest.T  # (B, B)
-    lam, U = torch.linalg.eigh(G)
-    F = U * lam.clamp_min(0).sqrt()  # F F^T = G (G may be singular)
-    E = torch.randn(k, B, generator=g, dtype=torch.float64)
-    z = (E @ F.T.cpu()).T.to(X.device) * (variance / D) ** 0.5  # (B, k): V^(-P) flat(X_{-P}) in law
-    blocks = blocks.to(X.device)
-    for j, i in enumerate(positions):
-        z = z + X64[:, i] @ blocks[j].to(torch.float64).T  # (B, d) @ (d, k) -> (B, k)
-    return z, blocks
+    zs, blocks = [], []
+    for Xt, seed in zip(X, seeds):
+        g = generator(seed, "rf.fresh")
+        blk = torch.randn(len(positions), k, d, generator=g) * (variance / D) ** 0.5  # (P, k, d)
+        X64 = Xt.detach().to(device="cpu", dtype=torch.float64)
+        rest = X64[:, ~moved].reshape(M, -1)  # (M, (n - P) d), the tokens that never move
+        lam, U = torch.linalg.eigh(rest @ rest.T)  # G = U diag(lam) U^T, (M, M); G may be singular
+        E = torch.randn(k, M, generator=g, dtype=torch.float64)
+        z = (E @ (U * lam.clamp_min(0).sqrt()).T).T * (variance / D) ** 0.5  # (M, k): g in law
+        for j, i in enumerate(positions):
+            z = z + X64[:, i] @ blk[j].to(torch.float64).T  # (M, d) @ (d, k) -> (M, k)
+        zs.append(z)
+        blocks.append(blk)
+    return torch.stack(zs).to(X.device), torch.stack(blocks).to(X.device)
 
 
 def _bounded_preactivations(m: RandomFeatures, X: torch.Tensor, positions: list[int]):

@@ -1,0 +1,127 @@
+"""FreshMaps: the paper's protocol, a fresh random map of one kind per trial, for the estimator and the attack.
+
+RF and DeepRF maps are never built: the samples a trial meets see a fresh RF map only through z = V flat(X) and the
+blocks V^(i) of the moved token, which are drawn from their exact joint law (docs/theory.md §3.6); DeepRF draws its
+first layer so and its deeper layers dense. Every other kind is built with `make_map` (attention maps are d x d).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from .. import validate
+from .base import MAPS, FeatureMap, make_map
+from .deep_rf import DeepRFToken, deeper_forward64, fresh_deeper_layers
+from .rf import ACTIVATIONS, RFToken, fresh_preactivations
+from .single_token import SingleToken, single_token, token_class_for
+
+# kinds drawn from the law of (z, V^(i)) instead of being built
+LAW_MAPS = ("rf", "deep_rf")
+
+
+@dataclass
+class FreshMaps:
+    """T fresh maps of the registered kind `name`, trial t's seeded by seeds[t].
+
+    Pass it as the map of `word_sensitivity(maps, X)` or `delta_attack(maps, ...)`, with X (T, B, n, d) and per-trial
+    training sets (T, N, n, d): all trials run in one tensor program.
+
+    Args:
+        name: a registered map ("rf", "deep_rf", "raf", "relu_raf", ...).
+        seeds: one map seed per trial.
+        depth: depth of DeepRF.
+        width_ratio: RF neurons and DeepRF widths = max(1, round(width_ratio * n d)) (the paper: 1).
+        dtype: working dtype of the maps.
+        device: where the maps (or their drawn parts) live.
+    """
+
+    name: str
+    seeds: Sequence[int]
+    depth: int = 2
+    width_ratio: float = 1.0
+    dtype: Literal["float32", "float64"] = "float32"
+    device: str | torch.device | None = None
+    _built: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        validate.choice("map", self.name, sorted(MAPS))
+        self.seeds = [validate.integer("seeds", s) for s in self.seeds]
+        if not self.seeds:
+            raise ValueError("seeds must list one seed per trial, got an empty list")
+        validate.positive_int("depth", self.depth)
+        validate.number("width_ratio", self.width_ratio, 0.0, strict=True)
+        self.working_dtype = validate.dtype("dtype", self.dtype)
+
+    def __len__(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def drawn_from_law(self) -> bool:
+        return self.name in LAW_MAPS
+
+    def width(self, n: int, d: int) -> int:
+        return max(1, round(self.width_ratio * n * d))
+
+    def maps(self, n: int, d: int) -> list[FeatureMap]:
+        """The T maps built in full (attention maps; RF / DeepRF when every block is needed)."""
+        if (n, d) not in self._built:
+            self._built = {
+                (n, d): [
+                    make_map(self.name, n, d, seed=s, depth=self.depth, width_ratio=self.width_ratio,
+                             dtype=self.dtype, device=self.device)
+                    for s in self.seeds
+                ]
+            }
+        return self._built[(n, d)]
+
+    def chain_elements(self, B: int, n: int, d: int) -> tuple[int, int]:
+        """Working memory per chain and per position of one trial, in elements (sizes the search's chunks)."""
+        w = self.width(n, d)
+        if self.name == "rf":
+            return 6 * w, w * d
+        if self.name == "deep_rf":
+            return 4 * w * self.depth, w * d + (self.depth - 1) * w * w
+        return token_class_for(self.maps(n, d)).chain_elements(self.maps(n, d), B, n, d)
+
+    def token(self, X: Tensor, positions: list[int]) -> SingleToken:
+        """The single-token algebra of the T maps for X (T, B, n, d), drawn for exactly these positions."""
+        T, B, n, d = X.shape
+        dt = self.working_dtype
+        if not self.drawn_from_law:
+            return single_token(self.maps(n, d), X, positions, dt)
+        variance = 1.0 if self.name == "rf" else 2.0  # DeepRF's first layer is He-scaled
+        z64, blocks = fresh_preactivations(X, positions, self.width(n, d), self.seeds, variance)
+        if self.name == "rf":
+            return RFToken.from_preactivations("relu", z64, blocks, dt)
+        deeper = fresh_deeper_layers(self.seeds, self.depth, self.width(n, d), X.device)
+        return DeepRFToken.from_preactivations(z64, blocks, deeper, dt)
+
+    def attack_inputs(
+        self, X_train: Tensor, X_ctx: Tensor, position: int, dt: torch.dtype
+    ) -> tuple[Tensor, Tensor, SingleToken]:
+        """Training features Phi (T, N, p) and context features phi (T, B, p), float64, and the contexts' algebra in
+        the working dtype dt, from one draw of each trial's map (the training and context samples share it)."""
+        T, B, n, d = X_ctx.shape
+        if not self.drawn_from_law:
+            from .single_token import map_features
+
+            maps = self.maps(n, d)
+            Phi = torch.stack([map_features(m, X_train[t]) for t, m in enumerate(maps)])
+            phi = torch.stack([map_features(m, X_ctx[t]) for t, m in enumerate(maps)])
+            return Phi, phi, single_token(maps, X_ctx, [position], dt)
+        X_all = torch.cat([X_ctx, X_train], dim=1)  # (T, B + N, n, d): one draw of z for every sample
+        variance = 1.0 if self.name == "rf" else 2.0
+        z64, blocks = fresh_preactivations(X_all, [position], self.width(n, d), self.seeds, variance)
+        if self.name == "rf":
+            feats = ACTIVATIONS["relu"](z64)  # (T, B + N, k)
+            token = RFToken.from_preactivations("relu", z64[:, :B], blocks, dt)
+        else:
+            deeper = fresh_deeper_layers(self.seeds, self.depth, self.width(n, d), X_ctx.device)
+            feats = deeper_forward64(torch.relu(z64), deeper)  # (T, B + N, width)
+            token = DeepRFToken.from_preactivations(z64[:, :B], blocks, deeper, dt)
+        return feats[:, B:], feats[:, :B], token
