@@ -358,7 +358,7 @@ def render(env: dict, tests: dict | None, rows: list[dict], deep: list[dict], ar
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on the CPU (no GPU): the script end to end")
-    p.add_argument("--budget-s", type=float, default=440.0, help="wall-clock budget of the whole check")
+    p.add_argument("--budget-s", type=float, default=420.0, help="wall-clock budget of the whole check")
     p.add_argument("--reserve-s", type=float, default=10.0, help="time kept for the report at the end")
     p.add_argument("--pytest-timeout-s", type=float, default=180.0)
     p.add_argument("--skip-tests", action="store_true", help="do not run pytest -m gpu")
