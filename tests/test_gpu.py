@@ -270,7 +270,9 @@ def test_evaluate_ws_on_gpu_writes_the_contract_and_the_cpu_records(tmp_path, ca
     for r in recs:
         assert WS_FIELDS <= set(r) and r["experiment"] == "ws" and 0 < r["ws"] < math.inf
     cpu = _evaluate("configs/ws/raf.yaml", tmp_path, "cpu", *extra)
-    _close_records(recs, _records(cpu.model.results_path), rtol=WS64)
+    # DeepRF is left out of the comparison: a sweep may draw its weights on the GPU (other numbers, by design)
+    same = lambda rs: [r for r in rs if r["map"] != "deep_rf"]  # noqa: E731
+    _close_records(same(recs), same(_records(cpu.model.results_path)), rtol=WS64)
 
 
 def test_evaluate_attack_on_gpu_writes_the_contract_and_the_cpu_records(tmp_path):
