@@ -10,14 +10,8 @@ from wslight.interpolation import fit_heads
 from wslight.plots.attack import plot_attack_scatter, plot_penalized
 from wslight.seeding import generator
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Thousands of tiny steps: intra-op threads only add contention on a shared 2-core machine."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+# Thousands of tiny steps: one torch thread (the conftest fixture) avoids contention on a shared 2-core machine.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def aniso(B, n, d, seed, u):

@@ -23,13 +23,8 @@ ATTACK_FIELDS = results.ATTACK_FIELDS | {"sample_id"}
 FAST = {"steps": 40, "restarts": 2}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny tensors: one thread avoids pool contention on busy cores."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+# Tiny tensors, many small steps: one torch thread (the conftest fixture) avoids pool contention.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def datamodule(path: Path, n: int = 6) -> EmbeddingDataModule:

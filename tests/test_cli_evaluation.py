@@ -16,32 +16,31 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
 
-def write_config(tmp_path, trials=5, sleep=0.0):
-    cfg = tmp_path / "squares.yaml"
-    cfg.write_text(
-        f"""
+SQUARES = """
 seed_everything: 0
 model:
   class_path: dummy_evaluation.SquaresEvaluation
   init_args: {{trials: {trials}, sleep: {sleep}}}
-trainer:
-  accelerator: cpu
-  devices: 1
-  enable_progress_bar: false
-  enable_model_summary: false
-  logger:
-    class_path: lightning.pytorch.loggers.TensorBoardLogger
-    init_args: {{save_dir: {tmp_path}/logs, name: squares, default_hp_metric: false}}
 """
-    )
-    return cfg
+
+
+@pytest.fixture(scope="module")
+def write_config(cpu_trainer):
+    """write_config(tmp_path, trials=5, sleep=0.0): the squares evaluation with the CPU trainer; returns its path."""
+
+    def write(tmp_path, trials=5, sleep=0.0):
+        cfg = tmp_path / "squares.yaml"
+        cfg.write_text(SQUARES.format(trials=trials, sleep=sleep) + cpu_trainer.yaml(f"{tmp_path}/logs", "squares"))
+        return cfg
+
+    return write
 
 
 def evaluate(cfg, *extra):
     return main(["test", "--config", str(cfg), *extra], evaluate=True)
 
 
-def test_results_written_and_resumed_without_recomputation(tmp_path, capsys):
+def test_results_written_and_resumed_without_recomputation(tmp_path, capsys, write_config):
     cfg = write_config(tmp_path)
     cli = evaluate(cfg)
     path = Path(cli.model.results_path)
@@ -54,14 +53,14 @@ def test_results_written_and_resumed_without_recomputation(tmp_path, capsys):
     assert path.read_text() == first  # nothing recomputed, nothing appended
 
 
-def test_changed_config_gets_a_new_run_key(tmp_path):
+def test_changed_config_gets_a_new_run_key(tmp_path, write_config):
     cfg = write_config(tmp_path)
     a = evaluate(cfg)
     b = evaluate(cfg, "--model.init_args.trials", "3")
     assert a.run_key != b.run_key and a.model.results_path != b.model.results_path
 
 
-def test_device_settings_do_not_change_the_run_key(tmp_path):
+def test_device_settings_do_not_change_the_run_key(tmp_path, write_config):
     cfg = write_config(tmp_path)
     a = evaluate(cfg)
     b = evaluate(cfg, "--trainer.enable_progress_bar", "true", "--trainer.logger.init_args.name", "squares")
@@ -81,7 +80,7 @@ def _run(cfg, tmp_path):
 
 
 @pytest.mark.slow  # a subprocess killed mid-sweep: seconds of wall time
-def test_sigterm_mid_sweep_then_resume_equals_uninterrupted(tmp_path):
+def test_sigterm_mid_sweep_then_resume_equals_uninterrupted(tmp_path, write_config):
     cfg = write_config(tmp_path, trials=8, sleep=0.4)
     proc = _run(cfg, tmp_path)
     results = None
@@ -110,7 +109,7 @@ def test_sigterm_mid_sweep_then_resume_equals_uninterrupted(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_process_ddp_gives_the_same_records(tmp_path):
+def test_two_process_ddp_gives_the_same_records(tmp_path, write_config):
     cfg = write_config(tmp_path, trials=7)
     one = Path(evaluate(cfg).model.results_path)
     recs1 = sorted(one.read_text().splitlines())

@@ -16,11 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from wslight.attack import delta_attack
 from wslight.cli import main
-from wslight.features import RandomAttentionFeatures, RandomFeatures
 from wslight.interpolation import sum_last
-from wslight.sensitivity import word_sensitivity
+from wslight.results import without_timing
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,7 +81,7 @@ def write_config(tmp_path, cpu_trainer):
 
 
 def records_of(path):
-    recs = [json.loads(x) for x in Path(path).read_text().splitlines()]
+    recs = [without_timing(json.loads(x)) for x in Path(path).read_text().splitlines()]
     return sorted(recs, key=lambda r: (r["trial_key"], r.get("record_key", "")))
 
 
@@ -100,8 +98,7 @@ def test_two_runs_give_bit_identical_records_and_another_seed_other_ones(tmp_pat
     assert a != b and a.parent.name == b.parent.name  # separate files, same run key
     ra, rb = records_of(a), records_of(b)
     assert len(ra) == (6 if body is WS_CONFIG else 4)
-    assert ra == rb  # every field, floats compared exactly
-    assert a.read_bytes() == b.read_bytes()
+    assert ra == rb  # every field but the timings, floats compared exactly
     if body is WS_CONFIG:  # the seed is what makes them equal: another seed gives other values
         other = ("--model.init_args.seed", "4", "--model.init_args.maps", "[rf]")
         c = records_of(run_in_process(cfg, tmp_path / "c", *other))
@@ -122,26 +119,18 @@ def test_sum_last_is_thread_count_invariant_and_accurate(threads):
     assert sum_last(y).shape == (3, 5) and torch.allclose(sum_last(y), y.sum(-1), rtol=1e-5, atol=1e-4)
 
 
-def test_attack_and_ws_do_not_depend_on_the_thread_count(threads):
-    """One context sample with p = 38400 features: before sum_last, t1 and proj_ratio differed with 1 and 2 threads."""
-    g = torch.Generator().manual_seed(0)
-    n, d = 100, 384
-    X = torch.randn(11, n, d, generator=g)
-    X = X / X.norm(dim=-1, keepdim=True) * d**0.5
-    y = torch.tensor([1.0, -1.0] * 5 + [1.0])
-    fm = RandomAttentionFeatures(d, seed=2)
-    out = {}
-    for k in (1, 2):
-        with threads(k):
-            out[k] = delta_attack(fm, X[1:], y[1:], X[:1], y[:1], training="retrain", steps=10, restarts=1)
-    assert {key for key in out[1] if not torch.equal(out[1][key], out[2][key])} == set()
-    rf = RandomFeatures(4, 8, k=40_000, seed=1)
-    Xr = X[:1, :4, :8]
-    ws = {}
-    for k in (1, 2):
-        with threads(k):
-            ws[k] = word_sensitivity(rf, Xr, restarts=1, max_steps=20)
-    assert torch.equal(ws[1].ws, ws[2].ws) and torch.equal(ws[1].delta, ws[2].delta)
+def test_evaluations_compute_on_one_thread(threads):
+    """On some CPUs a matrix product with a long reduction (the heads' N x N Gram of p features, the gradient of
+    z + V^(i) Delta over k neurons) sums in another order with 1 and 2 threads; the evaluations therefore compute on
+    one thread per process, so that 1 and 2 devices give the same bits (the slow test below)."""
+    from wslight.evaluations.base import one_cpu_thread
+
+    with threads(2):
+        with one_cpu_thread(torch.device("cpu")):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with one_cpu_thread(torch.device("meta")):  # another device: left alone
+            assert torch.get_num_threads() == 2
 
 
 def _evaluate_subprocess(cfg, save_dir, *extra):

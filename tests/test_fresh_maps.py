@@ -4,9 +4,9 @@ RF / DeepRF maps drawn from the law of (z, V^(i)) give the word sensitivity of d
 import pytest
 import torch
 
+from wslight.attack import delta_attack
 from wslight.features import FreshMaps, make_map
 from wslight.features.rf import fresh_preactivations
-from wslight.attack import delta_attack
 from wslight.sensitivity import word_sensitivity
 
 

@@ -27,6 +27,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from wslight.results import without_timing
+
 ROOT = Path(__file__).resolve().parents[1]
 # WSLIGHT_GPU_TEST_DEVICE=cpu runs this file's logic on the CPU (a dry run of the test code where there is no GPU).
 DEV = os.environ.get("WSLIGHT_GPU_TEST_DEVICE", "cuda")
@@ -224,7 +226,7 @@ def _records(path) -> list[dict]:
 def _comparable(record: dict) -> dict:
     """A record without the fields that say where or when it was made (timings, rank, host, device)."""
     skip = ("time", "elapsed", "duration", "wall", "rank", "host", "device", "date")
-    return {k: v for k, v in record.items() if not any(s in k for s in skip)}
+    return {k: v for k, v in without_timing(record).items() if not any(s in k for s in skip)}
 
 
 def _sort_key(record: dict) -> str:

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-import wslight.attack as attack_mod
+import wslight.evaluations.attack_sweep as attack_mod
 import wslight.evaluations.ws_sweep as sweeps_mod
 from wslight.attack import delta_attack
 from wslight.cli import main
 from wslight.data import EmbeddingSpec, TokenEmbeddings, preprocess
-from wslight.features import RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
+from wslight.features import FreshMaps, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
 from wslight.features.single_token import map_features
 from wslight.sensitivity import word_sensitivity
 
@@ -88,6 +88,11 @@ def test_relu_raf_zero_rows_give_zero_features_not_nan():
     assert torch.equal(fm(X), torch.zeros(2, n * d))
 
 
+def first_map(fmap, X):
+    """The first trial's map of a sweep step (the sweeps pass FreshMaps and (T, B, n, d) samples)."""
+    return fmap.maps(X.shape[2], X.shape[3])[0] if isinstance(fmap, FreshMaps) else fmap
+
+
 def test_ws_on_zero_features_is_not_finite_and_the_sweep_flags_it(tmp_path, monkeypatch, write_config):
     fm = ReLUAttentionFeatures(d, seed=0)
     res = word_sensitivity(fm, zero_row_input(fm.W), restarts=2, max_steps=20)
@@ -99,7 +104,8 @@ def test_ws_on_zero_features_is_not_finite_and_the_sweep_flags_it(tmp_path, monk
     def degenerate_first_trial(fmap, X, **kw):  # trial 0 sees an input with all-zero attention rows
         if not getattr(degenerate_first_trial, "done", False):
             degenerate_first_trial.done = True
-            X = zero_row_input(fmap.W, X.shape[0])
+            X = X.clone()
+            X[0] = zero_row_input(first_map(fmap, X).W, X.shape[1])
         return real(fmap, X, **kw)
 
     monkeypatch.setattr(sweeps_mod, "word_sensitivity", degenerate_first_trial)
@@ -137,7 +143,8 @@ def test_attack_on_zero_context_features_is_flagged(rows, tmp_path, monkeypatch,
     def degenerate_contexts(fmap, X_train, Y, X_ctx, y_ctx, **kw):
         if not getattr(degenerate_contexts, "done", False):
             degenerate_contexts.done = True
-            X_ctx = zero_row_input(fmap.W, X_ctx.shape[0])
+            X_ctx = X_ctx.clone()
+            X_ctx[0] = zero_row_input(first_map(fmap, X_ctx).W, X_ctx.shape[1])
         return real(fmap, X_train, Y, X_ctx, y_ctx, **kw)
 
     monkeypatch.setattr(attack_mod, "delta_attack", degenerate_contexts)

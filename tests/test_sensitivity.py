@@ -17,14 +17,8 @@ from wslight.sensitivity import (
     ws_bound_rf,
 )
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The searches are many small tensor ops: one thread avoids oversubscribing a shared CPU."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Tiny tensors, many small steps: one torch thread (the conftest fixture) avoids pool contention.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_map(name, n, d, seed=1, dtype="float32", **kw):
@@ -372,3 +366,12 @@ def test_plot_ws_curves_means_bands_and_scaling():
         ws_curves(records, "rf", "n")
     with pytest.raises(ValueError, match="map_name: no record has map='deep_rf'"):
         ws_curves(records, "deep_rf", "L")
+
+
+def test_result_carries_the_rf_operator_norm_bound(rows):
+    fm = make_map("rf", 5, 6, dtype="float64")
+    X = rows(3, 5, 6, dtype=torch.float64)
+    res = word_sensitivity(fm, X, positions="all", max_steps=30)
+    ref = ws_bound_rf(fm, X, res.position, res.delta_norm, res.phi_norm)
+    assert torch.allclose(res.bound, ref, rtol=1e-10) and bool((res.ws <= res.bound).all())
+    assert word_sensitivity(make_map("raf", 5, 6), X.float(), max_steps=5).bound is None

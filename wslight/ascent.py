@@ -31,6 +31,8 @@ class WSResult:
         delta_norm: (B,) float64, ||delta|| (<= radius).
         phi_norm: (B,) float64, ||phi(X)|| of the clean sample.
         steps: (B,) long, the most ascent steps any chain of that sample ran.
+        bound: (B,) float64 upper bound on S at the realised ||Delta|| (RF: Lip ||V^(i)||_op ||Delta|| / ||phi||,
+            docs/theory.md §3.2), or None for maps without one.
     """
 
     ws: Tensor
@@ -39,6 +41,7 @@ class WSResult:
     delta_norm: Tensor
     phi_norm: Tensor
     steps: Tensor
+    bound: Tensor | None = None
 
     def records(self) -> list[dict]:
         """One dict per sample (trial-major) with the results.jsonl fields position, ws, delta_norm, phi_norm, steps."""
@@ -217,6 +220,7 @@ class Search:
         best_ws = torch.full((T, B), math.nan, dtype=torch.float64)  # filled only by algebras with an exact64
         phi_norm = torch.full((T, B), math.nan, dtype=torch.float64)
         steps_max = torch.zeros(T, B, dtype=torch.long)
+        factor = torch.full((T, B), math.nan, dtype=torch.float64)  # of the bound at the best position, if any
         rows = torch.arange(T * B)
         for c0 in range(0, len(self.positions), pos_chunk):
             pos = self.positions[c0 : c0 + pos_chunk]
@@ -256,6 +260,9 @@ class Search:
                     ws_c, norm_c = token.exact64(chosen, j)
                     best_ws = torch.where(better, ws_c, best_ws)
                     phi_norm = norm_c
+                factors = token.bound_factors(j)
+                if factors is not None:
+                    factor = torch.where(better, factors, factor)
                 best_delta = torch.where(better[..., None], chosen, best_delta)
                 best_pos = torch.where(better, torch.tensor(pos)[j], best_pos)
                 best_f = torch.where(better, f_best, best_f)
@@ -271,13 +278,15 @@ class Search:
             phi0, phi1 = phi[:, :B].cpu(), phi[:, B:].cpu()
             phi_norm = phi0.norm(dim=-1)
             best_ws = (phi1 - phi0).norm(dim=-1) / phi_norm
+        delta_norm = best_delta.norm(dim=-1)
         return WSResult(
             ws=best_ws,
             position=best_pos,
             delta=best_delta,
-            delta_norm=best_delta.norm(dim=-1),
+            delta_norm=delta_norm,
             phi_norm=phi_norm,
             steps=steps_max,
+            bound=None if factor.isnan().all() else factor * delta_norm / phi_norm.to(torch.float64),
         )
 
 

@@ -92,6 +92,15 @@ def _with_restart_dim(heads: Heads) -> Heads:
     return Heads(**fields)
 
 
+def _in_ball(seed: int, T: int, R: int, B: int, d: int, radius: float) -> Tensor:
+    """Restart points uniform in the ball, (T, R, B, d) float64, drawn restart-major from `seed`."""
+    g = generator(seed, "attack.restarts")
+    u = torch.randn(T, R, B, d, generator=g, dtype=torch.float64)
+    u = u / u.norm(dim=-1, keepdim=True)
+    rad = radius * torch.rand(T, R, B, 1, generator=g, dtype=torch.float64) ** (1.0 / d)  # uniform in the ball
+    return u * rad
+
+
 def _check_ids(train_ids: Tensor | None, ctx_ids: Tensor | None, T: int, M: int, B: int, N: int) -> None:
     """Raise a ValueError if a context sample id is also among the N training ids of its trial."""
     if train_ids is None or ctx_ids is None:
@@ -126,7 +135,7 @@ def delta_attack(
     steps: int | None = None,
     lr: float | None = None,
     restarts: int | None = None,
-    seed: int = 0,
+    seed: int | Sequence[int] = 0,
     faithful: bool = False,
     N: int | None = None,
     train_ids: Tensor | None = None,
@@ -163,7 +172,7 @@ def delta_attack(
         lr: initial step length as a fraction of the radius, cosine-decayed to 1% of it; None means 0.1 (faithful:
             the plain GD step size, None means 100 for RF/DRF and 1 for RAF/ReLU-RAF).
         restarts: restarts per sample, the first at the clean token; None means 4 (faithful: exactly 1).
-        seed: seed of the restart draws.
+        seed: seed of the restart draws: one for all trials, or a list with one per trial.
         faithful: run the authors' fixed-step schedule instead of the improved optimiser.
         N: number of training samples used; None means all M.
         train_ids: optional (M,) or (T, M) sample ids of X_train, to check that no context sample is a training one.
@@ -225,6 +234,9 @@ def delta_attack(
     steps = validate.integer("steps", DEFAULT_STEPS if steps is None else steps, 1)
     lr = validate.number("lr", DEFAULT_LR if lr is None else lr, 0.0, strict=True)
     _check_ids(train_ids, ctx_ids, T, M, B, N)
+    per_trial_seeds = isinstance(seed, (list, tuple))
+    if per_trial_seeds and len(seed) != T:
+        raise ValueError(f"seed: expected one seed or {T} (one per trial), got {len(seed)}")
 
     # ---- closed-form heads, float64 (paper.md §6.2)
     X_train, Y = X_train[:, :N], Y[:, :N]
@@ -251,12 +263,10 @@ def delta_attack(
     dev = X_ctx.device
     R = restarts
     delta = torch.zeros(T, B, R, d, dtype=dtype, device=dev)
-    if R > 1:
-        g = generator(seed, "attack.restarts")
-        u = torch.randn(T, R - 1, B, d, generator=g, dtype=torch.float64)  # drawn restart-major, as ever
-        u = u / u.norm(dim=-1, keepdim=True)
-        rad = radius * torch.rand(T, R - 1, B, 1, generator=g, dtype=torch.float64) ** (1.0 / d)  # uniform in ball
-        delta[:, :, 1:] = (u * rad).transpose(1, 2).to(dtype=dtype, device=dev)
+    if R > 1:  # one stream for all trials, or one per trial (then a trial's draws do not depend on its batch)
+        seeds = seed if per_trial_seeds else [seed]
+        draws = [_in_ball(s, 1 if per_trial_seeds else T, R - 1, B, d, radius) for s in seeds]  # (T, R - 1, B, d)
+        delta[:, :, 1:] = torch.cat(draws).transpose(1, 2).to(dtype=dtype, device=dev)
 
     best_loss = torch.full((T, B, R), float("inf"), dtype=torch.float64, device=dev)
     best_delta = delta.clone()

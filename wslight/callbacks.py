@@ -20,7 +20,7 @@ from lightning.pytorch.callbacks import Callback
 from . import validate
 from .attack import LOSSES
 from .evaluations.attack_sweep import attack_objectives, run_attacks
-from .evaluations.base import gather_records
+from .evaluations.base import gather_records, one_cpu_thread
 from .evaluations.summary import ATTACK_REQUIRED, attack_figures, attack_scalars, save_figure, trusted
 from .features import map_name, output_dim
 from .interpolation import TRAININGS
@@ -233,9 +233,10 @@ class DeltaAttack(Callback):
         """Attack this rank's contexts, gather on every rank, write and log on rank 0.
 
         Runs with gradients enabled and outside inference mode (the test loop's hooks run under inference mode; the
-        attack takes input gradients with torch.autograd.grad through the unwrapped feature map).
+        attack takes input gradients with torch.autograd.grad through the unwrapped feature map), on one CPU thread
+        per process (`one_cpu_thread`: the records do not depend on the number of devices).
         """
-        with torch.inference_mode(False), torch.enable_grad():
+        with torch.inference_mode(False), torch.enable_grad(), one_cpu_thread(trainer.strategy.root_device):
             self._run(trainer, pl_module)
 
     def _run(self, trainer: Trainer, pl_module: LightningModule) -> None:

@@ -21,11 +21,18 @@ from pathlib import Path
 from typing import Any
 
 RESULTS_NAME = "results.jsonl"
+# Fields that say how long a record took to make, not what it is: records are compared without them.
+TIMING_FIELDS = frozenset({"seconds"})
 # The stable fields of design.md that every record of an experiment carries (extra fields are welcome).
 WS_FIELDS = frozenset("experiment map d n L trial sample_id position ws delta_norm phi_norm steps seed".split())
 ATTACK_FIELDS = frozenset(
     "experiment map training loss p d n N trial y t0 t1 D0 D1 err sign_err gamma proj_ratio seed".split()
 )
+
+
+def without_timing(record: dict) -> dict:
+    """The record without its TIMING_FIELDS: what must be identical between runs, devices and resumed runs."""
+    return {k: v for k, v in record.items() if k not in TIMING_FIELDS}
 
 
 def config_key(config: Any, length: int = 12) -> str:

@@ -23,10 +23,8 @@ from torch import Tensor, nn
 from . import validate
 from .ascent import DEFAULT_CHUNK_ELEMENTS, Search, WSResult
 from .features import FreshMaps, RandomFeatures, map_dims
+from .features.rf import LIPSCHITZ
 from .features.single_token import map_features, single_token, token_class_for
-
-# Lipschitz constants of the RF activations (for the bound of paper.md §12.3); GELU's derivative peaks at about 1.1289.
-LIPSCHITZ = {"relu": 1.0, "tanh": 1.0, "gelu": 1.1289}
 
 
 def word_sensitivity(
@@ -133,7 +131,9 @@ def word_sensitivity(
         return torch.stack([map_features(m, x, exact=True, chunk=x.shape[0]) for m, x in zip(maps, Xp)])
 
     res = search.run(lambda pos: single_token(maps, X4, pos, dt), exact, X4, seeds, dt, per_chain, per_pos)
-    return res if trials else WSResult(*(getattr(res, f)[0] for f in WSResult.__dataclass_fields__))
+    if trials:
+        return res
+    return WSResult(**{k: None if v is None else v[0] for k, v in vars(res).items()})  # the one trial's (B,) values
 
 
 def single_token_objective(

@@ -7,6 +7,7 @@ map and training set and `attack_records` turns one `delta_attack` output into r
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -16,7 +17,7 @@ import torch
 from .. import validate
 from ..attack import LOSSES, delta_attack, output_records
 from ..data import EmbeddingSpec
-from ..features import MAPS, make_map
+from ..features import MAPS, FreshMaps
 from ..interpolation import TRAININGS
 from ..seeding import derive_seed, generator
 from .base import EmbeddingsEvaluation
@@ -67,24 +68,32 @@ def attack_records(
 
 
 def run_attacks(
-    fmap: torch.nn.Module,
+    fmap: Any,
     X_train: torch.Tensor,
     Y: torch.Tensor,
     X_ctx: torch.Tensor,
     y_ctx: torch.Tensor,
-    trial: dict[str, Any],
+    trial: dict[str, Any] | list[dict[str, Any]],
     objectives: list[tuple[str, str, float]],
-    sample_ids: list[int],
+    sample_ids: list[int] | list[list[int]],
     **options: Any,
 ) -> list[dict]:
-    """One `delta_attack` per objective on (N, n, d) training and (B, n, d) context samples, as records.
+    """One `delta_attack` per objective, as records.
 
-    `options` go to `delta_attack` (position, steps, restarts, seed, faithful, train_ids, ctx_ids).
+    Either one trial: a map, (N, n, d) training and (B, n, d) context samples, one trial dict and B context ids; or
+    T trials batched in one program: T maps (a list or `FreshMaps`), (T, N, n, d) and (T, B, n, d) samples, T trial
+    dicts and T lists of context ids. `options` go to `delta_attack` (position, steps, restarts, seed, faithful,
+    train_ids, ctx_ids).
     """
+    batched = X_train.dim() == 4
+    trials = trial if batched else [trial]
+    ids = sample_ids if batched else [sample_ids]
     records = []
     for training, loss, penalty in objectives:
         out = delta_attack(fmap, X_train, Y, X_ctx, y_ctx, training=training, loss=loss, penalty=penalty, **options)
-        records += attack_records(trial, training, loss, penalty, out, sample_ids)
+        for t, trial_t in enumerate(trials):
+            out_t = {k: v[t] for k, v in out.items()} if batched else out
+            records += attack_records(trial_t, training, loss, penalty, out_t, ids[t])
     return records
 
 
@@ -208,44 +217,55 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
         """(training, loss, penalty) of every attack run on a trial."""
         return attack_objectives(self.trainings, self.losses, self.penalties)
 
+    def batch_key(self, spec: dict) -> tuple:
+        """A step batches trials of one (case, N): their maps and training sets differ, their sizes do not."""
+        return spec["map"], spec["n"], spec["L"], spec["N"]
+
     def run_trials(self, specs: list[dict]) -> list[dict]:
-        records = []
+        """The step's trials in one program: each its own training set, context samples and fresh map."""
+        start = time.perf_counter()
+        m, n, L, N = self.batch_key(specs[0])
         c = self.contexts
+        trials, Xs, ys, ids = [], [], [], []
         for s in specs:
-            m, n, L, N, t = s["map"], s["n"], s["L"], s["N"], s["trial"]
-            trial_seed = derive_seed(self.seed, "attack", m, n, L, N, t)
-            attack_seed = derive_seed(trial_seed, "attack.restarts")
+            trial_seed = derive_seed(self.seed, "attack", m, n, L, N, s["trial"])
             index = torch.randperm(len(self.store), generator=generator(trial_seed, "attack.samples"))[: N + c]
             X, y = self.store.samples(index, n, self.d)  # (N + c, n, d), (N + c,)
-            ids = self.store.sample_ids[index]  # (N + c,)
-            fmap = make_map(m, n, self.d, seed=trial_seed, depth=L, width_ratio=self.rf_width_ratio).to(self.device)
-            X = X.to(self.device)
-            trial = {
-                **s,
-                "d": self.d,
-                "seed": self.seed,
-                "trial_seed": trial_seed,
-                "map_seed": trial_seed,  # the trial's map is drawn from the trial's seed
-                "attack_seed": attack_seed,
-            }
-            records += run_attacks(
-                fmap,
-                X[c:],
-                y[c:],
-                X[:c],
-                y[:c],
-                trial,
-                self.objectives(),
-                ids[:c].tolist(),
-                position=self.position,
-                steps=self.steps,
-                restarts=self.restarts,
-                seed=attack_seed,
-                faithful=self.faithful,
-                train_ids=ids[c:],
-                ctx_ids=ids[:c],
+            Xs.append(X)
+            ys.append(y)
+            ids.append(self.store.sample_ids[index])  # (N + c,)
+            trials.append(
+                {
+                    **s,
+                    "d": self.d,
+                    "seed": self.seed,
+                    "trial_seed": trial_seed,
+                    "map_seed": trial_seed,  # the trial's map is drawn from the trial's seed
+                    "attack_seed": derive_seed(trial_seed, "attack.restarts"),
+                }
             )
-        return records
+        X, y, ids = torch.stack(Xs).to(self.device), torch.stack(ys).to(self.device), torch.stack(ids)
+        seeds = [t["map_seed"] for t in trials]
+        maps = FreshMaps(m, seeds, depth=L, width_ratio=self.rf_width_ratio, device=self.device)
+        records = run_attacks(
+            maps,
+            X[:, c:],
+            y[:, c:],
+            X[:, :c],
+            y[:, :c],
+            trials,
+            self.objectives(),
+            ids[:, :c].tolist(),
+            position=self.position,
+            steps=self.steps,
+            restarts=self.restarts,
+            seed=[t["attack_seed"] for t in trials],
+            faithful=self.faithful,
+            train_ids=ids[:, c:],
+            ctx_ids=ids[:, :c],
+        )
+        seconds = (time.perf_counter() - start) / len(specs)
+        return [{**r, "seconds": seconds} for r in records]
 
     def summarize(self, records: list[dict], out_dir: Path) -> None:
         records = trusted(records, "attack", ATTACK_REQUIRED)

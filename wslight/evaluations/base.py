@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +26,29 @@ from ..results import RESULTS_NAME, ResultsFile
 from .summary import save_figure
 
 
-def _identity(batch: list) -> list:
-    return batch
+def _first(batch: list) -> list:
+    return batch[0]
+
+
+@contextmanager
+def one_cpu_thread(device: torch.device) -> Iterator[None]:
+    """Compute on one CPU thread per process (no effect on a GPU), then restore the thread count.
+
+    On some CPUs a matrix product with a long reduction (the N x N Gram of p features, with p in the tens of
+    thousands) sums its terms in a different order with 1 and 2 threads. A 1-device run would then differ in the last
+    bits from a 2-device run, where each process has half the threads. One thread per process makes the records
+    independent of the number of devices; the searches are many small tensor programs, which one thread runs about
+    as fast as two on a 2-core machine.
+    """
+    if device.type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def gather_records(records: list[dict], world_size: int) -> list[dict]:
@@ -67,6 +90,10 @@ class Evaluation(pl.LightningModule):
         Every record carries its trial's `trial_key`; a trial with several records gives each a distinct `record_key`.
         """
         raise NotImplementedError
+
+    def batch_key(self, spec: dict) -> Any:
+        """Trials with equal keys may share a step (e.g. one cell's trials, batched in one program); default: any."""
+        return None
 
     def summarize(self, records: list[dict], out_dir: Path) -> None:
         """Log end-of-evaluation scalars (every rank) and write figures/tables (rank 0 only: check is_global_zero)."""
@@ -132,10 +159,26 @@ class Evaluation(pl.LightningModule):
         if self.trainer.is_global_zero:
             total = len(self.trial_specs())
             print(f"{type(self).__name__}: {total - len(remaining)} of {total} trials already in {self.results.path}")
-        return DataLoader(remaining, batch_size=self.trials_per_step, collate_fn=_identity, shuffle=False)
+        return DataLoader(self.step_batches(remaining), batch_size=1, collate_fn=_first, shuffle=False)
+
+    def step_batches(self, specs: list[dict]) -> list[list[dict]]:
+        """The trials of each step: runs of equal `batch_key`, at most `trials_per_step` each.
+
+        Steps are formed before Lightning shards them over the devices, so a trial is computed in the same batch on
+        one device or several, and its numbers do not depend on the device count.
+        """
+        batches: list[list[dict]] = []
+        for spec in specs:
+            last = batches[-1] if batches else None
+            if last and len(last) < self.trials_per_step and self.batch_key(last[0]) == self.batch_key(spec):
+                last.append(spec)
+            else:
+                batches.append([spec])
+        return batches
 
     def test_step(self, batch: list[dict], batch_idx: int) -> None:
-        with torch.inference_mode(False), torch.enable_grad():  # the searches need input gradients
+        # the searches need input gradients; one thread: the same numbers on 1 device or several
+        with torch.inference_mode(False), torch.enable_grad(), one_cpu_thread(self.device):
             records = self.run_trials(batch)
         records = gather_records(records, self.trainer.world_size)  # padding duplicates: dropped when appended
         if self.trainer.is_global_zero:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections import defaultdict
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -12,9 +12,9 @@ import torch
 
 from .. import validate
 from ..data import EmbeddingSpec
-from ..features import MAPS, RandomFeatures, make_map
+from ..features import MAPS, FreshMaps, make_map
 from ..seeding import derive_seed, generator
-from ..sensitivity import word_sensitivity, ws_bound_rf
+from ..sensitivity import word_sensitivity
 from .base import EmbeddingsEvaluation
 from .summary import cell_table, markdown_table, nonfinite, trusted
 
@@ -26,13 +26,6 @@ def takes_depth(name: str) -> bool:
     """True when the registered map `name` has a depth (its constructor takes `depth`): the sweep crosses `depths`."""
     cls = MAPS.get(name)
     return cls is not None and "depth" in inspect.signature(cls.__init__).parameters
-
-
-def rf_bound(fmap: torch.nn.Module, X: torch.Tensor, res: Any) -> torch.Tensor | None:
-    """The operator-norm bound on S of an RF map at the realised ||Delta|| (paper.md §12.3); None for other maps."""
-    if not isinstance(fmap, RandomFeatures):
-        return None
-    return ws_bound_rf(fmap, X, res.position, res.delta_norm, res.phi_norm)  # (B,)
 
 
 class WordSensitivitySweep(EmbeddingsEvaluation):
@@ -127,56 +120,69 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         return int(torch.randint(len(self.store), (1,), generator=generator(self.seed, "ws.sample", trial)))
 
     # --- the work ---------------------------------------------------------------------------------------------------
+    def batch_key(self, spec: dict) -> tuple:
+        """A step batches trials of one cell (map, d, n, L)."""
+        return spec["map"], spec["d"], spec["n"], spec["L"]
+
+    def map_seed(self, m: str, d: int, n: int, L: int, trial: int | None) -> int:
+        """The seed of a trial's map (trial None: the cell's shared map)."""
+        return derive_seed(self.seed, "ws.map", m, d, n, L, -1 if trial is None else trial)
+
     def cell_map(self, m: str, d: int, n: int, L: int, map_seed: int) -> torch.nn.Module:
-        """The map of a cell on this device; with shared weights, the cell's map is reused by its next trials."""
+        """The shared map of a cell on this device, reused by the cell's next trials."""
         if self._last_map[0] != map_seed:
             fmap = make_map(m, n, d, seed=map_seed, depth=L, width_ratio=self.rf_width_ratio, dtype=self.map_dtype)
             self._last_map = (map_seed, fmap.to(self.device))
         return self._last_map[1]
 
     def run_trials(self, specs: list[dict]) -> list[dict]:
-        groups: dict[tuple, list[dict]] = defaultdict(list)
-        for s in specs:
-            cell = (s["map"], s["d"], s["n"], s["L"])
-            groups[cell + (None if self.shared_weights else s["trial"],)].append(s)
+        """One search for the step's trials (one cell): a fresh map per trial (FreshMaps), or the cell's shared map."""
+        start = time.perf_counter()
+        m, d, n, L = self.batch_key(specs[0])
+        index = [self.sample_index(s["trial"]) for s in specs]
+        X, _ = self.store.samples(index, n, d)  # (T, n, d): one sample per trial
+        X = X.to(self.device)
+        options = dict(
+            positions=self.positions,
+            radius=self.radius_scale * d**0.5,
+            restarts=self.restarts,
+            max_steps=self.max_steps,
+            tol=self.tol,
+        )
+        if self.shared_weights:  # the trials are the B samples of one map
+            map_seeds = [self.map_seed(m, d, n, L, None)] * len(specs)
+            fmap = self.cell_map(m, d, n, L, map_seeds[0])
+            restart_seed = derive_seed(map_seeds[0], "ws.restarts")
+            res = word_sensitivity(fmap, X, seed=restart_seed, dtype=self.map_dtype, **options)
+        else:  # the paper's protocol: trial t has its own map, all trials searched together
+            map_seeds = [self.map_seed(m, d, n, L, s["trial"]) for s in specs]
+            fresh = FreshMaps(m, map_seeds, depth=L, width_ratio=self.rf_width_ratio, dtype=self.map_dtype,
+                              device=self.device)
+            restart_seeds = [derive_seed(ms, "ws.restarts") for ms in map_seeds]
+            res = word_sensitivity(fresh, X[:, None], seed=restart_seeds, **options)
+        seconds = (time.perf_counter() - start) / len(specs)
+        bounds = res.bound.flatten().tolist() if res.bound is not None else [None] * len(specs)
         records = []
-        for (m, d, n, L, t), group in groups.items():
-            map_seed = derive_seed(self.seed, "ws.map", m, d, n, L, -1 if t is None else t)
-            fmap = self.cell_map(m, d, n, L, map_seed)
-            index = [self.sample_index(s["trial"]) for s in group]
-            X, _ = self.store.samples(index, n, d)  # (B, n, d)
-            X = X.to(self.device)
-            res = word_sensitivity(
-                fmap,
-                X,
-                positions=self.positions,
-                radius=self.radius_scale * d**0.5,
-                restarts=self.restarts,
-                max_steps=self.max_steps,
-                tol=self.tol,
-                seed=derive_seed(map_seed, "ws.restarts"),
-                dtype=self.map_dtype,
-            )
-            bound = rf_bound(fmap, X, res)  # (B,) or None
-            for b, (s, rec) in enumerate(zip(group, res.records(), strict=True)):
-                record = {
-                    "experiment": "ws",
-                    "trial_key": s["trial_key"],
-                    "map": m,
-                    "d": d,
-                    "n": n,
-                    "L": L,
-                    "trial": s["trial"],
-                    "sample_id": int(self.store.sample_ids[index[b]]),
-                    **rec,
-                    "seed": self.seed,
-                    "map_seed": map_seed,
-                    "radius": self.radius_scale * d**0.5,
-                    "ws_sqrt_n": rec["ws"] * math.sqrt(n),
-                    "bound": None if bound is None else float(bound[b]),
-                }
-                record["nonfinite"] = nonfinite(record)  # e.g. S = inf when phi(X) = 0: null in the file, flagged
-                records.append(record)
+        for s, rec, map_seed, bound, sid in zip(specs, res.records(), map_seeds, bounds, index, strict=True):
+            record = {
+                "experiment": "ws",
+                "trial_key": s["trial_key"],
+                "map": m,
+                "d": d,
+                "n": n,
+                "L": L,
+                "trial": s["trial"],
+                "sample_id": int(self.store.sample_ids[sid]),
+                **rec,
+                "seed": self.seed,
+                "map_seed": map_seed,
+                "radius": self.radius_scale * d**0.5,
+                "ws_sqrt_n": rec["ws"] * math.sqrt(n),
+                "bound": bound,
+                "seconds": seconds,
+            }
+            record["nonfinite"] = nonfinite(record)  # e.g. S = inf when phi(X) = 0: null in the file, flagged
+            records.append(record)
         return records
 
     # --- the summary ------------------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ from .base import FeatureMap, register_map
 from .single_token import SingleToken, matmul64, stack_trials
 
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "gelu": nn.functional.gelu}
+# Lipschitz constants of the activations (the RF bound, docs/theory.md §3.2); GELU's derivative peaks at about 1.1289.
+LIPSCHITZ = {"relu": 1.0, "tanh": 1.0, "gelu": 1.1289}
 
 # V is drawn in fixed chunks of rows, each from its own seeded generator, so that the stored V and the memory-bounded
 # path (which regenerates chunks on the fly) produce the very same matrix whatever the block size used to consume it.
@@ -181,10 +183,10 @@ class RFToken(SingleToken):
                     z64s.append(z)
                 zs.append(z.to(dtype))
                 blocks.append(blk.to(dtype))
-        self._setup(maps[0].phi, stack_trials(zs), stack_trials(blocks), stack_trials(z64s) if z64s else None)
+        self._setup(maps[0].activation, stack_trials(zs), stack_trials(blocks), stack_trials(z64s) if z64s else None)
 
-    def _setup(self, act, z: torch.Tensor, V: torch.Tensor, z64: torch.Tensor | None) -> None:
-        self.act, self.z, self.V = act, z, V  # (T, B, k), (T, P, k, d)
+    def _setup(self, activation: str, z: torch.Tensor, V: torch.Tensor, z64: torch.Tensor | None) -> None:
+        self.activation, self.act, self.z, self.V = activation, ACTIVATIONS[activation], z, V  # (T, B, k), (T, P, k, d)
         self.phi0 = self.act(self.z)  # (T, B, k)
         if z64 is not None:  # the exact float64 value without the full map
             self._z64 = z64
@@ -198,7 +200,7 @@ class RFToken(SingleToken):
         from their law (`fresh_preactivations`); the reported values are exact in float64."""
         token = cls.__new__(cls)
         SingleToken.__init__(token, [], z64, [], dtype)
-        token._setup(ACTIVATIONS[activation], z64.to(dtype), blocks.to(dtype), z64)
+        token._setup(activation, z64.to(dtype), blocks.to(dtype), z64)
         return token
 
     @classmethod
@@ -219,6 +221,16 @@ class RFToken(SingleToken):
 
     def features(self, delta: torch.Tensor) -> torch.Tensor:
         return self.act(self.preactivations(delta))
+
+    def bound_factors(self, j: torch.Tensor) -> torch.Tensor:
+        """Lip(act) ||V^(i)||_op for the position index j (T, B) of every sample, (T, B) float64 (§3.2)."""
+        out = torch.empty(j.shape, dtype=torch.float64)
+        for t, jt in enumerate(j):
+            for u in jt.unique().tolist():  # one d x d eigenproblem per distinct position of the trial
+                V = self.V[t, u].to(torch.float64)  # (k, d)
+                top = torch.linalg.eigvalsh(V.T @ V)[-1].clamp_min(0).sqrt().cpu()  # ||V^(i)||_op
+                out[t, jt == u] = LIPSCHITZ[self.activation] * top
+        return out
 
     def _exact64(self, delta: torch.Tensor, j: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         T, B = j.shape

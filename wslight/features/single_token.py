@@ -53,6 +53,11 @@ class SingleToken:
         """phi(X^i(Delta)): (T, B, P, R, d) -> (T, B, P, R, p)."""
         raise NotImplementedError
 
+    def bound_factors(self, j: Tensor) -> Tensor | None:
+        """c (T, B) float64 with S <= c ||Delta|| / ||phi(X)|| for a move of token positions[j[t, b]] of sample
+        (t, b) (docs/theory.md §3.2); None when the map has no such bound."""
+        return None
+
     def change_sq(self, delta: Tensor) -> Tensor:
         """||phi(X^i(Delta)) - phi(X)||^2: (T, B, P, R, d) -> (T, B, P, R), thread-count invariant."""
         return sum_last((self.features(delta) - self.phi0[:, :, None, None]).pow(2))
