@@ -1,4 +1,4 @@
-"""Delta-attack benchmark: `wslight.attack.delta_attack` against a faithful per-trial baseline (paper.md §6.8).
+"""Delta-attack benchmark: `wslight.attack.delta_attack` against a faithful per-trial baseline (docs/theory.md §6.5).
 
 The baseline follows the authors' `gen.py`: one context sample at a time, float64, the explicit pseudo-inverse of Phi
 (torch.linalg.pinv), the dense D x D projector P = I - Phi^+ Phi, theta_r from the pseudo-inverse of the stacked system,
@@ -6,8 +6,8 @@ a start exactly at the clean token 0, plain projected gradient descent on the te
 (RAF / ReLU-RAF; RF: lr 100 for 300 steps) and autograd through the full map. The package batches all trials in one
 call (closed forms in N x N space, single-token structure, normalised momentum steps, 4 restarts, early stop).
 
-Both sides see the same data (synthetic "aniso" unit-norm rows of paper.md §11, random +-1 labels; the context sample
-is not a training sample) and the same random weights. Each side runs in its own subprocess, so the peak memory
+Both sides see the same data (synthetic "aniso" unit-norm rows of docs/theory.md §11, random +-1 labels; the context
+sample is not a training sample) and the same random weights. Each side runs in its own subprocess, so the peak memory
 (ru_maxrss from wait4) is its own. Times cover everything after drawing the data: features, heads, search, records.
 Both parts use the same number of torch threads (1 by default: thousands of tiny steps gain nothing from intra-op
 threads, and on a shared machine oversubscription slows both sides by an order of magnitude; --threads 0 for torch's
@@ -39,7 +39,7 @@ MAPS = ("raf", "relu_raf", "rf")
 
 
 def trial_data(t: int, n: int, d: int, N: int, seed: int) -> tuple[torch.Tensor, ...]:
-    """One trial: aniso rows (paper.md §11), 0.7 u + sqrt(0.51) g / sqrt(d) renormalised to sqrt(d), float64.
+    """One trial: aniso rows (docs/theory.md §11), 0.7 u + sqrt(0.51) g / sqrt(d) renormalised to sqrt(d), float64.
 
     Returns X_train (N, n, d), Y (N,), X_ctx (1, n, d), y (1,): N + 1 distinct samples, the first is the context.
     """
@@ -58,7 +58,7 @@ def trial_map(name: str, t: int, n: int, d: int, seed: int, dtype: str = "float3
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Faithful baseline (paper.md §6.8)
+# Faithful baseline (docs/theory.md §6.5)
 # ----------------------------------------------------------------------------------------------------------------------
 
 

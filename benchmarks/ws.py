@@ -1,6 +1,6 @@
 """Word-sensitivity benchmark: the batched estimator of `wslight.sensitivity` against a faithful per-sample baseline.
 
-The baseline follows the authors' `sensitivity.py` (paper.md §3.2): one sample at a time, token 0, a start at
+The baseline follows the authors' `sensitivity.py` (docs/theory.md §4.1): one sample at a time, token 0, a start at
 x_0 + 0.1 N(0, I), plain projected gradient descent on -RMSE(phi(X'), phi(X)) with the ball of radius sqrt(d) centred at
 the noisy start, lr 100 and 300 steps for RF, lr 10 and 50 n steps for RAF / ReLU-RAF, float64, the dense weights and
 autograd through the full map. Both sides see the same samples and the same random weights (same seeds).
@@ -57,7 +57,7 @@ def samples(data: str, trials: int, n: int, d: int, seed: int) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The faithful per-sample baseline (paper.md §3.2)
+# The faithful per-sample baseline (docs/theory.md §4.1)
 # ----------------------------------------------------------------------------------------------------------------------
 
 

@@ -184,7 +184,8 @@ def test_subset_N_and_test_end_hook(tmp_path):
 
 
 def test_rf_keeps_its_sign(tmp_path):
-    """Paper §6: RF has low word sensitivity, so one token (of n = 24) cannot flip its heads' decisions."""
+    """Paper (docs/theory.md §6): RF has low word sensitivity, so one token (of n = 24) cannot flip its heads'
+    decisions."""
     rf = DeltaAttack(num_contexts=4, **FAST)
     fit(tmp_path, RandomFeatures(24, 8, 400, seed=0), rf, n=24)
     yD1 = [r["y"] * r["D1"] for r in rf.records]

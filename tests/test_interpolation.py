@@ -1,4 +1,4 @@
-"""Closed-form heads (paper.md §6.2, check 8 of §12): identities, implicit projector, conditioning, bad input."""
+"""Closed-form heads (docs/theory.md §5.2, §8.8): identities, implicit projector, conditioning, bad input."""
 
 import warnings
 

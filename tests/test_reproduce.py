@@ -67,7 +67,7 @@ def test_report_checks_come_from_the_results_and_a_rerun_resumes(tmp_path):
     report = reproduce.main(argv)
     assert report == tmp_path / "offline" / "report.md"
     text = report.read_text()
-    assert "## Checks (paper.md §12)" in text and "## Provenance" in text
+    assert "## Checks (docs/theory.md §8)" in text and "## Provenance" in text
     results = {p.parent.parent.name: p for p in (tmp_path / "offline" / "tensorboard").rglob("results.jsonl")}
     ws = [json.loads(x) for x in results["ws_rf"].read_text().splitlines()]
     worst = max(r["ws"] / r["bound"] for r in ws)

@@ -252,7 +252,8 @@ class Search:
                 f_best, idx = f_flat.max(dim=1)
                 chosen = delta.reshape(T * B, P * R_c, d)[rows, idx.to(device)].to(torch.float64).cpu()
                 # Deviation: the ball is centred on the clean token; the authors centre it at the noisy start
-                # x_i + 0.1 xi, so their ||Delta|| can reach about 1.1 sqrt(d) (paper.md §9.2); we keep §3.1's
+                # x_i + 0.1 xi, so their ||Delta|| can reach about 1.1 sqrt(d) (docs/theory.md §9.1); we keep
+                # docs/theory.md §1.3's
                 chosen = project_ball(chosen, radius).reshape(T, B, d)  # float32 may leave ||Delta|| a hair out
                 f_best, j = f_best.reshape(T, B), (idx // R_c).reshape(T, B)
                 better = f_best > best_f

@@ -1,4 +1,4 @@
-"""The single-token Delta attack on fine-tuned / re-trained linear heads (paper.md §6.3-6.8): pure, batched functions.
+"""The single-token Delta attack on fine-tuned / re-trained linear heads (docs/theory.md §6): pure, batched functions.
 
 One trial = a training set (N samples), B context samples (X, y) distinct from it, a feature map; the heads theta*,
 theta_f, theta_r come in closed form from `wslight.interpolation`. Delta moves one token of X inside the ball of radius
@@ -7,7 +7,7 @@ sqrt(d) around the clean token and is chosen by projected descent on one of the 
     err         (16)  (phi(X')^T theta_{f/r} - y_Delta)^2, y_Delta = -y            (the test error itself)
     align       (24a) (<phi(X'), phi(X)> / ||phi(X)||^2 + 1)^2
     align_proj  (24b) (<phi(X'), P phi(X)> / ||P phi(X)||^2 + 1)^2
-    penalized         err + penalty (phi(X')^T theta*)^2                          (working definition, paper.md top)
+    penalized         err + penalty (phi(X')^T theta*)^2                       (working definition, docs/theory.md §6.1)
 
 The heads only enter through inner products with phi(X'): phi(X')^T theta*, phi(X')^T phi(X), phi(X')^T P phi(X).
 phi(X') comes from the map's single-token algebra (`wslight.features.single_token`, the same engine as the
@@ -32,7 +32,8 @@ from .interpolation import TRAININGS, Heads, fit_heads, sum_last
 from .seeding import generator
 
 LOSSES = ("err", "align", "align_proj", "penalized")
-# Authors' fixed-step schedules (paper.md §6.8), per map: (lr, steps, steps per token); steps = fixed + per token * n.
+# Authors' fixed-step schedules (docs/theory.md §6.5), per map: (lr, steps, steps per token); steps = fixed + per
+# token * n.
 FAITHFUL_SCHEDULES = {
     "rf": (100.0, 300, 0),
     "deep_rf": (100.0, 300, 0),
@@ -79,7 +80,7 @@ def attack_objective(
     # Paper: Eq. (16), test error against the flipped label y_Delta = -y (working definition of Err)
     err = (D1 + heads.y) ** 2
     if loss == "penalized":
-        # Working definition (paper.md top): l_{Err,p} = Err + p (phi(X')^T theta*)^2, p the penalty weight
+        # Working definition (docs/theory.md §6.1): l_{Err,p} = Err + p (phi(X')^T theta*)^2, p the penalty weight
         return err + penalty * s**2
     return err
 
@@ -143,7 +144,8 @@ def delta_attack(
     dtype: torch.dtype = torch.float64,
     return_delta: bool = False,
 ) -> dict[str, Tensor]:
-    """Optimise Delta on one token of each context sample and report the closed-form heads' outputs (paper.md §6.8).
+    """Optimise Delta on one token of each context sample and report the closed-form heads' outputs
+    (docs/theory.md §6.5).
 
     Batched over B context samples sharing one training set, R restarts, and optionally T trials with their own
     training sets and maps (pass 4-d X_train / X_ctx and a list of T maps, or one map shared by all trials). Any
@@ -153,7 +155,7 @@ def delta_attack(
     the first starts at the clean token and the others uniformly in the ball, early stop per sample, best iterate
     kept) replaces the authors' fixed-step projected GD; `faithful=True` runs the authors' schedule (plain GD,
     RF/DRF lr 100 for 300 steps, RAF/ReLU-RAF lr 1 for 50 n steps, start exactly at x0, final iterate).
-    Working definitions (paper.md top): err = (D1 + y)^2 against y_Delta = -y, gamma = max(|t0|, |D0|).
+    Working definitions (docs/theory.md §6.1): err = (D1 + y)^2 against y_Delta = -y, gamma = max(|t0|, |D0|).
 
     Args:
         feature_map: a feature map, a sequence of T maps (one per trial), or `FreshMaps` (T fresh maps of one kind,
@@ -238,7 +240,7 @@ def delta_attack(
     if per_trial_seeds and len(seed) != T:
         raise ValueError(f"seed: expected one seed or {T} (one per trial), got {len(seed)}")
 
-    # ---- closed-form heads, float64 (paper.md §6.2)
+    # ---- closed-form heads, float64 (docs/theory.md §5.2)
     X_train, Y = X_train[:, :N], Y[:, :N]
     if fresh is not None:  # one draw of each trial's map for its training and context samples
         Phi, phi, token = fresh.attack_inputs(X_train, X_ctx, position, dtype)
@@ -331,7 +333,7 @@ def delta_attack(
             "t1": t1,
             "D0": D0,
             "D1": D1,
-            # Working definitions (paper.md top): Err against y_Delta = -y, its sign version, gamma
+            # Working definitions (docs/theory.md §6.1): Err against y_Delta = -y, its sign version, gamma
             "err": (D1 + y) ** 2,
             "sign_err": (torch.sign(D1) != -torch.sign(y)).to(torch.float64),
             "gamma": torch.maximum(heads.t0.abs(), D0.abs()),

@@ -1,4 +1,5 @@
-"""The paper's checks (paper.md §12), computed from the records of a run's results.jsonl files (never written by hand).
+"""The paper's checks (docs/theory.md §8), computed from the records of a run's results.jsonl files (never written by
+hand).
 
 Each check returns a `Check` row: what is tested, the measured value, the expectation and PASS / FAIL, or N/A with
 the reason when the run holds no records it could be computed from.
@@ -290,7 +291,7 @@ ATTACK_CHECKS: list[Callable[[list[dict]], Check]] = [
 
 
 def all_checks(ws: list[dict], doubled: list[dict], attack: list[dict], probes: list[dict]) -> list[Check]:
-    """Every check of paper.md §12 the records allow, in the paper's order (13, Llama-2, is never applicable)."""
+    """Every check of docs/theory.md §8 the records allow, in the paper's order (13, Llama-2, is never applicable)."""
     rows = [c(ws) for c in WS_CHECKS] + [check_on_boundary(ws, doubled)] + [c(attack) for c in ATTACK_CHECKS]
     rows += [check_attention_edit(probes)]
     rows.append(

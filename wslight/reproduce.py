@@ -6,8 +6,8 @@ run alone, so every number in the report traces to a config: word sensitivity of
 n; a doubled-step-budget check; the Delta attack (Figure 4 style); the three encoder probes. Every stage writes its
 results.jsonl as trials finish, in a log directory named by its run key under `reports/<run-id>/tensorboard`, so
 re-running `make reproduce` after an interruption resumes from the finished trials. The report
-(`reports/<run-id>/report.md`) shows the figures, per-cell tables, the checks of paper.md §12 computed from the results
-files, and a provenance block.
+(`reports/<run-id>/report.md`) shows the figures, per-cell tables, the checks of docs/theory.md §8 computed from the
+results files, and a provenance block.
 
 `--full 1` runs the plan's `full` list instead: the paper-size configs under configs/paper/ (a GPU machine with hub
 access).
@@ -155,7 +155,7 @@ def write_report(
         "Bombari & Mondelli, *Towards Understanding the Word Sensitivity of Attention Layers: A Study via Random "
         "Features*, ICML 2024. Every number below is read from the stages' `results.jsonl` files.",
         "",
-        "## Checks (paper.md §12)",
+        "## Checks (docs/theory.md §8)",
         "",
         checks_markdown(checks),
         f"{sum(c.status == 'PASS' for c in checks)} PASS, {sum(c.status == 'FAIL' for c in checks)} FAIL, "

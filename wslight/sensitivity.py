@@ -1,11 +1,11 @@
-"""Word sensitivity S_phi(X) of any feature map: a pure, batched estimator (paper.md §3, §5, §10b).
+"""Word sensitivity S_phi(X) of any feature map: a pure, batched estimator (docs/theory.md §4, §1.4, §3).
 
     S_phi(X) = sup_i sup_{||Delta|| <= r} ||phi(X^i(Delta)) - phi(X)|| / ||phi(X)||,   X^i(Delta) = X + e_i Delta^T,
 
-with r = sqrt(d) by default (paper.md §3.1). `word_sensitivity` maximises the inner sup for a batch of samples, several
-positions and several restarts at once, in one tensor program per chunk of positions (no Python loop over samples or
-restarts). Each evaluation goes through the map's single-token algebra (`wslight.features.single_token`): RF and
-DeepRF move only z + V^{(i)} Delta (O(k d) per step; the memory-bounded RF never holds V), RAF / ReLU-RAF recompute
+with r = sqrt(d) by default (docs/theory.md §1.3). `word_sensitivity` maximises the inner sup for a batch of samples,
+several positions and several restarts at once, in one tensor program per chunk of positions (no Python loop over
+samples or restarts). Each evaluation goes through the map's single-token algebra (`wslight.features.single_token`): RF
+and DeepRF move only z + V^{(i)} Delta (O(k d) per step; the memory-bounded RF never holds V), RAF / ReLU-RAF recompute
 only row and column i of the scores (O(n d + d^2) per step), and any other module is differentiated through its full
 forward.
 
@@ -42,7 +42,7 @@ def word_sensitivity(
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     power_iters: int = 20,
 ) -> WSResult:
-    """Estimate the word sensitivity S_phi(X) of each sample of a batch (paper.md §3.1).
+    """Estimate the word sensitivity S_phi(X) of each sample of a batch (docs/theory.md §1.3).
 
     All samples, positions and restarts ascend together; positions (then restarts) are chunked only to keep about
     `chunk_elements` working-dtype elements alive. The search maximises ||phi(X^i(Delta)) - phi(X)||^2 by the monotone
@@ -53,8 +53,8 @@ def word_sensitivity(
     top eigenvector of the Hessian of the squared change at Delta = 0 (the direction in which phi moves fastest, found
     by `power_iters` Hessian-vector products; a small-step ascent from near the clean token, as in the authors' code,
     drifts towards it). Then come the map's own starting directions (RAF/ReLU-RAF: the attention-attracting
-    construction of paper.md §5.3, Delta = radius W^T xbar / ||W^T xbar|| (an inferred construction), and a start that
-    steers query i onto the key m that changes its output most, Delta ∝ W x_m). Further restarts start at random
+    construction of docs/theory.md §3.5, Delta = radius W^T xbar / ||W^T xbar|| (an inferred construction), and a start
+    that steers query i onto the key m that changes its output most, Delta ∝ W x_m). Further restarts start at random
     points, drawn from `wslight.seeding.generator(seed, "ws.init", position)`, so a chain does not depend on the
     chunking or on the other positions requested.
 
@@ -70,7 +70,7 @@ def word_sensitivity(
             all trials in one program.
         X: (B, n, d) clean samples (rows of norm sqrt(d) under the paper's assumption); (T, B, n, d) with T maps.
         positions: "first" (token 0, the paper's figures), "all" (the true sup over i), or a list of token indices.
-        radius: radius of the ball of Delta; None means sqrt(d) (paper.md §3.1). Must be > 0.
+        radius: radius of the ball of Delta; None means sqrt(d) (docs/theory.md §1.3). Must be > 0.
         restarts: chains per sample and position (>= 1).
         max_steps: most ascent steps per chain.
         lr: initial step, as a fraction of the radius (adapted per chain afterwards).
@@ -178,7 +178,7 @@ def ws_bound_rf(
     delta_norm: float | Tensor,
     phi_norm: Tensor | None = None,
 ) -> Tensor:
-    """Upper bound on the RF word sensitivity at one position (paper.md §5.1, §12.3).
+    """Upper bound on the RF word sensitivity at one position (docs/theory.md §3.2, §8.3).
 
         S <= Lip(phi) ||V^{(i)}||_op ||Delta|| / ||phi(X)||,
 

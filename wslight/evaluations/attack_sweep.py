@@ -113,7 +113,7 @@ class AttackCase:
 
 
 class DeltaAttackSweep(EmbeddingsEvaluation):
-    """The single-token Delta attack on fine-tuned and re-trained heads (paper.md §6, Figures 4-5).
+    """The single-token Delta attack on fine-tuned and re-trained heads (docs/theory.md §6, Figures 4-5).
 
     One trial = a case (map, n), a training-set size N and a trial index: N + `contexts` distinct reviews drawn at
     random from the embeddings (the first `contexts` are the context samples, never in the training set), a fresh

@@ -29,13 +29,13 @@ def takes_depth(name: str) -> bool:
 
 
 class WordSensitivitySweep(EmbeddingsEvaluation):
-    """Word sensitivity of random feature maps on token embeddings, over a grid (paper.md §3, Figures 2-3).
+    """Word sensitivity of random feature maps on token embeddings, over a grid (docs/theory.md §4, Figures 2-3).
 
     One trial = one sample drawn at random from the embeddings (seeded by `seed` and the trial index, so trial t uses
     the same review in every cell) and, by default, a fresh random map (seeded by `seed`, the cell and the trial):
     the paper's "independent trials". Each trial records the results.jsonl fields of design.md (experiment="ws", map,
     d, n, L, trial, sample_id, position, ws, delta_norm, phi_norm, steps, seed: the sweep's seed) plus `map_seed` (the
-    seed of the trial's map), `radius`, `bound` (RF: the operator-norm bound of paper.md §12.3 at the realised
+    seed of the trial's map), `radius`, `bound` (RF: the operator-norm bound of docs/theory.md §8.3 at the realised
     ||Delta||), `ws_sqrt_n` and `nonfinite` (a flag: S is not a finite number, e.g. phi(X) = 0 for a ReLU-RAF sample
     whose scores are all <= 0; such records are left out of the summary).
 

@@ -1,4 +1,4 @@
-"""Random attention features: softmax (RAF) and ReLU-renormalised (ReLU-RAF) scores, paper.md §4.3-4.4."""
+"""Random attention features: softmax (RAF) and ReLU-renormalised (ReLU-RAF) scores, docs/theory.md §2.3-2.4."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ class _RandomAttentionBase(FeatureMap):
 
 @register_map("raf")
 class RandomAttentionFeatures(_RandomAttentionBase):
-    """Random attention features phi_RAF(X) = softmax(X W X^T / sqrt(d)) X, softmax row-wise (paper.md §4.3).
+    """Random attention features phi_RAF(X) = softmax(X W X^T / sqrt(d)) X, softmax row-wise (docs/theory.md §2.3).
 
     Input (B, n, d) for any n, output (B, n d). W is a buffer `W` (d x d, N(0, 1/d)) drawn from a generator seeded
     by `seed`; RAF and ReLU-RAF built with the same seed share W.
@@ -87,7 +87,7 @@ class RandomAttentionFeatures(_RandomAttentionBase):
 
 @register_map("relu_raf")
 class ReLUAttentionFeatures(_RandomAttentionBase):
-    """ReLU-RAF: the softmax of RAF replaced by ReLU on the scores, each row divided by its sum (paper.md §4.4).
+    """ReLU-RAF: the softmax of RAF replaced by ReLU on the scores, each row divided by its sum (docs/theory.md §2.4).
 
     A row whose ReLU scores are all zero has divisor 1 (the authors' code), so it is a zero row: no NaN.
     Input (B, n, d), output (B, n d).

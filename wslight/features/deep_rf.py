@@ -1,4 +1,4 @@
-"""Deep random features (DeepRF / DRF): L ReLU layers with He-scaled Gaussian weights, paper.md §4.2."""
+"""Deep random features (DeepRF / DRF): L ReLU layers with He-scaled Gaussian weights, docs/theory.md §2.2."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def _draw_on_device(seed: int, layer: int, rows: int, fan_in: int, dt: torch.dty
 
 @register_map("deep_rf")
 class DeepRandomFeatures(FeatureMap):
-    """Deep random features phi_DRF(X) = relu(V_L relu(... relu(V_1 flat(X)))) (paper.md §4.2).
+    """Deep random features phi_DRF(X) = relu(V_L relu(... relu(V_1 flat(X)))) (docs/theory.md §2.2).
 
     Input (B, n, d), output (B, width). Every layer has entries N(0, 2/fan_in), the first layer included: the
     authors' scaling (He), which keeps the feature norm roughly constant through depth. No biases. Weights are

@@ -1,4 +1,4 @@
-"""Random features (RF): phi(V flat(X)), paper.md §4.1."""
+"""Random features (RF): phi(V flat(X)), docs/theory.md §2.1."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def draw_rows(seed: int, start: int, stop: int, D: int, dtype: torch.dtype) -> t
 
 @register_map("rf")
 class RandomFeatures(FeatureMap):
-    """Random features map phi_RF(X) = phi(V flat(X)) (paper.md §4.1).
+    """Random features map phi_RF(X) = phi(V flat(X)) (docs/theory.md §2.1).
 
     Input (B, n, d), output (B, k). V in R^{k x D}, D = n d, entries N(0, 1/D), no bias; with rows of norm sqrt(d)
     the pre-activations have unit variance. V is a buffer named `V` when it fits in `max_stored_bytes`; otherwise it is
@@ -223,7 +223,8 @@ class RFToken(SingleToken):
         return self.act(self.preactivations(delta))
 
     def bound_factors(self, j: torch.Tensor) -> torch.Tensor:
-        """Lip(act) ||V^(i)||_op for the position index j (T, B) of every sample, (T, B) float64 (§3.2)."""
+        """Lip(act) ||V^(i)||_op for the position index j (T, B) of every sample, (T, B) float64
+        (docs/theory.md §4.1)."""
         out = torch.empty(j.shape, dtype=torch.float64)
         for t, jt in enumerate(j):
             for u in jt.unique().tolist():  # one d x d eigenproblem per distinct position of the trial

@@ -35,8 +35,8 @@ def attention_edit(
 ) -> dict:
     """Attention of one layer for two sentences that differ in one word, without [CLS] and [SEP] (Figure 1 left).
 
-    Paper (authors' bert.ipynb, paper.md 8.1): `attentions[layer][0][:, 1:-1, 1:-1]` averaged over the heads; rows are
-    not renormalised after the slice.
+    Paper (authors' bert.ipynb, docs/theory.md §7.1): `attentions[layer][0][:, 1:-1, 1:-1]` averaged over the heads;
+    rows are not renormalised after the slice.
 
     Args:
         encoder: encoder name for `wslight.encoders.load_encoder`.
@@ -115,9 +115,9 @@ def attention_under_delta(
 ) -> dict:
     """Attention matrix of one head before and after token `position` is moved by Delta (Figure 3, panel 4).
 
-    Paper (seed caption, paper.md 8.3): head 1 of layer 1 of BERT-Base on the paper's title, token 6 perturbed by the
-    Delta that attracts all the attention. Working definition: position 6 is counted in the tokenised sequence with
-    [CLS] at 0 (the word "of" in the title); Delta is added to hidden_states[0] and built from the first layer's
+    Paper (figure caption, docs/theory.md §7.3): head 1 of layer 1 of BERT-Base on the paper's title, token 6 perturbed
+    by the Delta that attracts all the attention. Working definition: position 6 is counted in the tokenised sequence
+    with [CLS] at 0 (the word "of" in the title); Delta is added to hidden_states[0] and built from the first layer's
     query/key weights of `delta_heads` (default: the head shown), with norm ||x_position|| unless `delta_norm` is set.
 
     Args:
@@ -127,7 +127,7 @@ def attention_under_delta(
         layer: layer shown, 0-based (Delta is always injected before the first layer).
         head: head shown, 0-based.
         delta_heads: first-layer heads that Delta targets: "shown" (= [head]), "all", an int or a list.
-        method: "optimised" (projected gradient ascent) or "closed_form" (paper.md 8.5).
+        method: "optimised" (projected gradient ascent) or "closed_form" (docs/theory.md §7.4).
         delta_norm: ||Delta||; None = ||x_position||.
         steps, lr: of the projected gradient ascent.
 
