@@ -170,10 +170,15 @@ class EmbeddingDataModule(LightningDataModule):
             shuffle=shuffle,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
+            pin_memory=self._on_gpu(),  # page-locked batches: one asynchronous host -> GPU copy per step
             # Seeded shuffling on one device; under DDP Lightning's DistributedSampler (seeded by seed_everything)
             # takes over.
             generator=generator(self.seed, "data/loader") if shuffle else None,
         )
+
+    def _on_gpu(self) -> bool:
+        trainer = getattr(self, "trainer", None)
+        return trainer is not None and trainer.strategy.root_device.type == "cuda"
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_indices, shuffle=True)
