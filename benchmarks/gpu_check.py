@@ -4,16 +4,16 @@ Parts, in the order they run (each one skipped, and listed as skipped, once the 
 1. `pytest -m gpu tests/test_gpu.py` in a subprocess (its summary line goes into the table).
 2. DeepRF at the paper's largest size (d = 768, n = 80, width D = 61,440, L = 8: 121 GB of float32 weights), drawn on
    the GPU (`make_map(..., device="cuda")`), one word-sensitivity estimate: GPU only (the CPU cannot hold it in time).
-3. Word sensitivity of RAF at d = 768, n = 50 and n = 250, 10 trials (a fresh map and sample each).
-4. The Delta attack, RAF, d = 768, n = 120, N = 1300, re-trained head, loss err.
-5. Word sensitivity of RF at d = 768, n = 90, k = D = 69,120 (V is 19 GB of float32: drawn on the GPU for this
-   benchmark, since drawing it with the package's CPU generator takes minutes; the CPU side estimates with a copy of
-   the same V, so both sides compute the same numbers).
+3. Word sensitivity of RAF at d = 768, n = 50 and n = 250, 10 trials (the paper's protocol: a fresh map and sample
+   each, the trials batched with `FreshMaps`).
+4. The Delta attack, RAF, d = 768, n = 120, N = 1300, re-trained head, loss err, trials batched with fresh maps.
+5. Word sensitivity of RF at d = 768, n = 90, k = D = 69,120, 10 fresh maps drawn from the law of (z, V^(i))
+   (docs/theory.md §3.6: k x d numbers per trial instead of the 19 GB V).
 6. The rest of the DeepRF grid of configs/paper/ws/deep_rf_h200.yaml (n in {50, 60, 70, 80}, L in {2, 4, 8}), GPU only.
 
 GPU and CPU run the same calls on the same machine; the CPU side uses torch's default thread count (all cores) and
-fewer trials (`--cpu-trials`), and its time is scaled per trial (the table says so). Times exclude map building (listed
-apart where it matters) and include everything else (search, float64 recomputation, records). Peak GPU memory is
+fewer trials (`--cpu-trials`), and its time is scaled per trial (the table says so). Times include drawing the fresh
+maps, the search, the float64 recomputation and the records; DeepRF's weight draw is listed apart. Peak GPU memory is
 torch.cuda.max_memory_allocated over the part. Tokens are synthetic: Gaussian rows rescaled to norm sqrt(d) (the
 paper's input assumption; the GPU machine has no hub access for bert-base-uncased).
 
@@ -316,7 +316,7 @@ def render(env: dict, tests: dict | None, rows: list[dict], deep: list[dict], ar
                      f"{fmt(c.get('ws_s'))} | {fmt(c.get('ws'), 4)} | {fmt(c.get('steps'))} | "
                      f"{fmt(c.get('peak_gib'))} | {c['status']} |")
     lines += ["", "Tokens: synthetic Gaussian rows of norm sqrt(d). CPU times cover fewer trials where the column says "
-              "so and are scaled per trial. Times exclude building the maps (RF: V drawn on the GPU, see the note)."]
+              "so and are scaled per trial. Times include drawing the fresh maps (DeepRF: its draw is listed apart)."]
     return "\n".join(lines) + "\n"
 
 

@@ -321,6 +321,9 @@ def fitted(tmp_path_factory):
 
 def test_fit_on_gpu_trains_the_head_there_and_writes_the_attack_contract(fitted, tmp_path):
     model = fitted.model
+    # trained on the GPU; Lightning's teardown moves the module back to the CPU when the run ends
+    assert fitted.trainer.strategy.root_device.type == DEV
+    model = model.to(DEV)
     assert model.theta.device.type == DEV and all(b.device.type == DEV for b in model.feature_map.buffers())
     metrics = fitted.trainer.callback_metrics
     assert 0.0 <= float(metrics["test/acc"]) <= 1.0 and model.theta.abs().sum() > 0  # fitted, then tested
