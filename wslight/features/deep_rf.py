@@ -25,14 +25,16 @@ class _Frozen(nn.Module):
 DEVICE_DRAW_ROWS = 1024
 
 
-def _draw_on_device(seed: int, layer: int, rows: int, fan_in: int, dt: torch.dtype, dev: torch.device) -> torch.Tensor:
+def _draw_on_device(
+    seed: int, layer: int, rows: int, fan_in: int, dt: torch.dtype, dev: torch.device, salt: str = "deep_rf.Vs"
+) -> torch.Tensor:
     """One layer's weight (rows, fan_in), entries N(0, 2/fan_in), drawn on `dev` by its own device generator.
 
     The draws are float32, DEVICE_DRAW_ROWS rows at a time from the generator seeded with
-    derive_seed(seed, "deep_rf.Vs", layer); float32 maps draw straight into the weight (no extra memory), float64 maps
-    go through one float32 chunk (peak extra memory DEVICE_DRAW_ROWS * fan_in floats).
+    derive_seed(seed, salt, layer); float32 maps draw straight into the weight (no extra memory), float64 maps go
+    through one float32 chunk (peak extra memory DEVICE_DRAW_ROWS * fan_in floats).
     """
-    g = torch.Generator(device=dev).manual_seed(derive_seed(seed, "deep_rf.Vs", layer))
+    g = torch.Generator(device=dev).manual_seed(derive_seed(seed, salt, layer))
     V = torch.empty(rows, fan_in, dtype=dt, device=dev)  # (width, fan_in)
     scale = (2.0 / fan_in) ** 0.5  # Paper (authors' code): N(0, 2/fan_in) for every layer
     for start in range(0, rows, DEVICE_DRAW_ROWS):
@@ -153,7 +155,6 @@ class DeepRFToken(SingleToken):
         self.phi0 = self._deeper_layers(torch.relu(self.z1))  # (T, B, width)
         if z1_64 is not None:
             self._z1_64 = z1_64
-            self.exact64 = self._exact64
 
     @classmethod
     def from_preactivations(
@@ -166,6 +167,10 @@ class DeepRFToken(SingleToken):
         with torch.no_grad():
             token._setup(z1_64.to(dtype), blocks.to(dtype), [V.to(dtype) for V in deeper], z1_64)
         return token
+
+    @property
+    def exact64(self):
+        return self._exact64 if getattr(self, "_z1_64", None) is not None else None
 
     def _exact64(self, delta: torch.Tensor, j: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """S in float64 from the float64 first layer and the deeper layers cast chunk by chunk."""
@@ -198,11 +203,20 @@ class DeepRFToken(SingleToken):
 
 
 def fresh_deeper_layers(seeds: list[int], depth: int, width: int, device: torch.device | str = "cpu") -> list:
-    """Layers 2..L of T fresh DeepRF maps, N(0, 2 / width) each: [(T, width, width)] * (depth - 1)."""
+    """Layers 2..L of T fresh DeepRF maps, N(0, 2 / width) each: [(T, width, width)] * (depth - 1).
+
+    On the CPU each layer comes from the generator derive_seed(seed, "deep_rf.fresh", layer); on another device it is
+    drawn there (other numbers, see `_draw_on_device`), so the paper's widest layers never pass through host memory.
+    """
+    device = torch.device(device)
     layers = []
     for layer in range(1, depth):
-        draws = [torch.randn(width, width, generator=generator(s, "deep_rf.fresh", layer)) for s in seeds]
-        layers.append(torch.stack(draws).mul_((2.0 / width) ** 0.5).to(device))
+        if device.type == "cpu":
+            draws = [torch.randn(width, width, generator=generator(s, "deep_rf.fresh", layer)) for s in seeds]
+            draws = [V.mul_((2.0 / width) ** 0.5) for V in draws]
+        else:
+            draws = [_draw_on_device(s, layer, width, width, torch.float32, device, "deep_rf.fresh") for s in seeds]
+        layers.append(stack_trials(draws))
     return layers
 
 

@@ -190,7 +190,6 @@ class RFToken(SingleToken):
         self.phi0 = self.act(self.z)  # (T, B, k)
         if z64 is not None:  # the exact float64 value without the full map
             self._z64 = z64
-            self.exact64 = self._exact64
 
     @classmethod
     def from_preactivations(
@@ -232,6 +231,10 @@ class RFToken(SingleToken):
                 top = torch.linalg.eigvalsh(V.T @ V)[-1].clamp_min(0).sqrt().cpu()  # ||V^(i)||_op
                 out[t, jt == u] = LIPSCHITZ[self.activation] * top
         return out
+
+    @property
+    def exact64(self):
+        return self._exact64 if getattr(self, "_z64", None) is not None else None
 
     def _exact64(self, delta: torch.Tensor, j: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         T, B = j.shape

@@ -32,8 +32,13 @@ class SingleToken:
     phi0: Tensor
     # (T, B, P, S, d) unit directions the search tries after the curvature ones; None: none
     starts: Tensor | None = None
-    # (Delta (T, B, d) float64, index into positions (T, B)) -> (S (T, B), ||phi(X)|| (T, B)) float64, or None
-    exact64: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None
+
+    @property
+    def exact64(self) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None:
+        """(Delta (T, B, d) float64, index into positions (T, B)) -> (S (T, B), ||phi(X)|| (T, B)) float64, exact
+        without a second full forward, or None. (A property, not a stored bound method: a token holding a method of
+        itself would be a reference cycle, and its large tensors would wait for the garbage collector.)"""
+        return None
 
     def __init__(self, maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype: torch.dtype) -> None:
         self.maps, self.positions, self.dtype = list(maps), list(positions), dtype
