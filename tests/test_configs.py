@@ -78,6 +78,15 @@ def test_ws_twin_writes_the_contract(tmp_path, capsys, name):
     assert (out_dir / "summary.md").exists() and (out_dir / f"ws_{name}.png").exists()
     assert (out_dir / f"ws_{name}.pdf").exists()
     assert capsys.readouterr().out.strip().splitlines()[-1] == f"results: {cli.model.results_path}"
+    # TensorBoard: S against n as one curve per map and d (and depth), step = n, value = the cell's mean S
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(out_dir)).Reload()
+    curves = {t: {e.step: e.value for e in events.Scalars(t)} for t in events.Tags()["scalars"] if t.startswith("ws/")}
+    for r in recs:
+        tag = f"ws/{name}/d{r['d']}" + (f"/L{r['L']}" if name == "deep_rf" else "")
+        cell = [x["ws"] for x in recs if (x["d"], x["n"], x["L"]) == (r["d"], r["n"], r["L"])]
+        assert abs(curves[tag][r["n"]] - sum(cell) / len(cell)) < 1e-5 * max(cell)
 
 
 @pytest.mark.parametrize("name", ["fig4", "fig5"])

@@ -208,6 +208,11 @@ class Evaluation(pl.LightningModule):
         elif self.trainer.is_global_zero and self.logger is not None:
             self.logger.log_metrics({name: float(value)})
 
+    def log_curve(self, tag: str, step: int, value: float) -> None:
+        """One point of a curve (e.g. S against n: step = n), written by rank 0 through the logger."""
+        if self.trainer.is_global_zero and self.logger is not None:
+            self.logger.log_metrics({tag: float(value)}, step=int(step))
+
     def add_figure(self, tag: str, fig: Any, stem: str) -> None:
         """Save a figure as PNG and PDF next to results.jsonl and in TensorBoard (rank 0), then close it."""
         if self.trainer.is_global_zero:

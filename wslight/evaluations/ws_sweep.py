@@ -191,9 +191,9 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
 
         records = trusted(records, "word sensitivity", ("ws",))
         table = cell_table(records, ("map", "d", "n", "L"), "ws")
-        for row in table:
-            group = f"L{row['L']}" if takes_depth(row["map"]) else f"d{row['d']}"
-            self.log_scalar(f"ws/{row['map']}/{group}/n{row['n']}", row["mean"])
+        for row in table:  # S against n: one curve per map and d (and depth), step = n
+            depth = f"/L{row['L']}" if takes_depth(row["map"]) else ""
+            self.log_curve(f"ws/{row['map']}/d{row['d']}{depth}", row["n"], row["mean"])
         if not self.trainer.is_global_zero or not records:
             return
         (out_dir / "summary.md").write_text(markdown_table(table))
