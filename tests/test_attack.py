@@ -237,3 +237,18 @@ def test_plot_penalized_one_colour_per_p():
     plt.close(fig)
     with pytest.raises(ValueError, match="penalized"):
         plot_penalized([r for r in _records() if r["loss"] != "penalized"])
+
+
+def test_cache_shares_heads_across_objectives_and_not_across_samples(rows):
+    fm = RandomAttentionFeatures(6, seed=1, dtype="float64")
+    X = rows(20, 5, 6, seed=2, dtype=torch.float64)
+    y = torch.tensor([1.0, -1.0] * 10, dtype=torch.float64)
+    cache = {}
+    for training, loss in (("finetune", "err"), ("retrain", "align"), ("retrain", "err")):
+        cached = delta_attack(fm, X[2:], y[2:], X[:2], y[:2], training=training, loss=loss, steps=30, cache=cache)
+        fresh = delta_attack(fm, X[2:], y[2:], X[:2], y[:2], training=training, loss=loss, steps=30)
+        assert all(torch.equal(cached[k], fresh[k]) for k in fresh)
+    heads = cache["heads"]
+    other = delta_attack(fm, X[4:], y[4:], X[2:4], y[2:4], steps=30, cache=cache)  # other samples: recomputed
+    assert cache["heads"] is not heads
+    assert torch.equal(other["t0"], delta_attack(fm, X[4:], y[4:], X[2:4], y[2:4], steps=30)["t0"])

@@ -143,6 +143,7 @@ def delta_attack(
     ctx_ids: Tensor | None = None,
     dtype: torch.dtype = torch.float64,
     return_delta: bool = False,
+    cache: dict | None = None,
 ) -> dict[str, Tensor]:
     """Optimise Delta on one token of each context sample and report the closed-form heads' outputs
     (docs/theory.md §6.5).
@@ -181,6 +182,9 @@ def delta_attack(
         ctx_ids: optional (B,) or (T, B) sample ids of X_ctx.
         dtype: working dtype of the attack (the heads are always float64).
         return_delta: also return "delta", the kept perturbation of the token, (B, d) ((T, B, d) with trials).
+        cache: a dict shared by the calls that attack the same samples with the same maps under several objectives
+            (training, loss, penalty): the heads and the contexts' algebra are computed by the first call and reused
+            (the dict holds them; a call on other samples, maps or position recomputes and replaces them).
 
     Returns:
         dict of (B,) tensors ((T, B) with trials): y, t0, t1, D0, D1, err, sign_err, gamma, proj_ratio, abs_t0,
@@ -240,18 +244,26 @@ def delta_attack(
     if per_trial_seeds and len(seed) != T:
         raise ValueError(f"seed: expected one seed or {T} (one per trial), got {len(seed)}")
 
-    # ---- closed-form heads, float64 (docs/theory.md §5.2)
+    # ---- closed-form heads, float64 (docs/theory.md §5.2), and the contexts' single-token algebra
     X_train, Y = X_train[:, :N], Y[:, :N]
-    if fresh is not None:  # one draw of each trial's map for its training and context samples
-        Phi, phi, token = fresh.attack_inputs(X_train, X_ctx, position, dtype)
+    key = (id(feature_map), X_train.data_ptr(), X_ctx.data_ptr(), tuple(X_train.shape), tuple(X_ctx.shape), position,
+           dtype)
+    if cache is not None and cache.get("key") == key:  # another objective on the same samples and maps
+        heads, token, hv = cache["heads"], cache["token"], cache["hv"]
     else:
-        Phi = torch.stack([map_features(m, X_train[t]) for t, m in enumerate(maps)])  # (T, N, p)
-        phi = torch.stack([map_features(m, X_ctx[t]) for t, m in enumerate(maps)])  # (T, B, p)
-        token = single_token(maps, X_ctx, [position], dtype)
-    heads = fit_heads(Phi, Y, phi, y_ctx)
-    del Phi  # heads.Phi keeps the float64 copy for P
-    hv = torch.stack([heads.theta_star.unsqueeze(1).expand_as(heads.phi), heads.phi, heads.Pphi], -1).to(dtype)
-    # hv: (T, B, p, 3), the three vectors the losses need
+        if fresh is not None:  # one draw of each trial's map for its training and context samples
+            Phi, phi, token = fresh.attack_inputs(X_train, X_ctx, position, dtype)
+        else:
+            Phi = torch.stack([map_features(m, X_train[t]) for t, m in enumerate(maps)])  # (T, N, p)
+            phi = torch.stack([map_features(m, X_ctx[t]) for t, m in enumerate(maps)])  # (T, B, p)
+            token = single_token(maps, X_ctx, [position], dtype)
+        heads = fit_heads(Phi, Y, phi, y_ctx)
+        del Phi  # heads.Phi keeps the float64 copy for P
+        hv = torch.stack([heads.theta_star.unsqueeze(1).expand_as(heads.phi), heads.phi, heads.Pphi], -1).to(dtype)
+        # hv: (T, B, p, 3), the three vectors the losses need
+        if cache is not None:
+            cache.clear()
+            cache.update(key=key, heads=heads, token=token, hv=hv)
     hR = _with_restart_dim(heads)  # (T, B, 1) scalars, broadcast over restarts
 
     def inner(delta: Tensor) -> Tensor:  # (T, B, R, d) -> (T, B, R, 3): phi(X')^T [theta*, phi, P phi]

@@ -88,9 +88,11 @@ def run_attacks(
     batched = X_train.dim() == 4
     trials = trial if batched else [trial]
     ids = sample_ids if batched else [sample_ids]
-    records = []
+    records, shared = [], {}  # the heads and the algebra: computed once, used by every objective
     for training, loss, penalty in objectives:
-        out = delta_attack(fmap, X_train, Y, X_ctx, y_ctx, training=training, loss=loss, penalty=penalty, **options)
+        out = delta_attack(
+            fmap, X_train, Y, X_ctx, y_ctx, training=training, loss=loss, penalty=penalty, cache=shared, **options
+        )
         for t, trial_t in enumerate(trials):
             out_t = {k: v[t] for k, v in out.items()} if batched else out
             records += attack_records(trial_t, training, loss, penalty, out_t, ids[t])
