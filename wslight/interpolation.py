@@ -51,11 +51,6 @@ def sum_last(x: Tensor) -> Tensor:
     return torch.cat([head, tail], dim=-1).sum(-1)  # fewer than 32768 + 1024 elements per output
 
 
-def check_training(training: str) -> str:
-    """`training` if it is one of TRAININGS (validate.choice under the key `training`)."""
-    return validate.choice("training", training, TRAININGS)
-
-
 @dataclass
 class Heads:
     """The min-norm interpolator of a training set and its fine-tuned / re-trained updates for B context samples.
