@@ -187,7 +187,8 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
 
     # --- the summary ------------------------------------------------------------------------------------------------
     def summarize(self, records: list[dict], out_dir: Path) -> None:
-        from ..plots.ws import plot_ws_curves
+        from ..plots.ws import plot_ws_curves, plot_ws_maps
+        from .summary import slope_table
 
         records = trusted(records, "word sensitivity", ("ws",))
         table = cell_table(records, ("map", "d", "n", "L"), "ws")
@@ -203,3 +204,10 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
             self.add_figure(f"ws/{m}", plot_ws_curves(recs, m, group=group), f"ws_{m}")
             if m in SQRT_N_MAPS:
                 self.add_figure(f"ws/{m}_sqrt_n", plot_ws_curves(recs, m, group=group, scaled=True), f"ws_{m}_sqrt_n")
+        if len({r["map"] for r in records}) >= 2:  # every map on one figure, and the slope of log S against log n
+            self.add_figure("ws/maps", plot_ws_maps(records), "ws_maps")
+            slopes = slope_table(records)
+            (out_dir / "slopes.md").write_text(
+                "Slope of log S against log n per map (least squares over every trial, 95% confidence interval; "
+                "-0.5 is the 1/sqrt(n) law, 0 order-1 word sensitivity).\n\n" + markdown_table(slopes, digits=3)
+            )

@@ -6,8 +6,15 @@
 from .attention import RandomAttentionFeatures, ReLUAttentionFeatures
 from .base import MAPS, FeatureMap, make_map, map_dims, map_name, output_dim, register_map
 from .deep_rf import DeepRandomFeatures
+from .elementwise import LinearAttentionFeatures as LinearAttentionFeatures
+from .elementwise import SigmoidAttentionFeatures as SigmoidAttentionFeatures
 from .fresh import FreshMaps
+from .multihead import MultiHeadRAF as MultiHeadRAF
+from .multihead import MultiHeadRAF12 as MultiHeadRAF12
+from .pretrained import PretrainedAttention as PretrainedAttention
+from .pretrained import PretrainedAttentionBERT as PretrainedAttentionBERT
 from .rf import RandomFeatures
+from .transformer import RandomTransformerBlock as RandomTransformerBlock
 
 __all__ = [
     "MAPS",

@@ -1,4 +1,5 @@
-"""Word-sensitivity curves S against n, one curve per d or per depth L (the paper's Figures 2-3).
+"""Word-sensitivity curves S against n, one curve per d or per depth L (the paper's Figures 2-3), and every map of a
+sweep on one log-log figure (`plot_ws_maps`).
 
 Importing the package wslight.plots first sets the Agg backend, so no screen is needed.
 """
@@ -12,7 +13,19 @@ from typing import Literal
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-TITLES = {"rf": "RF", "deep_rf": "DeepRF", "raf": "RAF", "relu_raf": "ReLU-RAF"}
+TITLES = {
+    "rf": "RF",
+    "deep_rf": "DeepRF",
+    "raf": "RAF",
+    "relu_raf": "ReLU-RAF",
+    "raf_mh": "RAF, 4 heads",
+    "raf_mh12": "RAF, 12 heads",
+    "linear_raf": "linear attention",
+    "sigmoid_raf": "sigmoid attention",
+    "transformer": "random transformer block",
+    "pretrained_attn": "pre-trained attention layer",
+    "pretrained_attn_bert": "BERT attention layer",
+}
 
 
 def ws_curves(
@@ -81,5 +94,50 @@ def plot_ws_curves(records: list[dict], map_name: str, group: Literal["d", "L"],
     ax.set_title(f"{TITLES.get(map_name, map_name)}" + (r", $\mathcal{S}\sqrt{n}$" if scaled else ""))
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_ws_maps(records: list[dict]) -> Figure:
+    """S against n for every map of a sweep on the same log-log axes, with the 1/sqrt(n) reference line.
+
+    One line per map (and per d and depth when a sweep has several): the mean S over trials per n, with markers.
+    The reference c/sqrt(n) (dashed, black) passes through the geometric mean of the curves' values at the smallest
+    n, so a curve parallel to it decays as 1/sqrt(n) and a flat one keeps order-1 word sensitivity.
+
+    Args:
+        records: results.jsonl rows with keys map, d, n, L, ws.
+
+    Returns:
+        A matplotlib Figure; close it after use.
+    """
+    cells: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        if r.get("ws") is not None and float(r["ws"]) > 0:
+            cells[(r["map"], int(r["d"]), int(r.get("L", 1)))][int(r["n"])].append(float(r["ws"]))
+    if not cells:
+        raise ValueError("records: no record with a positive ws")
+    several_d = len({k[1] for k in cells}) > 1
+    several_L = len({k[2] for k in cells}) > 1
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    firsts = []
+    for m, d, L in sorted(cells):
+        ns = sorted(cells[(m, d, L)])
+        means = [sum(v) / len(v) for v in (cells[(m, d, L)][n] for n in ns)]
+        label = TITLES.get(m, m) + (f", d = {d}" if several_d else "") + (f", L = {L}" if several_L else "")
+        ax.plot(ns, means, marker="o", ms=3, label=label)
+        firsts.append((ns[0], means[0]))
+    n0 = min(n for n, _ in firsts)
+    at_n0 = [s for n, s in firsts if n == n0]
+    c = math.exp(sum(math.log(s) for s in at_n0) / len(at_n0)) * math.sqrt(n0)
+    n_all = sorted({n for key in cells for n in cells[key]})
+    ax.plot(n_all, [c / math.sqrt(n) for n in n_all], "k--", lw=1, label=r"$\propto 1/\sqrt{n}$")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("n (tokens)")
+    ax.set_ylabel(r"$\mathcal{S}$ (word sensitivity)")
+    ax.set_title("Word sensitivity of every map")
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     return fig

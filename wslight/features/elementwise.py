@@ -1,0 +1,108 @@
+"""Random attention with an element-wise score function: linear (un-normalised) and sigmoid attention
+(docs/theory.md §12.2).
+
+RAF's scores S = X W X^T / sqrt(d) and W (same seed, same W as RAF), with the row-wise softmax replaced by a function
+applied to each score on its own, so a row of the attention matrix is not normalised.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .attention import _RandomAttentionBase, _rows_dot
+from .base import register_map
+from .single_token import SingleToken, per_trial
+
+
+class _ElementwiseAttention(_RandomAttentionBase):
+    """phi(X) = f(S) X with f applied entrywise to S = X W X^T / sqrt(d), (B, n, d) -> (B, n d); f may use n."""
+
+    def score(self, S: torch.Tensor, n: int) -> torch.Tensor:
+        """The attention weight of each score for n keys (entrywise)."""
+        raise NotImplementedError
+
+    def attention(self, S: torch.Tensor) -> torch.Tensor:
+        return self.score(S, S.shape[-1])
+
+
+@register_map("linear_raf")
+class LinearAttentionFeatures(_ElementwiseAttention):
+    """Linear (un-normalised) random attention: phi(X) = (S / n) X, S = X W X^T / sqrt(d), W_jl ~ N(0, 1/d).
+
+    No softmax and no normalisation of the rows: key j's weight in row l is s_lj / n. The 1/n keeps an output row an
+    average over the keys (it does not change S, which is scale-free). Input (B, n, d) for any n, output (B, n d);
+    buffer `W` (d, d), RAF's for the same seed.
+    """
+
+    def score(self, S: torch.Tensor, n: int) -> torch.Tensor:
+        return S / n
+
+
+@register_map("sigmoid_raf")
+class SigmoidAttentionFeatures(_ElementwiseAttention):
+    """Sigmoid random attention: phi(X) = sigmoid(S - log n) X, S = X W X^T / sqrt(d), W_jl ~ N(0, 1/d).
+
+    Each weight is a sigmoid of its own score, rows not normalised; the bias -log n (the usual choice for sigmoid
+    attention) makes a row's weights sum to about sum_j e^{s_lj} / n, of order 1 for every n, as a softmax row.
+    Input (B, n, d) for any n, output (B, n d); buffer `W` (d, d), RAF's for the same seed.
+    """
+
+    def score(self, S: torch.Tensor, n: int) -> torch.Tensor:
+        return torch.sigmoid(S - math.log(n))
+
+
+class ElementwiseToken(SingleToken):
+    """Element-wise attention with one token moved: only row i and column i of f(S) change (docs/theory.md §12.2).
+
+    Row l != i: out'_l = u_l + f(t_l) y with u_l = out_l - f(s_li) x_i, t_l = x_l^T W y / sqrt(d), y = x_i + Delta.
+    Row i: out'_i = sum_{j != i} f(r_j) x_j + f(r_i) y, r_j = y^T W x_j / sqrt(d), r_i = y^T W y / sqrt(d).
+    An evaluation costs O(n d + d^2) per chain instead of the forward's O(n^2 d + n d^2).
+    """
+
+    def __init__(self, maps, X, positions, dtype) -> None:
+        super().__init__(maps, X, positions, dtype)
+        T, B, n, d = X.shape
+        self.fmap, self.sq = maps[0], d**0.5
+        with torch.no_grad():
+            self.W = torch.stack([m.W.to(dtype) for m in maps])  # (T, d, d)
+            Xw = self.Xw = X.to(dtype)  # (T, B, n, d)
+            self.XW = per_trial(Xw, self.W)  # (T, B, n, d): rows x_l^T W
+            self.XWt = per_trial(Xw, self.W.transpose(1, 2))  # (T, B, n, d): rows (W x_j)^T
+            A = self.fmap.score(self.XW @ Xw.transpose(-1, -2) / self.sq, n)  # (T, B, n, n)
+            out0 = A @ Xw  # (T, B, n, d)
+            self.phi0 = out0.flatten(-2)  # (T, B, n d)
+            pos_t = torch.tensor(positions, device=X.device)
+            self.onehot = torch.arange(n, device=X.device)[None, :] == pos_t[:, None]  # (P, n)
+            xi = self.xi = Xw[:, :, pos_t]  # (T, B, P, d)
+            a_i = A[:, :, :, pos_t].permute(0, 1, 3, 2)  # (T, B, P, n): column i, the weight of key i per row
+            self.U = out0[:, :, None] - a_i[..., None] * xi[:, :, :, None]  # (T, B, P, n, d)
+
+    @classmethod
+    def supports(cls, maps) -> bool:
+        return len({type(m) for m in maps}) == 1
+
+    @classmethod
+    def chain_elements(cls, maps, B, n, d):
+        return 4 * n * d + 8 * d, B * (3 * n * n + 3 * n * d)
+
+    def features(self, delta: torch.Tensor) -> torch.Tensor:
+        T, B, P, R, d = delta.shape
+        n = self.Xw.shape[2]
+        y = self.xi[:, :, :, None] + delta  # (T, B, P, R, d)
+        f_t = self.fmap.score(_rows_dot(self.XW, y) / self.sq, n)  # (T, B, P, R, n): key i's new weight per row
+        rows = self.U[:, :, :, None] + f_t[..., None] * y[..., None, :]  # (T, B, P, R, n, d)
+        r = _rows_dot(self.XWt, y) / self.sq  # (T, B, P, R, n)
+        r_ii = (per_trial(y, self.W) * y).sum(-1) / self.sq  # (T, B, P, R)
+        onehot = self.onehot[None, None, :, None, :]  # (1, 1, P, 1, n)
+        w = self.fmap.score(torch.where(onehot, r_ii[..., None], r), n)  # (T, B, P, R, n), row i's weights
+        w_i = (w * onehot).sum(-1, keepdim=True)  # (T, B, P, R, 1)
+        w_rest = w.masked_fill(onehot, 0.0)
+        row_i = (w_rest.reshape(T, B, P * R, n) @ self.Xw).reshape(T, B, P, R, d) + w_i * y  # (T, B, P, R, d)
+        out = torch.where(self.onehot[None, None, :, None, :, None], row_i[..., None, :], rows)
+        return out.flatten(-2)  # (T, B, P, R, n d)
+
+
+LinearAttentionFeatures.token_class = ElementwiseToken
+SigmoidAttentionFeatures.token_class = ElementwiseToken

@@ -1,0 +1,169 @@
+"""Multi-head random attention features: H RAF heads on the d/H-column blocks of X, concatenated (docs/theory.md §12.1).
+
+Its single-token algebra is RAF's (`AttentionToken`) applied to every head: a move of token i moves block h of the
+token in head h and nothing else, so T maps of H heads are T H RAF maps of dimension d/H.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from .. import validate
+from ..interpolation import sum_last
+from ..seeding import generator
+from .attention import AttentionToken
+from .base import FeatureMap, register_map
+from .single_token import SingleToken
+
+
+@register_map("raf_mh")
+class MultiHeadRAF(FeatureMap):
+    """Multi-head RAF: head h is RAF on the column block X_h (n x d_h, d_h = d / H), the heads concatenated.
+
+        phi(X) = [softmax(X_1 W_1 X_1^T / sqrt(d_h)) X_1, ..., softmax(X_H W_H X_H^T / sqrt(d_h)) X_H],
+        (W_h)_jl ~ N(0, 1 / d_h) iid,
+
+    each head's W_h standing for W_Q,h^T W_K,h with the value the identity on its block, no output projection. Under
+    the input assumption (rows of norm sqrt(d), so a block of norm about sqrt(d_h)) every head's scores have about unit
+    variance, as RAF's. Input (B, n, d) for any n, output (B, n d), row-major as (n, H, d_h): token l's output row is
+    the concatenation of its H head outputs. Buffer `W` (H, d_h, d_h), drawn as one randn(H, d_h, d_h) from the
+    generator of RAF (`generator(seed, "attention.W")`) divided by sqrt(d_h): with H = 1 it is RAF's W for the same
+    seed, and the map is RAF.
+
+    Args:
+        d: embedding dimension.
+        heads: number of heads H; must divide d.
+        seed: seed of the map's own generator.
+        dtype: "float32" or "float64".
+        n: number of tokens, checked on input when given; None accepts any n.
+    """
+
+    def __init__(
+        self,
+        d: int,
+        heads: int = 4,
+        seed: int = 0,
+        dtype: Literal["float32", "float64"] = "float32",
+        n: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.d = validate.positive_int("d", d)
+        self.heads = validate.positive_int("heads", heads)
+        if d % heads:
+            raise ValueError(f"heads must divide d={d} (head dimension d / heads), got heads={heads!r}")
+        self.n = None if n is None else validate.positive_int("n", n)
+        self.seed = int(seed)
+        self.dh = d // heads
+        g = generator(self.seed, "attention.W")  # RAF's stream: H = 1 draws RAF's W
+        W = torch.randn(heads, self.dh, self.dh, generator=g) / self.dh**0.5  # (H, d_h, d_h), N(0, 1/d_h)
+        self.register_buffer("W", W.to(validate.dtype("dtype", dtype)))
+
+    @classmethod
+    def for_cell(cls, n, d, seed, depth=2, width_ratio=1.0, dtype="float32", **options) -> MultiHeadRAF:
+        """A sweep cell's map: any number of tokens, so one map serves every n of a grid."""
+        return cls(d, seed=seed, dtype=dtype, **options)
+
+    def out_dim(self, n: int | None = None) -> int:
+        n = self.n if n is None else n
+        if n is None:
+            raise ValueError("n: this map accepts any number of tokens; give n to out_dim")
+        return n * self.d
+
+    def split(self, X: torch.Tensor) -> torch.Tensor:
+        """The head blocks: (B, n, d) -> (B, H, n, d_h)."""
+        B, n, _ = X.shape
+        return X.reshape(B, n, self.heads, self.dh).transpose(1, 2)
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """(B, n, d) -> (B, n d)."""
+        validate.samples("X", X, self.d, self.n)
+        Xh = self.split(X.to(self.W.dtype))  # (B, H, n, d_h)
+        S = (Xh @ self.W) @ Xh.transpose(-1, -2) / self.dh**0.5  # (B, H, n, d_h) @ (H, d_h, d_h) @ (B, H, d_h, n)
+        out = torch.softmax(S, dim=-1) @ Xh  # (B, H, n, n) @ (B, H, n, d_h) -> (B, H, n, d_h)
+        return out.transpose(1, 2).reshape(X.shape[0], -1)  # (B, n, H, d_h) -> (B, n d)
+
+    def extra_repr(self) -> str:
+        return f"d={self.d}, heads={self.heads}, seed={self.seed}"
+
+
+@register_map("raf_mh12")
+class MultiHeadRAF12(MultiHeadRAF):
+    """Multi-head RAF with H = 12 heads by default (BERT-base's and MiniLM's head count); see MultiHeadRAF."""
+
+    def __init__(
+        self,
+        d: int,
+        heads: int = 12,
+        seed: int = 0,
+        dtype: Literal["float32", "float64"] = "float32",
+        n: int | None = None,
+    ) -> None:
+        super().__init__(d, heads=heads, seed=seed, dtype=dtype, n=n)
+
+
+class _Head:
+    """One head as AttentionToken reads a map: its W (d_h, d_h) and the softmax."""
+
+    def __init__(self, W: torch.Tensor) -> None:
+        self.W = W
+
+    @staticmethod
+    def attention(S: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(S, dim=-1)
+
+
+class MultiHeadToken(SingleToken):
+    """Multi-head RAF with one token moved: RAF's closed form (`AttentionToken`) for each of the T H heads.
+
+    Head h of trial t sees the block X_h and the block Delta_h of the move; its output rows are RAF's on that block.
+    Axes: the inner token runs over T H "trials" (trial-major), features are reassembled as (n, H, d_h) per sample.
+    """
+
+    def __init__(self, maps, X, positions, dtype) -> None:
+        super().__init__(maps, X, positions, dtype)
+        T, B, n, d = X.shape
+        self.H, self.dh = maps[0].heads, maps[0].dh
+        heads = [_Head(m.W[h]) for m in maps for h in range(self.H)]
+        Xh = X.reshape(T, B, n, self.H, self.dh).permute(0, 3, 1, 2, 4).reshape(T * self.H, B, n, self.dh)
+        self.inner = AttentionToken(heads, Xh, positions, dtype)
+        self.phi0 = self._join(self.inner.phi0.reshape(T * self.H, B, 1, 1, n * self.dh))[:, :, 0, 0]  # (T, B, n d)
+        st = self.inner.starts  # (T H, B, P, S, d_h): RAF's directions per head, all heads at once
+        if st is not None:
+            P, S = st.shape[2], st.shape[3]
+            st = st.reshape(T, self.H, B, P, S, self.dh).permute(0, 2, 3, 4, 1, 5).reshape(T, B, P, S, d)
+            self.starts = st / st.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+
+    @classmethod
+    def supports(cls, maps) -> bool:
+        return len({(m.heads, m.d) for m in maps}) == 1
+
+    @classmethod
+    def chain_elements(cls, maps, B, n, d):
+        H = maps[0].heads
+        return 12 * n * H + 8 * d, B * (3 * n * n * H + 3 * n * d)
+
+    def _split(self, delta: torch.Tensor) -> torch.Tensor:
+        """(T, B, P, R, d) -> (T H, B, P, R, d_h)."""
+        T, B, P, R, _ = delta.shape
+        return delta.reshape(T, B, P, R, self.H, self.dh).permute(0, 4, 1, 2, 3, 5).reshape(T * self.H, B, P, R, -1)
+
+    def _join(self, f: torch.Tensor) -> torch.Tensor:
+        """Head outputs (T H, B, P, R, n d_h) -> (T, B, P, R, n d), row-major as (n, H, d_h)."""
+        TH, B, P, R, _ = f.shape
+        T = TH // self.H
+        f = f.reshape(T, self.H, B, P, R, -1, self.dh).permute(0, 2, 3, 4, 5, 1, 6)  # (T, B, P, R, n, H, d_h)
+        return f.reshape(T, B, P, R, -1)
+
+    def features(self, delta: torch.Tensor) -> torch.Tensor:
+        return self._join(self.inner.features(self._split(delta)))
+
+    def change_sq(self, delta: torch.Tensor) -> torch.Tensor:
+        T = delta.shape[0]
+        per_head = self.inner.change_sq(self._split(delta))  # (T H, B, P, R)
+        per_head = per_head.reshape(T, self.H, *per_head.shape[1:]).movedim(1, -1)  # (T, B, P, R, H)
+        return sum_last(per_head)
+
+
+MultiHeadRAF.token_class = MultiHeadToken

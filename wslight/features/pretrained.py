@@ -1,0 +1,109 @@
+"""The self-attention sublayer of a pre-trained BERT-family encoder as a frozen map (docs/theory.md §12.4).
+
+Its real query, key, value and output weights and its LayerNorm, copied from the encoder into buffers, applied to
+token embeddings as the other maps are (by default the bundled all-MiniLM-L6-v2's first layer, offline).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from .. import validate
+from ..encoders import BUNDLED_MINILM, load_encoder
+from .base import FeatureMap, register_map
+from .transformer import attention_sublayer
+
+# buffer name -> the parameter of BertAttention it copies
+_WEIGHTS = {
+    "Wq": "self.query.weight",
+    "bq": "self.query.bias",
+    "Wk": "self.key.weight",
+    "bk": "self.key.bias",
+    "Wv": "self.value.weight",
+    "bv": "self.value.bias",
+    "Wo": "output.dense.weight",
+    "bo": "output.dense.bias",
+    "ln_weight": "output.LayerNorm.weight",
+    "ln_bias": "output.LayerNorm.bias",
+}
+
+
+@register_map("pretrained_attn")
+class PretrainedAttention(FeatureMap):
+    """LayerNorm(X + MHA(X)) with a pre-trained encoder's weights: BertAttention of encoder layer `layer`.
+
+    phi(X) = flat(LayerNorm(X + concat_h softmax(Q_h K_h^T / sqrt(d_h)) V_h Wo^T + bo)), Q = X Wq^T + bq (K, V
+    likewise), with the encoder's own Wq, Wk, Wv, Wo (d, d), biases, LayerNorm weight, bias and eps, its head count,
+    no dropout and no attention mask. No scaling of its own: the encoder's weights as trained. Input (B, n, d) for any
+    n with d the encoder's hidden size, output (B, n d). Applied to hidden_states[0] (the embedding layer's output)
+    it is the encoder's first attention sublayer. The weights do not depend on `seed` (the map is not random).
+
+    Args:
+        d: embedding dimension; must equal the encoder's hidden size.
+        encoder: 'bundled-minilm' (offline, d = 384, 12 heads), a hub id such as 'bert-base-uncased' (d = 768, where
+            the hub is reachable or the model cached), or a local folder.
+        layer: which encoder layer's attention sublayer (0: the first).
+        seed: accepted for the sweeps' interface; unused.
+        dtype: "float32" or "float64".
+        n: number of tokens, checked on input when given; None accepts any n.
+    """
+
+    default_encoder = BUNDLED_MINILM
+
+    def __init__(
+        self,
+        d: int,
+        encoder: str | None = None,
+        layer: int = 0,
+        seed: int = 0,
+        dtype: Literal["float32", "float64"] = "float32",
+        n: int | None = None,
+    ) -> None:
+        super().__init__()
+        self.d = validate.positive_int("d", d)
+        self.n = None if n is None else validate.positive_int("n", n)
+        self.encoder = encoder or self.default_encoder
+        if not isinstance(self.encoder, str):
+            raise ValueError(f"encoder must be a name or path, got {self.encoder!r}")
+        self.seed = int(seed)
+        model, _, info = load_encoder(self.encoder)
+        self.layer = validate.integer("layer", layer, low=0, high=info.num_layers - 1)
+        if d != info.hidden_size:
+            raise ValueError(f"d must equal the hidden size of encoder {self.encoder!r} ({info.hidden_size}), got {d}")
+        block = model.encoder.layer[self.layer].attention
+        params = dict(block.named_parameters())
+        dt = validate.dtype("dtype", dtype)
+        for name, key in _WEIGHTS.items():
+            self.register_buffer(name, params[key].detach().clone().to(dt))
+        self.heads = int(block.self.num_attention_heads)
+        self.eps = float(block.output.LayerNorm.eps)
+
+    @classmethod
+    def for_cell(cls, n, d, seed, depth=2, width_ratio=1.0, dtype="float32", **options) -> PretrainedAttention:
+        """A sweep cell's map: any number of tokens."""
+        return cls(d, seed=seed, dtype=dtype, **options)
+
+    def out_dim(self, n: int | None = None) -> int:
+        n = self.n if n is None else n
+        if n is None:
+            raise ValueError("n: this map accepts any number of tokens; give n to out_dim")
+        return n * self.d
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """(B, n, d) -> (B, n d)."""
+        validate.samples("X", X, self.d, self.n)
+        w = {name: getattr(self, name) for name in _WEIGHTS}
+        Y = attention_sublayer(X.to(self.Wq.dtype), heads=self.heads, eps=self.eps, **w)
+        return Y.reshape(X.shape[0], -1)
+
+    def extra_repr(self) -> str:
+        return f"d={self.d}, encoder={self.encoder!r}, layer={self.layer}, heads={self.heads}"
+
+
+@register_map("pretrained_attn_bert")
+class PretrainedAttentionBERT(PretrainedAttention):
+    """PretrainedAttention of bert-base-uncased (d = 768): needs the hub or a local cache of the model."""
+
+    default_encoder = "bert-base-uncased"

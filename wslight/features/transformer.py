@@ -1,0 +1,122 @@
+"""A random transformer block at initialisation: multi-head softmax attention with query, key, value and output
+projections, a residual connection and LayerNorm (post-LN, as BERT), optionally followed by a feed-forward sublayer
+(docs/theory.md §12.3). `attention_sublayer` is the forward shared with the pre-trained layer (`pretrained.py`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from .. import validate
+from ..seeding import generator
+from .base import FeatureMap, register_map
+
+
+def attention_sublayer(
+    X: torch.Tensor,
+    Wq: torch.Tensor,
+    Wk: torch.Tensor,
+    Wv: torch.Tensor,
+    Wo: torch.Tensor,
+    heads: int,
+    eps: float,
+    bq: torch.Tensor | None = None,
+    bk: torch.Tensor | None = None,
+    bv: torch.Tensor | None = None,
+    bo: torch.Tensor | None = None,
+    ln_weight: torch.Tensor | None = None,
+    ln_bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """LayerNorm(X + MHA(X)) with nn.Linear's convention (weights (out, in)): (B, n, d) -> (B, n, d).
+
+    MHA(X) = concat_h softmax(Q_h K_h^T / sqrt(d_h)) V_h  Wo^T + bo, Q = X Wq^T + bq (likewise K, V), split into
+    `heads` column blocks of d_h = d / heads; BERT's BertAttention without dropout and without a mask.
+    """
+    B, n, d = X.shape
+    dh = d // heads
+
+    def proj(W: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:  # (B, n, d) -> (B, H, n, d_h)
+        return F.linear(X, W, b).reshape(B, n, heads, dh).transpose(1, 2)
+
+    Q, K, V = proj(Wq, bq), proj(Wk, bk), proj(Wv, bv)
+    A = torch.softmax(Q @ K.transpose(-1, -2) / dh**0.5, dim=-1)  # (B, H, n, n)
+    ctx = (A @ V).transpose(1, 2).reshape(B, n, d)  # (B, H, n, d_h) -> (B, n, d), heads concatenated
+    return F.layer_norm(X + F.linear(ctx, Wo, bo), (d,), ln_weight, ln_bias, eps)
+
+
+@register_map("transformer")
+class RandomTransformerBlock(FeatureMap):
+    """A transformer block at initialisation: Y = LayerNorm(X + MHA(X)), output flat(Y) (B, n, d) -> (B, n d).
+
+    MHA has H heads of dimension d_h = d / H with query, key, value and output projections Wq, Wk, Wv, Wo (d, d),
+    entries N(0, 1/d) iid, biases 0 and LayerNorm weight 1, bias 0 (their values at initialisation). Under the input
+    assumption (rows of norm sqrt(d)) a query or key coordinate has unit variance, so a score q_h . k_h / sqrt(d_h) has
+    about unit variance, as RAF's. With `ffn_ratio` r > 0 a feed-forward sublayer follows,
+    Y' = LayerNorm(Y + gelu(Y W1^T) W2^T) with W1 (r d, d) ~ N(0, 1/d), W2 (d, r d) ~ N(0, 1/(r d)); the default 0
+    is the attention sublayer alone, the part of a block the pre-trained layer (`pretrained_attn`) is.
+    Buffers `W` (4, d, d) = Wq, Wk, Wv, Wo from generator(seed, "transformer.W") (and `W1`, `W2` from
+    generator(seed, "transformer.ffn")). Any n.
+
+    Args:
+        d: embedding dimension.
+        heads: number of heads H; must divide d.
+        seed: seed of the map's own generator.
+        dtype: "float32" or "float64".
+        n: number of tokens, checked on input when given; None accepts any n.
+        ffn_ratio: hidden width of the feed-forward sublayer over d (0: none).
+        eps: LayerNorm epsilon (BERT's 1e-12).
+    """
+
+    def __init__(
+        self,
+        d: int,
+        heads: int = 12,
+        seed: int = 0,
+        dtype: Literal["float32", "float64"] = "float32",
+        n: int | None = None,
+        ffn_ratio: int = 0,
+        eps: float = 1e-12,
+    ) -> None:
+        super().__init__()
+        self.d = validate.positive_int("d", d)
+        self.heads = validate.positive_int("heads", heads)
+        if d % heads:
+            raise ValueError(f"heads must divide d={d} (head dimension d / heads), got heads={heads!r}")
+        self.n = None if n is None else validate.positive_int("n", n)
+        self.ffn_ratio = validate.integer("ffn_ratio", ffn_ratio, low=0)
+        self.eps = validate.number("eps", eps, low=0, strict=True)
+        self.seed = int(seed)
+        dt = validate.dtype("dtype", dtype)
+        g = generator(self.seed, "transformer.W")
+        self.register_buffer("W", (torch.randn(4, d, d, generator=g) / d**0.5).to(dt))  # Wq, Wk, Wv, Wo
+        if self.ffn_ratio:
+            g = generator(self.seed, "transformer.ffn")
+            w = self.ffn_ratio * d
+            self.register_buffer("W1", (torch.randn(w, d, generator=g) / d**0.5).to(dt))  # (r d, d)
+            self.register_buffer("W2", (torch.randn(d, w, generator=g) / w**0.5).to(dt))  # (d, r d)
+
+    @classmethod
+    def for_cell(cls, n, d, seed, depth=2, width_ratio=1.0, dtype="float32", **options) -> RandomTransformerBlock:
+        """A sweep cell's map: any number of tokens."""
+        return cls(d, seed=seed, dtype=dtype, **options)
+
+    def out_dim(self, n: int | None = None) -> int:
+        n = self.n if n is None else n
+        if n is None:
+            raise ValueError("n: this map accepts any number of tokens; give n to out_dim")
+        return n * self.d
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        """(B, n, d) -> (B, n d)."""
+        validate.samples("X", X, self.d, self.n)
+        Wq, Wk, Wv, Wo = self.W
+        Y = attention_sublayer(X.to(self.W.dtype), Wq, Wk, Wv, Wo, self.heads, self.eps)
+        if self.ffn_ratio:
+            Y = F.layer_norm(Y + F.linear(F.gelu(F.linear(Y, self.W1)), self.W2), (self.d,), eps=self.eps)
+        return Y.reshape(X.shape[0], -1)
+
+    def extra_repr(self) -> str:
+        return f"d={self.d}, heads={self.heads}, ffn_ratio={self.ffn_ratio}, seed={self.seed}"
