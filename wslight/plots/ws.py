@@ -12,6 +12,7 @@ from typing import Literal
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
 
 TITLES = {
     "rf": "RF",
@@ -134,6 +135,8 @@ def plot_ws_maps(records: list[dict]) -> Figure:
     ax.plot(n_all, [c / math.sqrt(n) for n in n_all], "k--", lw=1, label=r"$\propto 1/\sqrt{n}$")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xticks(n_all, [str(n) for n in n_all])  # the grid's n as plain numbers
+    ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("n (tokens)")
     ax.set_ylabel(r"$\mathcal{S}$ (word sensitivity)")
     ax.set_title("Word sensitivity of every map")
