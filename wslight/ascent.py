@@ -98,6 +98,8 @@ def _ascend(
     lr: float,
     tol: float,
     window: int,
+    value_and_grad: Callable[[Tensor], tuple[Tensor, Tensor]] | None = None,
+    select: Callable[[Tensor], Callable[[Tensor], tuple[Tensor, Tensor]]] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Monotone projected normalised-gradient ascent with a per-chain adaptive step, all chains at once.
 
@@ -106,6 +108,14 @@ def _ascend(
     grows by 1.5 (up to 1); otherwise eta halves. A chain stops when sqrt(f) has grown by less than a factor 1 + tol
     over the last `window` steps, or after `max_steps`.
 
+    The chains of a trial (the leading dim) share its map; once every chain of some trials has stopped, `select`
+    (given) restricts the evaluations to the trials still running, so a batch costs the sum of its trials' steps
+    rather than T times the longest. Every chain follows the same path as without it.
+
+    Args:
+        value_and_grad: x -> (f(x), grad f(x)) detached, if the objective has a cheaper closed form; else autograd.
+        select: trial indices (long) -> the value_and_grad of those trials only (inputs (T', ...) for T' trials).
+
     Returns:
         delta: (..., d) best Delta per chain; f: (...) its objective; steps: (...) steps run per chain.
     """
@@ -113,13 +123,17 @@ def _ascend(
     eta = torch.full(shape, lr, dtype=delta.dtype, device=delta.device)
     steps = torch.zeros(shape, dtype=torch.long, device=delta.device)
     active = torch.ones(shape, dtype=torch.bool, device=delta.device)
+    live = None  # indices of the trials still evaluated (None: all of them)
+    live_eval = None
 
-    def value_and_grad(x: Tensor) -> tuple[Tensor, Tensor]:
-        with torch.enable_grad():
-            x = x.detach().requires_grad_(True)
-            f = objective(x)
-            (g,) = torch.autograd.grad(f.sum(), x)
-        return f.detach(), g
+    if value_and_grad is None:
+
+        def value_and_grad(x: Tensor) -> tuple[Tensor, Tensor]:
+            with torch.enable_grad():
+                x = x.detach().requires_grad_(True)
+                f = objective(x)
+                (g,) = torch.autograd.grad(f.sum(), x)
+            return f.detach(), g
 
     f, g = value_and_grad(delta)
     history = [f.clamp_min(0).sqrt()]
@@ -131,7 +145,12 @@ def _ascend(
         direction = torch.where(on_sphere, g - radial * unit, g)  # tangential part on the sphere
         direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-300)
         proposal = project_ball(delta + (eta * radius)[..., None] * direction, radius)
-        f_new, g_new = value_and_grad(proposal)
+        if live is None:
+            f_new, g_new = value_and_grad(proposal)
+        else:  # stopped trials keep their state: f_new = f is never accepted
+            f_live, g_live = live_eval(proposal[live])
+            f_new, g_new = f.clone(), g.clone()
+            f_new[live], g_new[live] = f_live, g_live
         accept = (f_new > f) & active
         delta = torch.where(accept[..., None], proposal, delta)
         g = torch.where(accept[..., None], g_new, g)
@@ -145,6 +164,11 @@ def _ascend(
             history = history[-window:]
         if not bool(active.any()):
             break
+        if select is not None:
+            running = active.reshape(active.shape[0], -1).any(dim=1).nonzero()[:, 0]  # (T',)
+            count = shape[0] if live is None else len(live)
+            if len(running) <= count - max(1, count // 4):  # restrict (and copy the maps) when a quarter has stopped
+                live, live_eval = running, select(running)
     return delta, f, steps
 
 
@@ -236,7 +260,11 @@ class Search:
                     for s in seeds
                 ]
             ).to(device=device, dtype=dt)  # (T, B, P, R + 1, d)
-            top = _top_curvature(token.change_sq, draws[:, :, :, :1], self.power_iters)  # (T, B, P, 1, d)
+            exact_top = getattr(token, "top_curvature", None)  # e.g. RF: the d x d Hessian in closed form
+            if exact_top is not None and self.power_iters > 0:
+                top = exact_top(draws[:, :, :, :1])  # (T, B, P, 1, d)
+            else:
+                top = _top_curvature(token.change_sq, draws[:, :, :, :1], self.power_iters)  # (T, B, P, 1, d)
             own = token.starts if token.starts is not None else top.new_zeros(T, B, P, 0, d)
             struct = torch.cat([top, -top, own.to(dt)], dim=3)[:, :, :, :restarts]  # (T, B, P, S, d)
             rand = draws[:, :, :, 1 : 1 + restarts - struct.shape[3]]
@@ -245,7 +273,15 @@ class Search:
             for r0 in range(0, restarts, restart_chunk):
                 delta0 = starts[:, :, :, r0 : r0 + restart_chunk].contiguous()
                 delta, f, steps = _ascend(
-                    token.change_sq, delta0, radius, self.max_steps, self.lr, self.tol, self.window
+                    token.change_sq,
+                    delta0,
+                    radius,
+                    self.max_steps,
+                    self.lr,
+                    self.tol,
+                    self.window,
+                    value_and_grad=getattr(token, "value_and_grad", None),
+                    select=getattr(token, "select_trials", None),
                 )
                 R_c = delta.shape[3]
                 f_flat = f.reshape(T * B, -1).to(torch.float64).cpu()  # (T B, P R')
@@ -289,5 +325,3 @@ class Search:
             steps=steps_max,
             bound=None if factor.isnan().all() else factor * delta_norm / phi_norm.to(torch.float64),
         )
-
-

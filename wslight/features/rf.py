@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from .. import validate
+from ..interpolation import sum_last
 from ..seeding import generator
 from .base import FeatureMap, register_map
 from .single_token import SingleToken, matmul64, stack_trials
@@ -221,16 +222,64 @@ class RFToken(SingleToken):
     def features(self, delta: torch.Tensor) -> torch.Tensor:
         return self.act(self.preactivations(delta))
 
+    def value_and_grad(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """f(Delta) = ||a||^2, a = act(u) - act(z) with u = z + V^(i) Delta, and its gradient 2 V^(i)T (a * act'(u)),
+        without autograd for ReLU: (T, B, P, R, d) -> (T, B, P, R), (T, B, P, R, d)."""
+        if self.activation != "relu":
+            with torch.enable_grad():
+                x = delta.detach().requires_grad_(True)
+                f = self.change_sq(x)
+                (g,) = torch.autograd.grad(f.sum(), x)
+            return f.detach(), g
+        T, B, P, R, d = delta.shape
+        u = self.preactivations(delta)  # (T, B, P, R, k)
+        a = torch.relu(u) - self.phi0[:, :, None, None]
+        f = sum_last(a * a)  # (T, B, P, R), thread-count invariant like change_sq
+        w = torch.where(u > 0, a, torch.zeros((), dtype=a.dtype, device=a.device))  # a * relu'(u)
+        w = w.permute(0, 2, 1, 3, 4).reshape(T, P, B * R, -1)  # (T, P, B R, k)
+        g = 2 * (w @ self.V)  # (T, P, B R, k) @ (T, P, k, d) -> (T, P, B R, d)
+        return f, g.reshape(T, P, B, R, d).permute(0, 2, 1, 3, 4)
+
+    def select_trials(self, idx: torch.Tensor):
+        """The `value_and_grad` of the trials idx only (their z and blocks copied), for a search that has finished the
+        other trials."""
+        token = RFToken.__new__(RFToken)
+        SingleToken.__init__(token, self.maps, self.z, self.positions, self.dtype)
+        idx = idx.to(self.z.device)
+        token.activation, token.act = self.activation, self.act
+        token.z, token.V, token.phi0 = self.z[idx], self.V[idx], self.phi0[idx]
+        return token.value_and_grad
+
+    def top_curvature(self, v: torch.Tensor) -> torch.Tensor:
+        """The exact top eigenvector of the Hessian of f at Delta = 0, 2 V^(i)T diag(act'(z)^2) V^(i) (a d x d matrix
+        per sample and position, one pass over the blocks and one eigendecomposition in float64), signed to agree with
+        the start vector v: (T, B, P, 1, d) -> (T, B, P, 1, d) unit vectors (docs/theory.md §4.2)."""
+        T, B, P, _, d = v.shape
+        if self.activation == "relu":
+            m = (self.z > 0).to(self.V.dtype)  # relu'(z)^2, (T, B, k)
+        elif self.activation == "tanh":
+            m = (1 - torch.tanh(self.z) ** 2) ** 2
+        else:
+            with torch.enable_grad():
+                z = self.z.detach().requires_grad_(True)
+                (dz,) = torch.autograd.grad(self.act(z).sum(), z)
+            m = dz**2
+        out = []
+        for b in range(B):
+            H = (self.V * m[:, b, None, :, None]).transpose(-1, -2) @ self.V  # (T, P, d, k) @ (T, P, k, d)
+            top = torch.linalg.eigh(H.to(torch.float64))[1][..., -1]  # (T, P, d), eigenvalues ascending
+            sign = torch.where((top * v[:, b, :, 0].to(top)).sum(-1) < 0, -1.0, 1.0).to(top)
+            out.append((top * sign[..., None]).to(v.dtype))
+        return torch.stack(out, dim=1)[:, :, :, None]  # (T, B, P, 1, d)
+
     def bound_factors(self, j: torch.Tensor) -> torch.Tensor:
         """Lip(act) ||V^(i)||_op for the position index j (T, B) of every sample, (T, B) float64
         (docs/theory.md §4.1)."""
-        out = torch.empty(j.shape, dtype=torch.float64)
-        for t, jt in enumerate(j):
-            for u in jt.unique().tolist():  # one d x d eigenproblem per distinct position of the trial
-                V = self.V[t, u].to(torch.float64)  # (k, d)
-                top = torch.linalg.eigvalsh(V.T @ V)[-1].clamp_min(0).sqrt().cpu()  # ||V^(i)||_op
-                out[t, jt == u] = LIPSCHITZ[self.activation] * top
-        return out
+        # one d x d Gram matrix per trial and position in a batched product (the working dtype), its top eigenvalue in
+        # float64: ||V^(i)||_op for every position, then picked per sample
+        gram = self.V.transpose(-1, -2) @ self.V  # (T, P, d, k) @ (T, P, k, d) -> (T, P, d, d)
+        top = torch.linalg.eigvalsh(gram.to(torch.float64))[..., -1].clamp_min(0).sqrt().cpu()  # (T, P)
+        return LIPSCHITZ[self.activation] * torch.gather(top, 1, j.cpu())
 
     @property
     def exact64(self):
@@ -238,8 +287,11 @@ class RFToken(SingleToken):
 
     def _exact64(self, delta: torch.Tensor, j: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         T, B = j.shape
-        Vi = self.V[torch.arange(T)[:, None], j.to(self.V.device)].to(torch.float64)  # (T, B, k, d)
-        zp = self._z64 + (Vi @ delta.to(Vi)[..., None])[..., 0]  # (T, B, k, d) @ (T, B, d, 1) -> (T, B, k)
+        moved = torch.empty_like(self._z64)  # (T, B, k): V^(i) Delta in float64, the block cast in row chunks
+        for t in range(T):
+            for b in range(B):
+                moved[t, b] = matmul64(delta[t, b, None].to(moved), self.V[t, int(j[t, b])])[0]  # (1, d) x (k, d)^T
+        zp = self._z64 + moved
         phi = self.act(self._z64)
         norm = phi.norm(dim=-1)
         return ((self.act(zp) - phi).norm(dim=-1) / norm).cpu(), norm.cpu()
