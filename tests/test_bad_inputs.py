@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import wslight.evaluations  # noqa: F401  imported before any monkeypatch: the probes bind the real load_encoder
 from wslight import results as results_mod
 from wslight.attack import delta_attack
 from wslight.cli import main
@@ -161,8 +162,11 @@ PROBE_CASES = [
 
 
 @pytest.mark.parametrize("settings, pattern", PROBE_CASES, ids=[next(iter(k)) for k, _ in PROBE_CASES])
-def test_bad_probe_fails_before_any_forward_and_writes_no_results(tmp_path, monkeypatch, write, settings, pattern):
-    """Probe keys that need the tokenised text or the encoder's sizes are checked before any forward pass."""
+def test_bad_probe_fails_before_any_forward_and_writes_no_results(
+    tmp_path, capsys, monkeypatch, write, settings, pattern
+):
+    """Probe keys that need the tokenised text or the encoder's sizes are checked before any forward pass; the CLI
+    reports the ValueError as one block naming the key (exit status 2)."""
     import wslight.probes.attention as attention_mod
 
     def no_forward(*a, **k):
@@ -170,8 +174,11 @@ def test_bad_probe_fails_before_any_forward_and_writes_no_results(tmp_path, monk
 
     monkeypatch.setattr(attention_mod, "encoder_forward", no_forward)
     cfg = write(PROBE, ", ".join(f"{k}: {json.dumps(v)}" for k, v in settings.items()))
-    with pytest.raises(ValueError, match=pattern):
+    with pytest.raises(SystemExit) as exc:
         main(["test", "--config", str(cfg)], evaluate=True)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and re.search(rf"error: model\.init_args\.{pattern}", err), err
+    assert "Traceback" not in err
     assert not list(tmp_path.rglob("results.jsonl"))
 
 

@@ -1,0 +1,119 @@
+"""Command-line mistakes end in one short block on stderr that names the config key path, and exit status 2.
+
+Every case goes through `main([...])` as train.py, evaluate.py and the `wslight` script do; nothing here trains or
+evaluates (each fails at parse or instantiation time, in about a second). `--debug` / `WSLIGHT_DEBUG=1` bring back
+the original exception and its traceback.
+"""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from wslight.cli import main
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+CONF = Path(__file__).resolve().parent / "conf"
+TRAIN = str(CONF / "raf.yaml")
+WS = str(CONF / "ws" / "raf.yaml")
+
+
+def fails(capsys, args, evaluate=False) -> str:
+    """Run main(args), expect exit status 2, return stderr (checked: one short block, no traceback)."""
+    with pytest.raises(SystemExit) as exc:
+        main(args, evaluate=evaluate)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Given value" not in err, err
+    lines = [x for x in err.splitlines() if "error:" in x or x.startswith("(the full traceback")]
+    assert len(lines) == 2, err  # the message and the line saying how to see the traceback
+    return err
+
+
+@pytest.mark.parametrize(
+    "extra, pattern",
+    [
+        # the package's own check, raised while instantiating: the key becomes its path in the config
+        (
+            ["--data.init_args.val_fraction", "1.5"],
+            r"error: data\.init_args\.val_fraction must be a finite number in \[0, 1\), got 1\.5",
+        ),
+        (["--model.init_args.lr", "0"], r"error: model\.init_args\.lr must be a finite number > 0, got 0\.0"),
+        (
+            ["--data.init_args.embeddings.num_samples", "7"],
+            r"error: data\.init_args\.embeddings\.num_samples must be even.*got 7",
+        ),
+        # a value on the data side that fails in the map or the head: the key the user wrote, and the link
+        (
+            ["--data.init_args.n", "0"],
+            r"error: data\.init_args\.n must be a positive integer, got 0 \(linked to model\.init_args\.",
+        ),
+        # jsonargparse's type checks, reduced to the key path
+        (["--data.init_args.n", "abc"], r"error: data\.init_args\.n must be of type int, got abc"),
+        (
+            ["--model.init_args.fit_mode", "adam"],
+            r"error: model\.init_args\.fit_mode must be one of \['gradient', 'closed_form'\], got adam",
+        ),
+        # unknown keys, with the closest known one
+        (["--data.init_args.nn", "3"], r"error: unknown key data\.init_args\.nn; did you mean data\.init_args\.n\?"),
+        (
+            ["--model.init_args.feature_map.init_args.sed", "3"],
+            r"unknown key model\.init_args\.feature_map\.init_args\.sed; did you mean .*feature_map\.init_args\.seed\?",
+        ),
+        (
+            ["--data.init_args.embeddings.layerr", "1"],
+            r"unknown key data\.init_args\.embeddings\.layerr; did you mean data\.init_args\.embeddings\.layer\?",
+        ),
+    ],
+    ids=lambda v: v[0] if isinstance(v, list) else None,
+)
+def test_training_mistakes_name_the_key_path(capsys, tmp_path, extra, pattern):
+    err = fails(capsys, ["fit", "--config", TRAIN, "--trainer.logger.init_args.save_dir", str(tmp_path), *extra])
+    assert re.search(pattern, err), err
+    assert not list(tmp_path.rglob("*")), "nothing may be written for a bad command"
+
+
+def test_evaluation_mistake_names_the_key_path(capsys):
+    err = fails(capsys, ["test", "--config", WS, "--model.init_args.trials", "0"], evaluate=True)
+    assert "evaluate.py: error: model.init_args.trials must be a positive integer, got 0" in err
+
+
+@pytest.mark.parametrize("key", ["model.init_args.feature_map.init_args.n", "model.init_args.n"])
+def test_a_value_on_a_linked_key_is_an_error_naming_the_link(capsys, key):
+    err = fails(capsys, ["fit", "--config", TRAIN, f"--{key}", "50"])
+    assert f"{key} is linked from data.init_args.n" in err and "set data.init_args.n instead" in err
+
+
+def test_a_linked_key_in_a_config_file_is_an_error_too(capsys, tmp_path):
+    cfg = tmp_path / "raf_d.yaml"
+    text = Path(TRAIN).read_text().replace("        seed: 0\n", "        seed: 0\n        d: 12\n", 1)
+    assert "d: 12" in text
+    cfg.write_text(text)
+    err = fails(capsys, ["fit", "--config", str(cfg)])
+    assert "model.init_args.feature_map.init_args.d is linked from data.init_args.d" in err
+
+
+def test_a_config_given_to_the_other_entry_point_says_which_one_it_belongs_to(capsys):
+    err = fails(capsys, ["test", "--config", TRAIN], evaluate=True)
+    assert "is a training config" in err and f"python train.py fit --config {TRAIN}" in err
+    err = fails(capsys, ["fit", "--config", WS])
+    assert "is an evaluation config (wslight.evaluations.WordSensitivitySweep)" in err
+    assert f"python evaluate.py --config {WS}" in err
+    err = fails(capsys, ["test", "fit", "--config", WS], evaluate=True)  # `evaluate.py fit ...`
+    assert "evaluate.py runs the `test` subcommand itself" in err and "python train.py fit" in err
+
+
+def test_evaluate_py_test_is_accepted_once(capsys):
+    """`evaluate.py test --config ...` (the usage line shows `test`) means `evaluate.py --config ...`."""
+    err = fails(capsys, ["test", "test", "--config", WS, "--model.init_args.trials", "0"], evaluate=True)
+    assert "model.init_args.trials must be a positive integer, got 0" in err
+
+
+def test_debug_flag_and_env_raise_the_original_error(capsys, monkeypatch):
+    args = ["fit", "--config", TRAIN, "--data.init_args.val_fraction", "1.5"]
+    with pytest.raises(ValueError, match="val_fraction must be a finite number"):
+        main([*args, "--debug"])
+    monkeypatch.setenv("WSLIGHT_DEBUG", "1")
+    with pytest.raises(ValueError, match="val_fraction must be a finite number"):
+        main(args)
