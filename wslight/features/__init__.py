@@ -4,7 +4,7 @@
 """
 
 from .attention import RandomAttentionFeatures, ReLUAttentionFeatures
-from .base import MAPS, FeatureMap, make_map, map_dims, map_name, output_dim, register_map
+from .base import MAPS, FeatureMap, TokenwiseMap, make_map, map_dims, map_name, output_dim, register_map
 from .deep_rf import DeepRandomFeatures
 from .elementwise import LinearAttentionFeatures as LinearAttentionFeatures
 from .elementwise import SigmoidAttentionFeatures as SigmoidAttentionFeatures
@@ -20,6 +20,7 @@ __all__ = [
     "MAPS",
     "DeepRandomFeatures",
     "FeatureMap",
+    "TokenwiseMap",
     "FreshMaps",
     "RandomAttentionFeatures",
     "RandomFeatures",

@@ -8,11 +8,11 @@ import torch
 
 from .. import validate
 from ..seeding import generator
-from .base import FeatureMap, register_map
+from .base import TokenwiseMap, register_map
 from .single_token import SingleToken, per_trial, stack_trials
 
 
-class _RandomAttentionBase(FeatureMap):
+class _RandomAttentionBase(TokenwiseMap):
     """Shared part: the buffer W (d x d, entries N(0, 1/d)) and the scores S = X W X^T / sqrt(d)."""
 
     def __init__(
@@ -26,17 +26,7 @@ class _RandomAttentionBase(FeatureMap):
         # Paper: Eq. (raf), W_ij ~ N(0, 1/d); W stands for W_Q^T W_K, no value matrix
         self.register_buffer("W", (torch.randn(d, d, generator=g) / d**0.5).to(validate.dtype("dtype", dtype)))
 
-    def out_dim(self, n: int | None = None) -> int:
-        """Output size for n tokens: the flattened n x d attention output."""
-        n = self.n if n is None else n
-        if n is None:
-            raise ValueError("n: this map accepts any number of tokens; give n to out_dim")
-        return n * self.d
 
-    @classmethod
-    def for_cell(cls, n, d, seed, depth=2, width_ratio=1.0, dtype="float32", **options) -> _RandomAttentionBase:
-        """A sweep cell's map: any number of tokens (n is not fixed), so one W serves every n of a grid."""
-        return cls(d, seed=seed, dtype=dtype, **options)
 
     def scores(self, X: torch.Tensor) -> torch.Tensor:
         """S = X W X^T / sqrt(d): (B, n, d) -> (B, n, n); unit variance for rows of norm sqrt(d)."""

@@ -88,6 +88,24 @@ class FeatureMap(nn.Module):
         return cls(**{k: v for k, v in given.items() if k in params})
 
 
+class TokenwiseMap(FeatureMap):
+    """A map with one d-dimensional output row per token (p = n d) that accepts any number of tokens (attention
+    layers): `n` is None unless fixed, and a sweep's map serves every n of its grid."""
+
+    def out_dim(self, n: int | None = None) -> int:
+        n = self.n if n is None else n
+        if n is None:
+            raise ValueError("n: this map accepts any number of tokens; give n to out_dim")
+        return n * self.d
+
+    @classmethod
+    def for_cell(
+        cls, n, d, seed, depth=2, width_ratio=1.0, dtype: Literal["float32", "float64"] = "float32", **options: Any
+    ) -> FeatureMap:
+        """A sweep cell's map: built for d alone (any number of tokens), so one map serves every n of a grid."""
+        return cls(d, seed=seed, dtype=dtype, **options)
+
+
 def make_map(
     name: str,
     n: int,

@@ -14,12 +14,12 @@ from .. import validate
 from ..interpolation import sum_last
 from ..seeding import generator
 from .attention import AttentionToken
-from .base import FeatureMap, register_map
+from .base import TokenwiseMap, register_map
 from .single_token import SingleToken
 
 
 @register_map("raf_mh")
-class MultiHeadRAF(FeatureMap):
+class MultiHeadRAF(TokenwiseMap):
     """Multi-head RAF: head h is RAF on the column block X_h (n x d_h, d_h = d / H), the heads concatenated.
 
         phi(X) = [softmax(X_1 W_1 X_1^T / sqrt(d_h)) X_1, ..., softmax(X_H W_H X_H^T / sqrt(d_h)) X_H],
@@ -60,16 +60,7 @@ class MultiHeadRAF(FeatureMap):
         W = torch.randn(heads, self.dh, self.dh, generator=g) / self.dh**0.5  # (H, d_h, d_h), N(0, 1/d_h)
         self.register_buffer("W", W.to(validate.dtype("dtype", dtype)))
 
-    @classmethod
-    def for_cell(cls, n, d, seed, depth=2, width_ratio=1.0, dtype="float32", **options) -> MultiHeadRAF:
-        """A sweep cell's map: any number of tokens, so one map serves every n of a grid."""
-        return cls(d, seed=seed, dtype=dtype, **options)
 
-    def out_dim(self, n: int | None = None) -> int:
-        n = self.n if n is None else n
-        if n is None:
-            raise ValueError("n: this map accepts any number of tokens; give n to out_dim")
-        return n * self.d
 
     def split(self, X: torch.Tensor) -> torch.Tensor:
         """The head blocks: (B, n, d) -> (B, H, n, d_h)."""

@@ -12,7 +12,7 @@ import torch
 
 from .. import validate
 from ..encoders import BUNDLED_MINILM, load_encoder
-from .base import FeatureMap, register_map
+from .base import TokenwiseMap, register_map
 from .transformer import attention_sublayer
 
 # buffer name -> the parameter of BertAttention it copies
@@ -31,7 +31,7 @@ _WEIGHTS = {
 
 
 @register_map("pretrained_attn")
-class PretrainedAttention(FeatureMap):
+class PretrainedAttention(TokenwiseMap):
     """LayerNorm(X + MHA(X)) with a pre-trained encoder's weights: BertAttention of encoder layer `layer`.
 
     phi(X) = flat(LayerNorm(X + concat_h softmax(Q_h K_h^T / sqrt(d_h)) V_h Wo^T + bo)), Q = X Wq^T + bq (K, V
@@ -80,16 +80,7 @@ class PretrainedAttention(FeatureMap):
         self.heads = int(block.self.num_attention_heads)
         self.eps = float(block.output.LayerNorm.eps)
 
-    @classmethod
-    def for_cell(cls, n, d, seed, depth=2, width_ratio=1.0, dtype="float32", **options) -> PretrainedAttention:
-        """A sweep cell's map: any number of tokens."""
-        return cls(d, seed=seed, dtype=dtype, **options)
 
-    def out_dim(self, n: int | None = None) -> int:
-        n = self.n if n is None else n
-        if n is None:
-            raise ValueError("n: this map accepts any number of tokens; give n to out_dim")
-        return n * self.d
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """(B, n, d) -> (B, n d)."""

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from .. import validate
 from ..seeding import generator
-from .base import FeatureMap, register_map
+from .base import TokenwiseMap, register_map
 
 
 def attention_sublayer(
@@ -48,7 +48,7 @@ def attention_sublayer(
 
 
 @register_map("transformer")
-class RandomTransformerBlock(FeatureMap):
+class RandomTransformerBlock(TokenwiseMap):
     """A transformer block at initialisation: Y = LayerNorm(X + MHA(X)), output flat(Y) (B, n, d) -> (B, n d).
 
     MHA has H heads of dimension d_h = d / H with query, key, value and output projections Wq, Wk, Wv, Wo (d, d),
@@ -98,16 +98,7 @@ class RandomTransformerBlock(FeatureMap):
             self.register_buffer("W1", (torch.randn(w, d, generator=g) / d**0.5).to(dt))  # (r d, d)
             self.register_buffer("W2", (torch.randn(d, w, generator=g) / w**0.5).to(dt))  # (d, r d)
 
-    @classmethod
-    def for_cell(cls, n, d, seed, depth=2, width_ratio=1.0, dtype="float32", **options) -> RandomTransformerBlock:
-        """A sweep cell's map: any number of tokens."""
-        return cls(d, seed=seed, dtype=dtype, **options)
 
-    def out_dim(self, n: int | None = None) -> int:
-        n = self.n if n is None else n
-        if n is None:
-            raise ValueError("n: this map accepts any number of tokens; give n to out_dim")
-        return n * self.d
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """(B, n, d) -> (B, n d)."""
