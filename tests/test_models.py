@@ -212,3 +212,124 @@ def test_ddp_two_processes_gives_the_same_closed_form_head(tmp_path):
     )
     subprocess.run([sys.executable, str(script)], check=True, cwd=ROOT, timeout=600, capture_output=True)
     assert torch.allclose(torch.load(out), one, atol=1e-6)
+
+
+def test_held_out_metrics_count_each_sample_once(tmp_path):
+    """Repeated samples in a held-out loader (what DDP padding produces) are counted once, by sample id."""
+    from torch.utils.data import DataLoader
+
+    dm = synthetic_dm(tmp_path)
+    model = FeatureMapClassifier(RandomFeatures(6, 8, seed=0), fit_mode="closed_form")
+    t = trainer(tmp_path, max_epochs=1)
+    t.fit(model, datamodule=dm)
+    ids = dm.test_indices
+    once = t.test(model, dataloaders=DataLoader(dm.dataset(ids), batch_size=3), verbose=False)[0]
+    padded = torch.cat([ids, ids[:1], ids[:1], ids[:1]])  # one sample four times
+    twice = t.test(model, dataloaders=DataLoader(dm.dataset(padded), batch_size=3), verbose=False)[0]
+    assert twice == once
+    X, y = dm.embeddings.samples(ids, 6, 8)
+    pred = model(X)
+    assert once["test/acc"] == pytest.approx(((pred > 0) == (y > 0)).float().mean().item())
+    assert once["test/mse"] == pytest.approx(torch.mean((pred - y) ** 2).item(), rel=1e-5)
+
+
+def test_diverging_gradient_fit_stops_saying_what_to_change(tmp_path, capsys):
+    from wslight.models import TrainingDiverged
+
+    dm = synthetic_dm(tmp_path)
+    model = FeatureMapClassifier(RandomFeatures(6, 8, seed=0), fit_mode="gradient", lr=1e3)
+    with pytest.raises(TrainingDiverged, match=r"diverged: train/loss = .*lower it \(model.init_args.lr.*max_epochs"):
+        trainer(tmp_path, max_epochs=5).fit(model, datamodule=dm)
+    # through the CLI: one block on stderr, exit status 1, no traceback
+    with pytest.raises(SystemExit) as exc:
+        fit_twin(
+            tmp_path,
+            "rf",
+            "--model.init_args.fit_mode",
+            "gradient",
+            "--model.init_args.lr",
+            "1000",
+            "--trainer.max_epochs",
+            "5",
+        )
+    err = capsys.readouterr().err
+    assert exc.value.code == 1 and "error: fit_mode gradient diverged" in err and "Traceback" not in err
+
+
+def test_one_epoch_gradient_fit_warns(tmp_path):
+    model = FeatureMapClassifier(RandomFeatures(6, 8, seed=0), fit_mode="gradient", lr=1e-3)
+    with pytest.warns(UserWarning, match="max_epochs=1 makes one pass"):
+        trainer(tmp_path, max_epochs=1).fit(model, datamodule=synthetic_dm(tmp_path))
+
+
+@pytest.mark.slow
+def test_ddp_three_processes_count_each_held_out_sample_once(tmp_path):
+    """3 CPU processes on a test split of 10 samples (padded to 12 by the sampler): the 1-process test metrics."""
+    import json
+    import subprocess
+    import sys
+
+    cfg = ROOT / "tests" / "conf" / "raf.yaml"
+    args = ["fit", "--config", str(cfg), "--data.init_args.test_fraction", "0.25"]
+    args += ["--trainer.logger.init_args.save_dir", str(tmp_path / "logs")]
+    one = main(args).trainer.callback_metrics
+    one = {k: float(v) for k, v in one.items() if k.startswith("test/")}
+    dm = main(args[1:], run=False).datamodule  # parsed and built, not run
+    dm.setup()
+    assert len(dm.test_indices) % 3 and len(dm.val_indices) % 3  # uneven: the sampler pads
+    out = tmp_path / "ddp.json"
+    script = tmp_path / "fit_ddp.py"  # DDP re-launches the script for the other ranks, so it must be a file
+    script.write_text(
+        "import json\nfrom wslight.cli import main\n"
+        f"cli = main({args!r} + ['--trainer.devices', '3', '--trainer.strategy', 'ddp'])\n"
+        "if cli.trainer.is_global_zero:\n"
+        "    m = {k: float(v) for k, v in cli.trainer.callback_metrics.items() if k.startswith('test/')}\n"
+        f"    open(r'{out}', 'w').write(json.dumps(m))\n"
+    )
+    subprocess.run([sys.executable, str(script)], check=True, cwd=ROOT, timeout=600, capture_output=True)
+    three = json.loads(out.read_text())
+    assert three.keys() == one.keys() == {"test/acc", "test/mse", "test/loss"}
+    for key in one:
+        assert three[key] == pytest.approx(one[key], rel=1e-6, abs=1e-7), key
+
+
+def test_gradient_twin_has_the_keys_of_its_shipped_config_and_learns(tmp_path):
+    twin = yaml.safe_load((ROOT / "tests" / "conf" / "raf_gradient.yaml").read_text())
+    shipped = yaml.safe_load((ROOT / "configs" / "raf_gradient.yaml").read_text())
+    assert keys(twin) - TWIN_ONLY == keys(shipped)
+    assert {c["class_path"].rsplit(".", 1)[-1] for c in shipped["trainer"]["callbacks"]} == {
+        "ModelCheckpoint",
+        "EarlyStopping",
+    }
+    cli = fit_twin(tmp_path, "raf_gradient")
+    assert isinstance(cli.trainer.optimizers[0], torch.optim.Adam)
+    assert type(cli.trainer.lr_scheduler_configs[0].scheduler).__name__ == "CosineAnnealingLR"
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(cli.trainer.logger.log_dir)).Reload()
+    loss = [e.value for e in events.Scalars("train/loss")]
+    assert len(loss) == 20 and loss[-1] < 0.5 * loss[0]  # the head trains (first loss: 1, the zero head's)
+    assert "val/loss" in events.Tags()["scalars"]
+
+
+SHIPPED_TRAINING = [*(f"{m}.yaml" for m in MAPS), "raf_gradient.yaml", "attack/callback_raf.yaml"]
+
+
+@pytest.mark.parametrize("name", SHIPPED_TRAINING)
+def test_shipped_training_configs_take_enable_progress_bar_false(tmp_path, name):
+    """No hard-coded progress-bar callback: `--trainer.enable_progress_bar false` builds the trainer."""
+    args = ["--config", str(ROOT / "configs" / name), "--trainer.enable_progress_bar", "false"]
+    cli = main([*args, "--trainer.logger.init_args.save_dir", str(tmp_path)], run=False)
+    assert cli.trainer.progress_bar_callback is None
+
+
+def test_fit_prints_where_logs_and_checkpoints_went(tmp_path, capsys):
+    extra = ["--trainer.enable_checkpointing", "true", "--trainer.callbacks+", "ModelCheckpoint"]
+    cli = fit_twin(tmp_path, "raf_gradient", *extra)
+    out = capsys.readouterr().out.splitlines()
+    ckpt = cli.trainer.checkpoint_callback
+    assert out[-2:] == [
+        f"logs: {cli.trainer.log_dir}",
+        f"checkpoints: best {ckpt.best_model_path}, last {ckpt.last_model_path or 'none'}",
+    ]
+    assert Path(ckpt.best_model_path).is_file()

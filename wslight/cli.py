@@ -22,6 +22,7 @@ import lightning as L
 import yaml
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from .models import TrainingDiverged
 from .results import config_key
 
 # Settings that change where or how fast a run happens, not what it computes: left out of the run key, so that the
@@ -72,6 +73,20 @@ class WSLightArgumentParser(LightningArgumentParser):
         raise err from ex
 
 
+def fit_report(trainer: L.Trainer) -> str:
+    """Where a fit wrote its logs and checkpoints: `logs: <dir>` and `checkpoints: best <path>, last <path>`."""
+    lines = [f"logs: {trainer.log_dir}" if trainer.logger is not None else "logs: none (logger disabled)"]
+    ckpt = trainer.checkpoint_callback
+    if ckpt is None:
+        lines.append("checkpoints: none (trainer.enable_checkpointing false)")
+    else:
+        best = ckpt.best_model_path or "none"
+        last = getattr(ckpt, "last_model_path", "") or "none"
+        monitor = f" by {ckpt.monitor}" if getattr(ckpt, "monitor", None) else ""
+        lines.append(f"checkpoints: best{monitor} {best}, last {last}")
+    return "\n".join(lines)
+
+
 class WSLightCLI(LightningCLI):
     """LightningCLI of wslight: any LightningModule and LightningDataModule by class_path.
 
@@ -111,6 +126,8 @@ class WSLightCLI(LightningCLI):
         """Evaluate the fitted head on the held-out test split, so one `fit` logs train/, val/ and test/ scalars."""
         if self.datamodule is not None and not self.trainer.interrupted:
             self.trainer.test(self.model, datamodule=self.datamodule, verbose=self.trainer.is_global_zero)
+        if self.trainer.is_global_zero:
+            print(fit_report(self.trainer))
 
     def instantiate_classes(self) -> None:
         super().instantiate_classes()
@@ -376,10 +393,10 @@ def _parse_error_message(exc: BaseException) -> str:
     return msg.splitlines()[0] if msg else "invalid arguments"
 
 
-def _fail(message: str, prog: str) -> None:
+def _fail(message: str, prog: str, code: int = 2) -> None:
     print(f"{prog}: error: {message}", file=sys.stderr)
     print(f"(the full traceback: {DEBUG_ENV}=1 or --debug; every option: {prog} --help)", file=sys.stderr)
-    raise SystemExit(2)
+    raise SystemExit(code)
 
 
 def main(args: list[str] | None = None, run: bool = True, evaluate: bool = False) -> WSLightCLI:
@@ -426,6 +443,10 @@ def main(args: list[str] | None = None, run: bool = True, evaluate: bool = False
         if debug:
             raise
         _fail(_parse_error_message(err), prog)
+    except TrainingDiverged as err:
+        if debug:
+            raise
+        _fail(str(err), prog, code=1)
     except ValueError as err:
         if debug:
             raise

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torchmetrics import MeanSquaredError
 from torchmetrics.classification import BinaryAccuracy
@@ -13,6 +15,10 @@ from torchmetrics.classification import BinaryAccuracy
 from .features import output_dim
 from .interpolation import min_norm_interpolator
 from .validate import choice, integer, number
+
+
+class TrainingDiverged(RuntimeError):
+    """A `fit_mode: gradient` fit whose loss became non-finite or exploded; the message says what to change."""
 
 
 class FeatureMapClassifier(pl.LightningModule):
@@ -30,7 +36,14 @@ class FeatureMapClassifier(pl.LightningModule):
             N x N space, as a one-epoch fit (no p x p matrix).
         lr: learning rate of the default optimiser (SGD without momentum); a config `optimizer:` block overrides it.
         bias: add a trainable bias (the paper has none).
+
+    Validation and test metrics count every held-out sample once: under DDP the predictions of all ranks are gathered
+    and de-duplicated by sample id (Lightning's DistributedSampler pads uneven splits with repeated samples).
+    A gradient fit stops with `TrainingDiverged` when its training loss becomes non-finite or exceeds
+    `DIVERGENCE_RATIO` times the loss of the zero head.
     """
+
+    DIVERGENCE_RATIO = 1e3
 
     def __init__(
         self,
@@ -57,15 +70,13 @@ class FeatureMapClassifier(pl.LightningModule):
         self.fit_mode = fit_mode
         self.automatic_optimization = fit_mode == "gradient"
         self.metrics = nn.ModuleDict(
-            {
-                f"{s}_{m}": cls()
-                for s in ("train", "val", "test")
-                for m, cls in (("acc", BinaryAccuracy), ("mse", MeanSquaredError))
-            }
+            {f"{s}_{m}": cls() for s in ("train",) for m, cls in (("acc", BinaryAccuracy), ("mse", MeanSquaredError))}
         )
         self._phi_parts: list[torch.Tensor] = []
         self._y_parts: list[torch.Tensor] = []
         self._id_parts: list[torch.Tensor] = []
+        self._eval_parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (pred, y, ids) per batch
+        self._first_loss: float | None = None
 
     @property
     def feature_map_dtype(self) -> torch.dtype:
@@ -83,6 +94,14 @@ class FeatureMapClassifier(pl.LightningModule):
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if dm is not None and hasattr(dm, "n") and hasattr(dm, "d"):
             self.check_data(dm.n, dm.d)
+
+    def on_fit_start(self) -> None:
+        self._first_loss = None
+        if self.fit_mode == "gradient" and self.trainer.max_epochs == 1:
+            rank_zero_warn(
+                "fit_mode gradient with trainer.max_epochs=1 makes one pass of the optimiser (the closed-form configs'"
+                " setting): raise trainer.max_epochs, or start from configs/raf_gradient.yaml"
+            )
 
     def features(self, X: torch.Tensor) -> torch.Tensor:
         """phi(X): (B, n, d) -> (B, p), no gradient to the frozen map."""
@@ -112,10 +131,26 @@ class FeatureMapClassifier(pl.LightningModule):
             self._y_parts.append(y)
             self._id_parts.append(ids)
             return None
-        return self._log_stage("train", self(X), y)
+        loss = self._log_stage("train", self(X), y)
+        self._check_divergence(loss)
+        return loss
 
-    def on_validation_epoch_start(self) -> None:
-        self._solve_closed_form()  # Lightning validates before on_train_epoch_end: solve first
+    def _check_divergence(self, loss: torch.Tensor) -> None:
+        """Stop a gradient fit whose loss is non-finite or more than DIVERGENCE_RATIO times its first value."""
+        value = float(loss.detach())
+        if self._first_loss is None:
+            self._first_loss = value
+        if math.isfinite(value) and value <= self.DIVERGENCE_RATIO * max(self._first_loss, 1e-12):
+            return
+        opt = self.trainer.optimizers[0] if self._trainer is not None and self.trainer.optimizers else None
+        lr = opt.param_groups[0]["lr"] if opt is not None else self.hparams.lr
+        raise TrainingDiverged(
+            f"fit_mode gradient diverged: train/loss = {value:.3g} at epoch {self.current_epoch}, step "
+            f"{self.global_step} (first loss {self._first_loss:.3g}); the learning rate {lr:g} is too large for "
+            f"these features: lower it (model.init_args.lr, or the optimizer's lr) about tenfold, or use an adaptive "
+            f"optimizer with a schedule and more trainer.max_epochs (configs/raf_gradient.yaml), or fit_mode "
+            f"closed_form"
+        )
 
     def on_train_epoch_end(self) -> None:
         self._solve_closed_form()
@@ -140,12 +175,64 @@ class FeatureMapClassifier(pl.LightningModule):
         self._log_stage("train", Phi @ self.theta, Y)
 
     def validation_step(self, batch, batch_idx):
-        X, y, _ = batch
-        self._log_stage("val", self(X), y.to(self.feature_map_dtype))
+        self._collect_eval(batch)
 
     def test_step(self, batch, batch_idx):
-        X, y, _ = batch
-        self._log_stage("test", self(X), y.to(self.feature_map_dtype))
+        self._collect_eval(batch)
+
+    def on_validation_epoch_start(self) -> None:
+        self._solve_closed_form()  # Lightning validates before on_train_epoch_end: solve first
+        self._eval_parts = []
+
+    def on_test_epoch_start(self) -> None:
+        self._eval_parts = []
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_eval("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_eval("test")
+
+    def _collect_eval(self, batch) -> None:
+        X, y, ids = batch
+        self._eval_parts.append((self(X).detach(), y.to(self.feature_map_dtype), ids))
+
+    def _gather_unique(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(pred, y) of every held-out sample once: all ranks' rows gathered, duplicates (DDP padding) dropped."""
+        dtype = self.feature_map_dtype
+        if self._eval_parts:
+            pred, y, ids = (torch.cat(t) for t in zip(*self._eval_parts))
+        else:
+            pred, y = torch.zeros(0, dtype=dtype, device=self.device), torch.zeros(0, dtype=dtype, device=self.device)
+            ids = torch.zeros(0, dtype=torch.long, device=self.device)
+        self._eval_parts = []
+        if self._trainer is not None and self.trainer.world_size > 1:
+            # ranks may hold different counts (a sampler without padding): pad to the largest with id -1
+            count = torch.tensor([len(ids)], device=self.device)
+            size = int(self.all_gather(count).max())
+            pad = size - len(ids)
+            pred = torch.cat([pred, pred.new_zeros(pad)])
+            y = torch.cat([y, y.new_zeros(pad)])
+            ids = torch.cat([ids.long(), ids.new_full((pad,), -1).long()])
+            pred, y, ids = (self.all_gather(t).flatten(0, 1) for t in (pred, y, ids))
+            real = ids >= 0
+            pred, y, ids = pred[real], y[real], ids[real]
+        ids, order = torch.sort(ids, stable=True)
+        keep = torch.ones_like(ids, dtype=torch.bool)
+        keep[1:] = ids[1:] != ids[:-1]
+        return pred[order][keep], y[order][keep]
+
+    def _log_eval(self, stage: str) -> None:
+        """`<stage>/loss`, `/acc`, `/mse` over the unique held-out samples (the same value on every rank)."""
+        pred, y = self._gather_unique()
+        if len(y) == 0:
+            return
+        loss = torch.mean((pred - y) ** 2)
+        acc = ((pred > 0) == (y > 0)).float().mean()
+        mse = torch.mean((pred.float() - y.float()) ** 2)
+        self.log(f"{stage}/loss", loss, prog_bar=stage != "test")
+        self.log(f"{stage}/acc", acc, prog_bar=True)
+        self.log(f"{stage}/mse", mse)
 
     def configure_optimizers(self):
         if self.fit_mode == "closed_form":
