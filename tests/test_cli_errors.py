@@ -117,3 +117,18 @@ def test_debug_flag_and_env_raise_the_original_error(capsys, monkeypatch):
     monkeypatch.setenv("WSLIGHT_DEBUG", "1")
     with pytest.raises(ValueError, match="val_fraction must be a finite number"):
         main(args)
+
+
+def test_console_script_evaluate_is_evaluate_py(capsys):
+    """`wslight evaluate --config ...` is evaluate.py (the `test` subcommand supplied), training stays `wslight fit`."""
+    err = fails(capsys, ["evaluate", "--config", WS, "--model.init_args.trials", "0"])
+    assert "evaluate.py: error: model.init_args.trials must be a positive integer, got 0" in err
+    err = fails(capsys, ["evaluate", "--config", TRAIN])
+    assert "is a training config" in err
+
+
+def test_package_says_where_to_start():
+    import wslight
+
+    assert "wslight fit --config" in wslight.__doc__ and "wslight evaluate --config" in wslight.__doc__
+    assert (Path(wslight.__file__).parent / "py.typed").is_file()
