@@ -236,7 +236,9 @@ class Search:
         pos_chunk = len(self.positions) if one_chunk else pos_chunk
         restart_chunk = restarts
         if pos_chunk == 1 and chains_per_pos * per_chain + T * per_pos > self.chunk_elements:
-            restart_chunk = max(1, (self.chunk_elements - T * per_pos) // max(1, T * B * per_chain))
+            # the position's own memory (e.g. RF blocks) is held whatever the restart chunking, so the chains of one
+            # position get the whole budget: splitting them would only re-read that memory once per chunk
+            restart_chunk = max(1, self.chunk_elements // max(1, T * B * per_chain))
 
         best_f = torch.full((T, B), -1.0, dtype=torch.float64)
         best_delta = torch.zeros(T, B, d, dtype=torch.float64)
