@@ -126,8 +126,9 @@ class WSLightCLI(LightningCLI):
         """Evaluate the fitted head on the held-out test split, so one `fit` logs train/, val/ and test/ scalars."""
         if self.datamodule is not None and not self.trainer.interrupted:
             self.trainer.test(self.model, datamodule=self.datamodule, verbose=self.trainer.is_global_zero)
+        report = fit_report(self.trainer)  # every rank: trainer.log_dir is a collective under DDP
         if self.trainer.is_global_zero:
-            print(fit_report(self.trainer))
+            print(report)
 
     def instantiate_classes(self) -> None:
         super().instantiate_classes()
