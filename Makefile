@@ -23,8 +23,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps $(OFFLINE_DATA)
 	touch $@
 
+# The fast suite on TEST_WORKERS processes (pytest-xdist; 0 runs it in this process).
+TEST_WORKERS ?= 2
 test: env
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 test-slow: env
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)

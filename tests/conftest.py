@@ -10,6 +10,8 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per core: one torch thread each
+    torch.set_num_threads(1)
 
 
 def unit_rows(B: int, n: int, d: int, seed: int = 0, dtype=torch.float32) -> torch.Tensor:
