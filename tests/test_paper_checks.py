@@ -46,6 +46,9 @@ def test_closed_form_check_reads_t1_against_y():
     good = {"experiment": "attack", "t1": 1.0 + 1e-9, "y": 1.0, "proj_ratio": 0.3}
     assert check_closed_forms([good]).status == "PASS"
     assert check_closed_forms([good, {**good, "t1": 0.9}]).status == "FAIL"
+    # a flagged singular Gram is counted apart, not tested
+    flagged = check_closed_forms([good, {**good, "t1": 0.9, "gram_ill_conditioned": True}])
+    assert flagged.status == "PASS" and "1 with an ill-conditioned Gram left out" in flagged.measured
 
 
 def test_without_records_every_check_is_not_applicable():
