@@ -18,7 +18,7 @@ from .. import validate
 from .base import MAPS, FeatureMap, make_map
 from .deep_rf import DeepRFToken, deeper_forward64, fresh_deeper_layers
 from .rf import ACTIVATIONS, RFToken, fresh_preactivations
-from .single_token import SingleToken, single_token, token_class_for
+from .single_token import SingleToken, map_features, single_token, token_class_for
 
 # kinds drawn from the law of (z, V^(i)) instead of being built
 LAW_MAPS = ("rf", "deep_rf")
@@ -47,7 +47,6 @@ class FreshMaps:
     dtype: Literal["float32", "float64"] = "float32"
     device: str | torch.device | None = None
     _built: dict = field(default_factory=dict, repr=False)
-    _inputs: tuple = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         validate.choice("map", self.name, sorted(MAPS))
@@ -64,6 +63,11 @@ class FreshMaps:
     @property
     def drawn_from_law(self) -> bool:
         return self.name in LAW_MAPS
+
+    @property
+    def variance(self) -> float:
+        """Entries of the (first-layer) weights are N(0, variance / D): RF 1, DeepRF 2 (He-scaled)."""
+        return 1.0 if self.name == "rf" else 2.0
 
     def width(self, n: int, d: int) -> int:
         return max(1, round(self.width_ratio * n * d))
@@ -95,8 +99,7 @@ class FreshMaps:
         dt = self.working_dtype
         if not self.drawn_from_law:
             return single_token(self.maps(n, d), X, positions, dt)
-        variance = 1.0 if self.name == "rf" else 2.0  # DeepRF's first layer is He-scaled
-        z64, blocks = fresh_preactivations(X, positions, self.width(n, d), self.seeds, variance)
+        z64, blocks = fresh_preactivations(X, positions, self.width(n, d), self.seeds, self.variance)
         if self.name == "rf":
             return RFToken.from_preactivations("relu", z64, blocks, dt)
         deeper = fresh_deeper_layers(self.seeds, self.depth, self.width(n, d), X.device)
@@ -106,28 +109,15 @@ class FreshMaps:
         self, X_train: Tensor, X_ctx: Tensor, position: int, dt: torch.dtype
     ) -> tuple[Tensor, Tensor, SingleToken]:
         """Training features Phi (T, N, p) and context features phi (T, B, p), float64, and the contexts' algebra in
-        the working dtype dt, from one draw of each trial's map (the training and context samples share it).
-
-        The last result is kept: the attacks of one trial batch with several objectives draw the maps once.
-        """
-        key = (X_train.data_ptr(), X_ctx.data_ptr(), tuple(X_train.shape), tuple(X_ctx.shape), position, dt)
-        if self._inputs and self._inputs[0] == key:
-            return self._inputs[1]
-        self._inputs = (key, self._attack_inputs(X_train, X_ctx, position, dt))
-        return self._inputs[1]
-
-    def _attack_inputs(self, X_train: Tensor, X_ctx: Tensor, position: int, dt: torch.dtype):
+        the working dtype dt, from one draw of each trial's map (the training and context samples share it)."""
         T, B, n, d = X_ctx.shape
         if not self.drawn_from_law:
-            from .single_token import map_features
-
             maps = self.maps(n, d)
             Phi = torch.stack([map_features(m, X_train[t]) for t, m in enumerate(maps)])
             phi = torch.stack([map_features(m, X_ctx[t]) for t, m in enumerate(maps)])
             return Phi, phi, single_token(maps, X_ctx, [position], dt)
         X_all = torch.cat([X_ctx, X_train], dim=1)  # (T, B + N, n, d): one draw of z for every sample
-        variance = 1.0 if self.name == "rf" else 2.0
-        z64, blocks = fresh_preactivations(X_all, [position], self.width(n, d), self.seeds, variance)
+        z64, blocks = fresh_preactivations(X_all, [position], self.width(n, d), self.seeds, self.variance)
         if self.name == "rf":
             feats = ACTIVATIONS["relu"](z64)  # (T, B + N, k)
             token = RFToken.from_preactivations("relu", z64[:, :B], blocks, dt)
