@@ -200,6 +200,10 @@ class Evaluation(pl.LightningModule):
             os.makedirs(self.out_dir, exist_ok=True)
         self._log_enabled = log
         self.summarize(records, self.out_dir)
+        if self.trainer.world_size > 1 and dist.is_initialized():
+            # every rank waits for rank 0's figures: a rank that exits first tears down its connections, and its
+            # peers' process group fails (seen under torchrun as an abort of the idle rank)
+            dist.barrier()
 
     def log_scalar(self, name: str, value: float) -> None:
         """Log an end-of-evaluation scalar (computed identically on every rank from the results file)."""
