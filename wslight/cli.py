@@ -26,7 +26,8 @@ from .cli_messages import (
     value_error_message,
 )
 from .models import TrainingDiverged
-from .results import config_key
+from .results import config_key, unwritable_reason
+from .run_summary import final_metrics, log_config_text, log_run_hparams, record_metrics, run_hparams
 
 # Settings that change where or how fast a run happens, not what it computes: left out of the run key, so that the
 # same evaluation on 1 or 2 devices (or resumed with another logger) appends to the same results.
@@ -49,7 +50,14 @@ def run_key(config: dict) -> str:
 
 
 class WSLightArgumentParser(LightningArgumentParser):
-    """Raises parse errors to `main`, which prints them as one short block naming the key (exit status 2)."""
+    """Raises parse errors to `main`, which prints them as one short block naming the key (exit status 2).
+
+    Abbreviations are refused: argparse would otherwise take `--trainer.max_epoch 3` for `--trainer.max_epochs`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None):  # type: ignore[override]
         if not self.exit_on_error:  # jsonargparse's own lenient checks catch the ArgumentError
@@ -71,6 +79,21 @@ def fit_report(trainer: pl.Trainer) -> str:
         monitor = f" by {ckpt.monitor}" if getattr(ckpt, "monitor", None) else ""
         lines.append(f"checkpoints: best{monitor} {best}, last {last}")
     return "\n".join(lines)
+
+
+def check_logger_dirs(trainer: pl.Trainer, configured: Any) -> None:
+    """Raise UsageError, naming the config key and the path, when a logger's save_dir cannot receive files.
+
+    Without it the first write fails deep inside fsspec (a raw OSError) after the data has been prepared.
+    """
+    for i, logger in enumerate(trainer.loggers):
+        save_dir = getattr(logger, "save_dir", None)
+        if not save_dir or "://" in str(save_dir):  # remote stores are checked by their own client
+            continue
+        reason = unwritable_reason(save_dir)
+        if reason is not None:
+            key = f"trainer.logger{f'.{i}' if isinstance(configured, list) else ''}.init_args.save_dir"
+            raise UsageError(f"{key}={save_dir}: {reason}; give a writable folder")
 
 
 class WSLightCLI(LightningCLI):
@@ -108,16 +131,57 @@ class WSLightCLI(LightningCLI):
             if logger.init_args.get("version") is None:
                 logger.init_args["version"] = f"run-{self.run_key}"
 
+    def _resolved_config(self) -> dict:
+        return _to_plain(self.config[self.subcommand] if self.subcommand else self.config)
+
+    def _log_config_text(self) -> None:
+        """The resolved config in TensorBoard's TEXT tab, before the run (so an interrupted run shows it too)."""
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        log_config_text(self.trainer, self._parser(self.subcommand).dump(config, skip_none=False))
+
+    def before_fit(self) -> None:
+        self._log_config_text()
+
+    def before_validate(self) -> None:
+        self._log_config_text()
+
+    def before_test(self) -> None:
+        self._log_config_text()
+
+    def _callback_metrics(self) -> dict[str, float]:
+        """The scalars of the callbacks that log through the logger directly (e.g. DeltaAttack's attack/...)."""
+        return final_metrics(*(getattr(cb, "metrics", {}) for cb in self.trainer.callbacks))
+
+    def after_test(self) -> None:
+        """An evaluation's HPARAMS row: its sizes and seed against its final scalars and the records it holds."""
+        if not self.evaluate:
+            return
+        metrics = final_metrics(self.trainer.callback_metrics, self._callback_metrics())
+        results = getattr(self.model, "results", None)
+        if results is not None and self.trainer.is_global_zero:
+            metrics.update(record_metrics(results.records()))
+        log_run_hparams(self.trainer, run_hparams(self._resolved_config()), metrics)
+
     def after_fit(self) -> None:
-        """Evaluate the fitted head on the held-out test split, so one `fit` logs train/, val/ and test/ scalars."""
+        """Evaluate the fitted head on the held-out test split, so one `fit` logs train/, val/ and test/ scalars.
+
+        Then fill the HPARAMS tab: map, n, d, N, seed against the final train/val/test (and attack) metrics.
+        """
+        fit_metrics = dict(self.trainer.callback_metrics)  # the test run below resets them
         if self.datamodule is not None and not self.trainer.interrupted:
             self.trainer.test(self.model, datamodule=self.datamodule, verbose=self.trainer.is_global_zero)
+        metrics = final_metrics(fit_metrics, self.trainer.callback_metrics, self._callback_metrics())
+        log_run_hparams(self.trainer, run_hparams(self._resolved_config(), self.model, self.datamodule), metrics)
         report = fit_report(self.trainer)  # every rank: trainer.log_dir is a collective under DDP
         if self.trainer.is_global_zero:
             print(report)
 
     def instantiate_classes(self) -> None:
         super().instantiate_classes()
+        check_logger_dirs(self.trainer, (_parsed_config or {}).get("trainer", {}).get("logger"))
+        for part in (self.model, self.datamodule):
+            # LightningCLI's loader hook is no hyperparameter: keep it out of hparams.yaml (the checkpoint keeps it)
+            getattr(part, "_hparams_initial", {}).pop("_instantiator", None)
         if hasattr(self.model, "run_key"):
             self.model.run_key = self.run_key
 

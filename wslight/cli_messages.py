@@ -179,10 +179,12 @@ def _component(exc: BaseException, tree: dict) -> str | None:
 
 
 def _innermost_value_error(exc: BaseException) -> BaseException:
+    """The innermost ValueError (or wslight error, e.g. HubUnreachableError) under jsonargparse's wrappers."""
     inner = exc
     while exc.__cause__ is not None:
         exc = exc.__cause__
-        if isinstance(exc, ValueError) and not type(exc).__module__.startswith("jsonargparse"):
+        module = type(exc).__module__
+        if (isinstance(exc, ValueError) or module.startswith("wslight")) and not module.startswith("jsonargparse"):
             inner = exc
     return inner
 
@@ -198,7 +200,10 @@ def value_error_message(exc: BaseException, tree: dict) -> str:
     path = None
     if key and component:
         head = f"{component}.init_args.{key.split('.')[0]}"
-        if head in paths or f"{component}.init_args" in paths:
+        nested = [p for p in paths if p.startswith(f"{component}.") and p.endswith(f".{key}")]
+        if head not in paths and len(nested) == 1:  # a key of a nested block (data.init_args.embeddings.encoder)
+            path = nested[0]
+        elif head in paths or f"{component}.init_args" in paths:
             path = f"{component}.init_args.{key}"
     if key and path is None:
         matches = [p for p in paths if p == key or p.endswith(f".{key}")]

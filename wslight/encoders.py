@@ -11,6 +11,7 @@ identity (the fingerprint that keys the embedding cache). `load_encoder` returns
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import os
@@ -35,6 +36,10 @@ ENCODER_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "voca
 
 class HubUnreachableError(RuntimeError):
     """The Hugging Face hub is needed (a model or dataset not available locally) and cannot be reached."""
+
+
+class UnknownEncoderError(ValueError):
+    """An encoder name that is neither the bundled one, a local folder, nor plausibly a hub id (a misspelling)."""
 
 
 def hub_reachable(timeout: float = 5.0) -> bool:
@@ -69,7 +74,19 @@ def resolve_encoder(name: str) -> str:
     """A path or hub id that `from_pretrained` loads: the bundled folder for 'bundled-minilm', else `name`."""
     if not name:
         raise ValueError("encoder must be a non-empty name or path, got ''")
-    return str(bundled_minilm_path()) if name == BUNDLED_MINILM else name
+    if name == BUNDLED_MINILM:
+        return str(bundled_minilm_path())
+    if looks_like_bundled(name) and not Path(name).is_dir():
+        raise UnknownEncoderError(
+            f"encoder {name!r} is not a known encoder and not a local folder; did you mean {BUNDLED_MINILM!r} "
+            f"(the bundled offline encoder)? Other choices: a hub id such as 'bert-base-uncased', or a local folder"
+        )
+    return name
+
+
+def looks_like_bundled(name: str) -> bool:
+    """A misspelling of the bundled name (`bundled-minlm`, `bundled_minilm`), not a hub id to look up."""
+    return name.lower().startswith("bundled") or bool(difflib.get_close_matches(name, [BUNDLED_MINILM], cutoff=0.8))
 
 
 @dataclass(frozen=True)
@@ -120,7 +137,7 @@ def _hub_snapshot(repo_id: str) -> Path:  # pragma: no cover - the hub part need
     cached = try_to_load_from_cache(repo_id, "config.json")
     if isinstance(cached, str):
         return Path(cached).parent
-    require_hub(f"encoder {repo_id!r}")
+    require_hub(f"encoder {repo_id!r} is not a local folder nor in the Hugging Face cache; it")
     from huggingface_hub import hf_hub_download
 
     return Path(hf_hub_download(repo_id, "config.json")).parent

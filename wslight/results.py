@@ -14,6 +14,7 @@ import json
 import math
 import os
 import signal
+import tempfile
 import threading
 import warnings
 from collections.abc import Iterable, Iterator
@@ -28,6 +29,29 @@ WS_FIELDS = frozenset("experiment map d n L trial sample_id position ws delta_no
 ATTACK_FIELDS = frozenset(
     "experiment map training loss p d n N trial y t0 t1 D0 D1 err sign_err gamma proj_ratio seed".split()
 )
+
+
+def unwritable_reason(folder: str | os.PathLike, target: Path | None = None) -> str | None:
+    """Why `folder` cannot receive files (None when it can): probes its nearest existing ancestor, leaving nothing.
+
+    The folder (or, when it does not exist yet, its nearest existing parent, where it would be created) must be a
+    directory in which a file can be created; an existing `target` must open for appending.
+    """
+    out = Path(folder).absolute()
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"cannot create {out}: {probe} is not a directory"
+    try:
+        with tempfile.TemporaryFile(dir=probe):  # anonymous: nothing left behind
+            pass
+        if target is not None and target.exists():
+            with open(target, "ab"):
+                pass
+    except OSError as e:
+        return f"cannot write {target or out} ({e.strerror or e} in {probe})"
+    return None
 
 
 def without_timing(record: dict) -> dict:

@@ -10,7 +10,6 @@ re-running a command resumes it. At the end every rank reads the whole file and 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +21,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from .. import validate
-from ..results import RESULTS_NAME, ResultsFile
+from ..results import RESULTS_NAME, ResultsFile, unwritable_reason
 from .summary import save_figure
 
 
@@ -121,29 +120,16 @@ class Evaluation(pl.LightningModule):
     def check_output_dir(self) -> None:
         """Fail before any trial runs when results.jsonl cannot be written in `out_dir`.
 
-        The folder (or, when it does not exist yet, its nearest existing parent, where it would be created) must be a
-        directory in which a file can be created, and an existing results.jsonl must open for appending. Nothing is
-        left behind: the probe file is anonymous.
+        The checks of `wslight.results.unwritable_reason`; nothing is left behind.
 
         Raises:
             PermissionError: naming output_dir, the path and the reason.
         """
         out = self.out_dir.absolute()
-        target = out / RESULTS_NAME
-        probe = out
-        while not probe.exists() and probe != probe.parent:
-            probe = probe.parent
-        hint = "set output_dir (or the logger's save_dir) to a writable folder"
-        if not probe.is_dir():
-            raise PermissionError(f"output_dir: cannot create {out}: {probe} is not a directory; {hint}")
-        try:
-            with tempfile.TemporaryFile(dir=probe):
-                pass
-            if target.exists():
-                with open(target, "ab"):
-                    pass
-        except OSError as e:
-            raise PermissionError(f"output_dir: cannot write {target} ({e.strerror or e} in {probe}); {hint}") from e
+        reason = unwritable_reason(out, out / RESULTS_NAME)
+        if reason is not None:
+            hint = "set output_dir (or the logger's save_dir) to a writable folder"
+            raise PermissionError(f"output_dir: {reason}; {hint}")
 
     def remaining_specs(self) -> list[dict]:
         specs = self.trial_specs()

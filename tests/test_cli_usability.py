@@ -1,0 +1,119 @@
+"""What a Lightning user expects of the command line beyond error blocks: no abbreviated keys, messages for an
+unwritable log folder and a misspelled encoder, and TensorBoard runs with hparams and the config as text.
+
+Runs go through `main([...])` on the tiny twins of tests/conf (synthetic tokens, seconds each).
+"""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import plugin_data_pb2
+
+from wslight.cli import main
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+CONF = Path(__file__).resolve().parent / "conf"
+TRAIN = str(CONF / "raf.yaml")
+WS = str(CONF / "ws" / "raf.yaml")
+
+
+def error_of(capsys, args, evaluate=False) -> str:
+    """stderr of a command that must stop with exit status 2 and one error line, no traceback."""
+    with pytest.raises(SystemExit) as exc:
+        main(args, evaluate=evaluate)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len([x for x in err.splitlines() if "error:" in x]) == 1, err
+    return err
+
+
+# ----------------------------------------------------------------------------------------------------- messages
+def test_an_abbreviated_key_is_an_error_with_the_full_key_suggested(capsys):
+    err = error_of(capsys, ["fit", "--config", TRAIN, "--trainer.max_epoch", "3"])
+    assert "unknown argument(s): --trainer.max_epoch 3; did you mean --trainer.max_epochs?" in err
+
+
+@pytest.mark.parametrize("evaluate", [False, True], ids=["train", "evaluate"])
+def test_a_log_folder_under_a_file_names_the_key_and_the_path(capsys, tmp_path, evaluate):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    args = ["test" if evaluate else "fit", "--config", WS if evaluate else TRAIN]
+    err = error_of(capsys, [*args, "--trainer.logger.init_args.save_dir", str(blocker / "logs")], evaluate)
+    assert f"trainer.logger.init_args.save_dir={blocker / 'logs'}: cannot create" in err
+    assert f"{blocker} is not a directory" in err
+
+
+def test_a_read_only_log_folder_names_the_key_and_the_path(capsys, tmp_path, monkeypatch):
+    """A folder where no file can be created (simulated: the tests may run as root, who writes anywhere)."""
+    import wslight.results
+
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(wslight.results.tempfile, "TemporaryFile", refuse)
+    err = error_of(capsys, ["fit", "--config", TRAIN, "--trainer.logger.init_args.save_dir", str(tmp_path / "ro")])
+    assert f"trainer.logger.init_args.save_dir={tmp_path / 'ro'}: cannot write" in err
+    assert "Permission denied" in err and "OSError" not in err
+
+
+def test_a_misspelled_encoder_names_the_bundled_one_not_the_hub(capsys):
+    args = ["fit", "--config", TRAIN, "--data.init_args.embeddings.source", "imdb_offline"]
+    err = error_of(capsys, [*args, "--data.init_args.embeddings.encoder", "bundled-minlm"])
+    assert "data.init_args.embeddings.encoder 'bundled-minlm' is not a known encoder" in err
+    assert "did you mean 'bundled-minilm'" in err and "unreachable" not in err
+
+
+def test_a_hub_encoder_offline_still_says_the_hub_is_unreachable(capsys, monkeypatch):
+    from huggingface_hub import try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache("bert-base-uncased", "config.json"), str):
+        pytest.skip("bert-base-uncased is in the local Hugging Face cache")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    args = ["fit", "--config", TRAIN, "--data.init_args.embeddings.source", "imdb_offline"]
+    err = error_of(capsys, [*args, "--data.init_args.embeddings.encoder", "bert-base-uncased"])
+    assert "data.init_args.embeddings.encoder 'bert-base-uncased'" in err
+    assert "needs the Hugging Face hub, which is unreachable" in err and "bundled-minilm" in err
+
+
+# -------------------------------------------------------------------------------------------------- TensorBoard
+def tensorboard(log_dir: Path) -> tuple[dict, list[str], dict, str]:
+    """(tags, HPARAMS metric tags, HPARAMS params, config text) of the event files in a log directory."""
+    ea = EventAccumulator(str(log_dir), size_guidance={"tensors": 0, "scalars": 0})
+    ea.Reload()
+    metric_tags: list[str] = []
+    params: dict = {}
+    for content in ea.PluginTagToContent("hparams").values():
+        data = plugin_data_pb2.HParamsPluginData.FromString(content)
+        if data.HasField("experiment"):
+            metric_tags = [m.name.tag for m in data.experiment.metric_infos]
+        if data.HasField("session_start_info"):
+            params = {k: v.string_value or v.number_value for k, v in data.session_start_info.hparams.items()}
+    text = ea.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
+    return ea.Tags(), metric_tags, params, text
+
+
+def test_a_training_run_logs_hparams_and_its_config(tmp_path, capsys):
+    main(["fit", "--config", TRAIN, "--trainer.logger.init_args.save_dir", str(tmp_path)])
+    log_dir = tmp_path / "train_raf" / "version_0"
+    _, metric_tags, params, text = tensorboard(log_dir)
+    assert {"test/acc", "val/acc", "train/loss"} <= set(metric_tags)
+    assert params["map"] == "raf" and params["n"] == 5 and params["d"] == 16 and params["N"] == 28
+    assert params["seed"] == 0 and params["model/fit_mode"] == "closed_form"
+    assert "fit_mode: closed_form" in text and "RandomAttentionFeatures" in text
+    saved = yaml.safe_load((log_dir / "hparams.yaml").read_text())
+    assert "_instantiator" not in saved and saved["map"] == "raf" and saved["N"] == 28
+
+
+def test_an_evaluation_run_logs_hparams_and_its_config(tmp_path, capsys):
+    main(["test", "--config", WS, "--trainer.logger.init_args.save_dir", str(tmp_path)], evaluate=True)
+    (log_dir,) = (tmp_path / "ws_raf").iterdir()
+    tags, metric_tags, params, text = tensorboard(log_dir)
+    assert {"results/records", "ws/slope/raf/d8", "ws/slope/raf/d16"} <= set(metric_tags)
+    assert params["map"] == "raf" and params["d"] == "8, 16" and params["n"] == "4, 12" and params["seed"] == 0
+    assert "WordSensitivitySweep" in text and "n_values" in text
+    assert "ws/raf" in tags["images"]
+    saved = yaml.safe_load((log_dir / "hparams.yaml").read_text())
+    assert saved and "_instantiator" not in saved and saved["map"] == "raf"

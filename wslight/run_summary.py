@@ -1,0 +1,121 @@
+"""What a run records in TensorBoard beside its scalars: hparams (the HPARAMS tab) and its resolved config (TEXT tab).
+
+The HPARAMS tab gets one row per run: the map, n, d, N and seed first, then every plain value of the model and data
+blocks of the config (`model/...`, `data/...`), against the run's final metrics (test/acc, ws/..., attack/...).
+`hparams.yaml` in the log directory holds the same parameters (LightningCLI's internal `_instantiator` left out).
+Logged by rank 0 after the run (`wslight.cli.WSLightCLI.after_fit` / `after_test`); the config text before it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from lightning.pytorch.core.saving import save_hparams_to_yaml
+from lightning.pytorch.loggers import TensorBoardLogger
+
+# The sizes of a sweep under the names a training run uses (a list of values joins into one string).
+SIZE_KEYS = {"maps": "map", "d_values": "d", "n_values": "n", "N_values": "N", "d": "d", "N": "N", "encoder": "map"}
+
+
+def flatten(tree: Any, prefix: str) -> dict[str, Any]:
+    """{"model/fit_mode": ..., "model/feature_map": "RandomAttentionFeatures", ...}: class paths by class name."""
+    if isinstance(tree, dict) and isinstance(tree.get("class_path"), str):
+        out = {prefix: tree["class_path"].rpartition(".")[2]}
+        return {**out, **flatten(tree.get("init_args") or {}, prefix)}
+    if isinstance(tree, dict):
+        out = {}
+        for k, v in tree.items():
+            out.update(flatten(v, f"{prefix}/{k}"))
+        return out
+    if isinstance(tree, list | tuple):
+        return {prefix: ", ".join(str(v) for v in tree)}
+    return {prefix: tree}
+
+
+def _join(values: list) -> Any:
+    values = list(dict.fromkeys(values))  # unique, in order
+    return values[0] if len(values) == 1 else ", ".join(str(v) for v in values)
+
+
+def sweep_sizes(init_args: dict) -> dict[str, Any]:
+    """map, n, d, N of an evaluation config (`maps`, `cases: [{map, n}]`, `d_values`, `N_values`...)."""
+    out: dict[str, Any] = {}
+    for key, name in SIZE_KEYS.items():
+        value = init_args.get(key)
+        if value is not None and name not in out:
+            out[name] = _join(value) if isinstance(value, list) else value
+    cases = init_args.get("cases")
+    if isinstance(cases, list) and cases and all(isinstance(c, dict) for c in cases):
+        for name in ("map", "n"):
+            if name not in out and any(name in c for c in cases):
+                out[name] = _join([c[name] for c in cases if name in c])
+    return out
+
+
+def run_hparams(config: dict, model: Any = None, datamodule: Any = None) -> dict[str, Any]:
+    """map, n, d, N, seed of a run (from the built model and data when it trains, else from the config), then the
+    flattened model and data blocks of the config."""
+    init_args = (config.get("model") or {}).get("init_args") or {}
+    params: dict[str, Any] = sweep_sizes(init_args)
+    fmap = getattr(model, "feature_map", None)
+    if fmap is not None:
+        from .features import map_name
+
+        params.update(map=map_name(fmap), n=getattr(model, "n", None), d=getattr(fmap, "d", None))
+        params["p"] = getattr(model, "p", None)
+    train = getattr(datamodule, "train_indices", None)
+    if train is not None and len(train):
+        params["N"] = len(train)
+    params["seed"] = config.get("seed_everything", init_args.get("seed"))
+    params.update(flatten(config.get("model"), "model"))
+    if config.get("data") is not None:
+        params.update(flatten(config.get("data"), "data"))
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def final_metrics(*sources: dict) -> dict[str, float]:
+    """The scalar metrics of a run (later sources win), as floats."""
+    out: dict[str, float] = {}
+    for source in sources:
+        for k, v in source.items():
+            try:
+                out[k] = float(v)
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def record_metrics(records: list[dict]) -> dict[str, float]:
+    """Final numbers read from an evaluation's results: `results/records` and, for word sensitivity, the fitted
+    slope of log S against log n per map and d (`ws/slope/<map>/d<d>`: -1/2 for 1/sqrt(n) decay, 0 for order 1)."""
+    from .evaluations.summary import slope_table
+
+    metrics = {"results/records": float(len(records))}
+    ws = [r for r in records if r.get("experiment") == "ws"]
+    for row in slope_table(ws) if ws else []:
+        metrics[f"ws/slope/{row['map']}/d{row['d']}"] = row["slope"]
+    return metrics
+
+
+def tensorboard_loggers(trainer: Any) -> list[TensorBoardLogger]:
+    return [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
+
+
+def log_config_text(trainer: Any, config_yaml: str) -> None:
+    """The resolved config as the TEXT tab's `config` entry (indented: a code block in TensorBoard's markdown)."""
+    text = "\n".join("    " + line for line in config_yaml.splitlines())
+    for logger in tensorboard_loggers(trainer):
+        logger.experiment.add_text("config", text, global_step=0)
+
+
+def log_run_hparams(trainer: Any, params: dict[str, Any], metrics: dict[str, float]) -> None:
+    """Fill the HPARAMS tab (params against metrics) and rewrite hparams.yaml with the same params, on rank 0."""
+    if not trainer.is_global_zero:
+        return
+    for logger in tensorboard_loggers(trainer):
+        logger.hparams.pop("_instantiator", None)  # LightningCLI's loader hook: not a hyperparameter
+        logger.log_hyperparams(params, metrics or None, step=trainer.global_step)  # no metric: hparams.yaml only
+        os.makedirs(logger.log_dir, exist_ok=True)
+        save_hparams_to_yaml(os.path.join(logger.log_dir, logger.NAME_HPARAMS_FILE), params)
+        logger.experiment.flush()
