@@ -72,6 +72,51 @@ def test_closed_form_gradients_equal_autograd_through_the_forward(case, kind):
     assert torch.allclose(grads[0], grads[1], rtol=1e-7, atol=1e-9)
 
 
+def _autograd_value_and_grad(token, delta):
+    x = delta.clone().requires_grad_(True)
+    f = token.change_sq(x)
+    (g,) = torch.autograd.grad(f.sum(), x)
+    return f.detach(), g
+
+
+@pytest.mark.parametrize("kind", ["rf", "raf", "relu_raf"])
+@pytest.mark.parametrize("scores", ["plain", "all_negative"])
+def test_hand_written_value_and_grad_equal_the_generic_path(case, kind, scores):
+    """The ascent's closed-form value and gradient (no autograd) against autograd through the full forward; with
+    scores all negative every ReLU-RAF row is a zero row (the authors' divisor 1)."""
+    maps, X, positions, delta = case(kind)
+    if scores == "all_negative":
+        if kind == "rf":
+            pytest.skip("no scores")
+        for m in maps:
+            m.W.copy_(-torch.eye(m.d, dtype=m.W.dtype))  # x_l^T W x_j < 0 for positive rows
+        X, delta = X.abs(), delta.abs()
+    fast = single_token(maps, X, positions, torch.float64)
+    f, g = fast.value_and_grad(delta)
+    f_ref, g_ref = _autograd_value_and_grad(GenericToken(maps, X, positions, torch.float64), delta)
+    assert torch.allclose(f, f_ref, rtol=1e-9, atol=1e-9)
+    assert torch.allclose(g, g_ref, rtol=1e-8, atol=1e-9)
+    # a search that has finished some trials evaluates the others only: the same values and gradients
+    idx = torch.tensor([1])
+    f_sel, g_sel = fast.select_trials(idx)(delta[idx])
+    assert torch.equal(f_sel, f[idx]) and torch.equal(g_sel, g[idx])
+
+
+@pytest.mark.parametrize("kind", ["raf", "relu_raf"])
+@pytest.mark.parametrize("n", [1, 7])
+def test_attention_curvature_product_is_the_hessian_at_zero(case, kind, n):
+    """H v = 2 J^T J v in closed form against the double backward of the squared change at Delta = 0."""
+    maps, X, positions, delta = case(kind, n=n, positions=(0,) if n == 1 else (0, 3, 6))
+    token = single_token(maps, X, positions, torch.float64)
+    v = delta / delta.norm(dim=-1, keepdim=True)
+    zero = torch.zeros_like(v, requires_grad=True)
+    (g,) = torch.autograd.grad(
+        GenericToken(maps, X, positions, torch.float64).change_sq(zero).sum(), zero, create_graph=True
+    )
+    (hv,) = torch.autograd.grad((g * v).sum(), zero)
+    assert torch.allclose(token.curvature_product(v), hv, rtol=1e-8, atol=1e-9)
+
+
 def test_exact64_of_the_memory_bounded_rf_is_the_float64_forward(case):
     maps, X, positions, delta = case("rf_bounded")
     token = single_token(maps, X, positions, torch.float64)

@@ -63,7 +63,12 @@ class WSResult:
         ]
 
 
-def _top_curvature(objective: Callable[[Tensor], Tensor], v: Tensor, iters: int) -> Tensor:
+def _top_curvature(
+    objective: Callable[[Tensor], Tensor],
+    v: Tensor,
+    iters: int,
+    product: Callable[[Tensor], Tensor] | None = None,
+) -> Tensor:
     """Top eigenvector of the Hessian of f at Delta = 0 by power iteration, for every (sample, position).
 
     f(0) = 0 and grad f(0) = 0, so the Hessian there is 2 J^T J with J the Jacobian of phi(X^i(Delta)) in Delta: its top
@@ -73,7 +78,8 @@ def _top_curvature(objective: Callable[[Tensor], Tensor], v: Tensor, iters: int)
     Args:
         objective: (B, P, R, d) -> (B, P, R).
         v: (B, P, 1, d) start vectors.
-        iters: power iterations (one Hessian-vector product each, by double backward).
+        iters: power iterations (one Hessian-vector product each).
+        product: v -> H v in closed form (the token's `curvature_product`); None: by double backward of `objective`.
 
     Returns:
         (B, P, 1, d) unit vectors.
@@ -81,10 +87,13 @@ def _top_curvature(objective: Callable[[Tensor], Tensor], v: Tensor, iters: int)
     zero = torch.zeros_like(v)
     v = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-300)
     for _ in range(iters):
-        with torch.enable_grad():
-            x = zero.clone().requires_grad_(True)
-            (g,) = torch.autograd.grad(objective(x).sum(), x, create_graph=True)
-            (hv,) = torch.autograd.grad((g * v).sum(), x)
+        if product is not None:
+            hv = product(v)
+        else:
+            with torch.enable_grad():
+                x = zero.clone().requires_grad_(True)
+                (g,) = torch.autograd.grad(objective(x).sum(), x, create_graph=True)
+                (hv,) = torch.autograd.grad((g * v).sum(), x)
         norm = hv.norm(dim=-1, keepdim=True)
         v = torch.where(norm > 0, hv / norm.clamp_min(1e-300), v)
     return v.detach()
@@ -266,7 +275,8 @@ class Search:
             if exact_top is not None and self.power_iters > 0:
                 top = exact_top(draws[:, :, :, :1])  # (T, B, P, 1, d)
             else:
-                top = _top_curvature(token.change_sq, draws[:, :, :, :1], self.power_iters)  # (T, B, P, 1, d)
+                product = getattr(token, "curvature_product", None)  # e.g. attention: H v in closed form
+                top = _top_curvature(token.change_sq, draws[:, :, :, :1], self.power_iters, product)  # (T, B, P, 1, d)
             own = token.starts if token.starts is not None else top.new_zeros(T, B, P, 0, d)
             struct = torch.cat([top, -top, own.to(dt)], dim=3)[:, :, :, :restarts]  # (T, B, P, S, d)
             rand = draws[:, :, :, 1 : 1 + restarts - struct.shape[3]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from torch import Tensor
 
 from .. import validate
 from ..seeding import generator
@@ -113,6 +114,9 @@ class AttentionToken(SingleToken):
     O(n d + d^2) per chain instead of the full O(n^2 d + n d^2); `change_sq` never forms the perturbed output.
     """
 
+    # what `value_and_grad` reads per trial (what `select_trials` keeps of the trials still searched)
+    _per_trial = ("Ws", "Xw", "c", "m", "xi", "Oi", "K", "ee", "eu", "uu")
+
     def __init__(self, maps, X, positions, dtype) -> None:
         super().__init__(maps, X, positions, dtype)
         self.relu = isinstance(maps[0], ReLUAttentionFeatures)
@@ -121,6 +125,8 @@ class AttentionToken(SingleToken):
         self.sq = d**0.5
         with torch.no_grad():
             self.W = stack_trials([m.W.to(dtype) for m in maps])  # (T, d, d)
+            # y^T W y = y^T Ws y: one d x d product per chain gives the score r_ii and its gradient 2 Ws y
+            self.Ws = (self.W + self.W.transpose(1, 2)) / 2  # (T, d, d)
             Xw = self.Xw = X.to(dtype)  # (T, B, n, d)
             # rows x_l^T W (scores of the moved key) and (W x_j)^T (scores of the moved query)
             self.XW = per_trial(Xw, self.W)  # (T, B, n, d)
@@ -142,25 +148,28 @@ class AttentionToken(SingleToken):
             U = Am @ Xw[:, :, None]  # (T, B, P, n, n) @ (T, B, 1, n, d) -> (T, B, P, n, d)
             row_i = onehot[None, None, :, :, None]  # (1, 1, P, n, 1): row i is recomputed; zero it (n = 1: NaN)
             self.U = torch.where(row_i, torch.zeros_like(U), U)
-            if self.relu:
-                self.c = torch.where(onehot[None, None], torch.zeros_like(c), c)
-            else:
-                self.m = torch.where(onehot[None, None], torch.zeros_like(m), m)
+            self.c = torch.where(onehot[None, None], torch.zeros_like(c), c) if self.relu else None
+            self.m = None if self.relu else torch.where(onehot[None, None], torch.zeros_like(m), m)
             self.xi = Xw[:, :, pos_t]  # (T, B, P, d), the clean token i
             self.Oi = out0[:, :, pos_t]  # (T, B, P, d), clean output row i
             # ||(1 - a) u + a y - o||^2 = e.e + 2 a (e.y - e.u) + a^2 (y.y - 2 u.y + u.u) with e = u - o: O(n) per
             # chain once e.y and u.y are known, so the (T, B, P, R, n, d) perturbed output is never formed
             Ed = self.U - out0[:, :, None]  # (T, B, P, n, d)
-            self.EU = torch.cat([Ed, self.U], dim=3).reshape(T * B * P, 2 * n, d)  # (T B P, 2n, d)
+            # every product with the moved token in one batched matmul: y . [x_l^T W ; e_l ; u_l ; (W x_l)^T]
+            XW, XWt = (M[:, :, None].expand(-1, -1, P, -1, -1) for M in (self.XW, self.XWt))
+            self.K = torch.cat([XW, Ed, self.U, XWt], dim=3)  # (T, B, P, 4n, d)
             self.keep = (~onehot)[None, None, :, None, :].to(dtype)  # (1, 1, P, 1, n), rows l != i
             self.ee = Ed.pow(2).sum(-1)[:, :, :, None]  # (T, B, P, 1, n)
             self.eu = (Ed * self.U).sum(-1)[:, :, :, None]
             self.uu = self.U.pow(2).sum(-1)[:, :, :, None]
             self.starts = self._starts(P)
+            # d(score)/dy along the rows of K: 1 / sqrt(d) for the score blocks, 1 for e_l and u_l
+            scale = torch.tensor([self.sq, 1.0, 1.0, self.sq], dtype=dtype, device=X.device)
+            self.K_scale = scale.repeat_interleave(n)  # (4n,)
 
     @classmethod
     def chain_elements(cls, maps, B, n, d):
-        return 12 * n + 8 * d, B * (3 * n * n + 3 * n * d)
+        return 12 * n + 8 * d, B * (3 * n * n + 5 * n * d)
 
     def _starts(self, P: int) -> torch.Tensor:
         """Structured starts (docs/theory.md §4): attract every query onto key i, or steer query i onto one key m."""
@@ -175,52 +184,148 @@ class AttentionToken(SingleToken):
         steer = steer / steer.norm(dim=-1, keepdim=True).clamp_min(1e-30)
         return torch.stack([attract[:, :, None].expand(-1, -1, P, -1), steer], dim=3)  # (T, B, P, 2, d)
 
-    def _key_weight(self, y: torch.Tensor) -> torch.Tensor:
-        """a_l, the weight of the moved key i in every row l != i: (T, B, P, R, d) -> (T, B, P, R, n)."""
-        t = _rows_dot(self.XW, y) / self.sq  # (T, B, P, R, n)
-        if self.relu:
-            rho = torch.relu(t)
-            den = self.c[:, :, :, None, :] + rho
-            return rho / torch.where(den > 0, den, torch.ones_like(den))
-        return torch.sigmoid(t - self.m[:, :, :, None, :])
+    def _project(self, y: torch.Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """y's products with the rows of K in one matmul: the scores t_l = x_l^T W y / sqrt(d) of the moved key,
+        e_l.y and u_l.y, and the scores r_j = (W x_j)^T y / sqrt(d) of the moved query: (T, B, P, R, d) -> 4 x
+        (T, B, P, R, n)."""
+        T, B, P, R, d = y.shape
+        K = self.K.reshape(T * B * P, -1, d)
+        proj = (y.reshape(T * B * P, R, d) @ K.transpose(1, 2)).reshape(T, B, P, R, 4, -1)
+        return proj[..., 0, :] / self.sq, proj[..., 1, :], proj[..., 2, :], proj[..., 3, :] / self.sq
 
-    def _row_i(self, y: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
-        """The new output row i, sum_j w_j x'_j with x'_i = y: (T, B, P, R, d) -> (T, B, P, R, d)."""
+    def _back(self, coef: torch.Tensor) -> torch.Tensor:
+        """sum_rows coef . K, the transpose of `_project`: (T, B, P, R, 4n) -> (T, B, P, R, d)."""
+        T, B, P, R, _ = coef.shape
+        return (coef.reshape(T * B * P, R, -1) @ self.K.reshape(T * B * P, *self.K.shape[-2:])).reshape(T, B, P, R, -1)
+
+    def _key_weight(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """a_l, the weight of the moved key i in every row l != i, and da_l / dt_l, from its scores t_l:
+        (T, B, P, R, n) -> (T, B, P, R, n) twice."""
+        if self.relu:
+            c = self.c[:, :, :, None, :]
+            rho = torch.relu(t)
+            den = c + rho
+            den = torch.where(den > 0, den, torch.ones_like(den))
+            a = rho / den
+            return a, torch.where(t > 0, c / den.pow(2), torch.zeros_like(t))
+        a = torch.sigmoid(t - self.m[:, :, :, None, :])
+        return a, a * (1 - a)
+
+    def _row_i(self, r: Tensor, y: Tensor, delta: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """The new output row i, sum_j w_j x'_j with x'_i = y, from the query's scores r (entry i unused); also its
+        attention row w, Ws y and (ReLU) 1 / row sum: (T, B, P, R, n), (T, B, P, R, d) x 2 -> (T, B, P, R, d),
+        (T, B, P, R, n), (T, B, P, R, d), (T, B, P, R, 1) or None."""
         T, B, P, R, d = y.shape
         n = self.Xw.shape[2]
-        r = _rows_dot(self.XWt, y) / self.sq  # (T, B, P, R, n)
-        r_ii = (per_trial(y, self.W) * y).sum(-1) / self.sq  # (T, B, P, R, d) @ (T, d, d) -> (T, B, P, R)
+        h = per_trial(y, self.Ws)  # (T, B, P, R, d) @ (T, d, d) -> (T, B, P, R, d)
+        r_ii = (h * y).sum(-1) / self.sq  # (T, B, P, R)
         onehot = self.onehot[None, None, :, None, :]  # (1, 1, P, 1, n)
         r = torch.where(onehot, r_ii[..., None], r)
         if self.relu:
             rr = torch.relu(r)
             s = rr.sum(-1, keepdim=True)
-            w = rr / torch.where(s > 0, s, torch.ones_like(s))  # (T, B, P, R, n)
+            inv_s = 1 / torch.where(s > 0, s, torch.ones_like(s))
+            w = rr * inv_s  # (T, B, P, R, n)
         else:
-            w = torch.softmax(r, dim=-1)  # (T, B, P, R, n)
+            w, inv_s = torch.softmax(r, dim=-1), None  # (T, B, P, R, n)
         w_i = (w * onehot).sum(-1, keepdim=True)  # (T, B, P, R, 1)
-        return (w.reshape(T, B, -1, n) @ self.Xw).reshape(delta.shape) + w_i * delta  # (T, B, PR, n) @ (T, B, n, d)
+        out = (w.reshape(T, B, -1, n) @ self.Xw).reshape(delta.shape) + w_i * delta  # (T, B, PR, n) @ (T, B, n, d)
+        return out, w, h, inv_s
+
+    def _parts(self, delta: torch.Tensor):
+        """What value and gradient share: y, the key weights a (and a'), the rows' terms and row i."""
+        y = self.xi[:, :, :, None, :] + delta  # (T, B, P, R, d), the perturbed token
+        t, ey, uy, r = self._project(y)
+        a, da = self._key_weight(t)
+        # ||(1 - a) u + a y - o||^2 = e.e + 2 a (e.y - e.u) + a^2 (y.y - 2 u.y + u.u), rows l != i
+        lin, quad = ey - self.eu, y.pow(2).sum(-1, keepdim=True) - 2 * uy + self.uu
+        rows = (self.ee + 2 * a * lin + a.pow(2) * quad) * self.keep  # (T, B, P, R, n)
+        return y, a, da, lin, quad, rows, self._row_i(r, y, delta)
 
     def change_sq(self, delta: torch.Tensor) -> torch.Tensor:
         # Paper: Eq. (raf), softmax(X' W X'^T / sqrt(d)) X' with X' = X + e_i Delta^T (ReLU-RAF: its normalisation)
-        T, B, P, R, d = delta.shape
-        n = self.Xw.shape[2]
-        y = self.xi[:, :, :, None, :] + delta  # (T, B, P, R, d), the perturbed token
-        a = self._key_weight(y)  # (T, B, P, R, n)
-        proj = (y.reshape(T * B * P, R, d) @ self.EU.transpose(1, 2)).reshape(T, B, P, R, 2 * n)
-        ey, uy = proj[..., :n], proj[..., n:]  # (T, B, P, R, n) each
-        yy = y.pow(2).sum(-1, keepdim=True)  # (T, B, P, R, 1)
-        rows = self.ee + 2 * a * (ey - self.eu) + a.pow(2) * (yy - 2 * uy + self.uu)  # ||out'_l - out_l||^2
-        f_rows = (rows * self.keep).sum(-1)  # (T, B, P, R)
-        f_i = (self._row_i(y, delta) - self.Oi[:, :, :, None]).pow(2).sum(-1)  # (T, B, P, R)
-        return f_rows + f_i  # the expansion may round a zero to a tiny negative: callers clamp before a sqrt
+        _, _, _, _, _, rows, (out_i, _, _, _) = self._parts(delta)
+        f_i = (out_i - self.Oi[:, :, :, None]).pow(2).sum(-1)  # (T, B, P, R)
+        return rows.sum(-1) + f_i  # the expansion may round a zero to a tiny negative: callers clamp before a sqrt
+
+    def value_and_grad(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`change_sq` and its gradient in Delta in closed form, one d x d product per chain (docs/theory.md §3.4):
+        (T, B, P, R, d) -> (T, B, P, R), (T, B, P, R, d)."""
+        y, a, da, lin, quad, rows, (out_i, w, h, inv_s) = self._parts(delta)
+        e_i = out_i - self.Oi[:, :, :, None]  # (T, B, P, R, d)
+        f = rows.sum(-1) + e_i.pow(2).sum(-1)
+        # row i: out_i = sum_j w_j x'_j, x'_i = y; dL/dw_j = g_o . x'_j with g_o = 2 e_i
+        onehot = self.onehot[None, None, :, None, :]
+        g_o = 2 * e_i
+        q = _rows_dot(self.Xw, g_o) + onehot * (g_o * delta).sum(-1, keepdim=True)  # (T, B, P, R, n)
+        dr = self._weights_back(w, inv_s, q)
+        # rows l != i reach y through t_l, e.y, u.y and y.y; row i through r_j (j != i), r_ii = y^T Ws y / sqrt(d)
+        # and the value x'_i = y
+        keep = self.keep
+        coef = torch.cat(
+            [keep * 2 * (lin + a * quad) * da, keep * 2 * a, keep * -2 * a.pow(2), dr.masked_fill(onehot, 0.0)], -1
+        )
+        g = self._back(coef / self.K_scale) + 2 * y * (keep * a.pow(2)).sum(-1)[..., None]
+        w_i = (w * onehot).sum(-1, keepdim=True)
+        g = g + w_i * g_o + (dr * onehot).sum(-1, keepdim=True) * 2 * h / self.sq
+        return f, g
+
+    def curvature_product(self, v: torch.Tensor) -> torch.Tensor:
+        """H v for the Hessian H = 2 J^T J of `change_sq` at Delta = 0 (J: the Jacobian of the features in Delta
+        there), in closed form, O(n d + d^2) per vector: (T, B, P, R, d) -> (T, B, P, R, d)."""
+        zero = torch.zeros_like(v)
+        y, a, da, _, quad, _, (_, w, h, inv_s) = self._parts(zero)  # at the clean token: quad_l = ||x_i - u_l||^2
+        tv, _, uv, rv = self._project(v)
+        keep, onehot = self.keep, self.onehot[None, None, :, None, :]
+        # rows l != i: J_l v = c_l (x_i - u_l) + a_l v with c_l = a'_l x_l^T W v / sqrt(d); J_l^T J_l v gathered
+        c = da * tv
+        ev = (y * v).sum(-1, keepdim=True) - uv  # (x_i - u_l) . v
+        dt = keep * da * (c * quad + a * ev)  # along x_l^T W / sqrt(d)
+        # row i: J_i v = X^T (M dr) + w_i v with dr the change of its scores; then J_i^T along the scores
+        dr = torch.where(onehot, 2 * (h * v).sum(-1, keepdim=True) / self.sq, rv)
+        w_i = (w * onehot).sum(-1, keepdim=True)
+        s_i = (self._weights_forward(w, inv_s, dr).reshape(*w.shape[:2], -1, w.shape[-1]) @ self.Xw).reshape(v.shape)
+        s_i = s_i + w_i * v
+        dq = self._weights_back(w, inv_s, _rows_dot(self.Xw, s_i))
+        coef = torch.cat([dt, torch.zeros_like(dt), -keep * a * c, dq.masked_fill(onehot, 0.0)], dim=-1)
+        Hv = self._back(coef / self.K_scale) + y * (keep * a * c).sum(-1, keepdim=True)
+        Hv = Hv + (keep * a.pow(2)).sum(-1, keepdim=True) * v + w_i * s_i
+        Hv = Hv + (dq * onehot).sum(-1, keepdim=True) * 2 * h / self.sq
+        return 2 * Hv
+
+    def _weights_forward(self, w: Tensor, inv_s: Tensor | None, dr: Tensor) -> Tensor:
+        """M dr for the Jacobian M = dw/dr of the attention row w: softmax diag(w) - w w^T; ReLU (diag(m) - w m^T) / s
+        with m = 1[r > 0] and s the row sum: (..., n) -> (..., n)."""
+        if self.relu:
+            dr = torch.where(w > 0, dr, torch.zeros_like(dr))
+            return (dr - w * dr.sum(-1, keepdim=True)) * inv_s
+        return w * (dr - (w * dr).sum(-1, keepdim=True))
+
+    def _weights_back(self, w: Tensor, inv_s: Tensor | None, q: Tensor) -> Tensor:
+        """M^T q for the same Jacobian: (..., n) -> (..., n)."""
+        centred = q - (w * q).sum(-1, keepdim=True)
+        return torch.where(w > 0, centred * inv_s, torch.zeros_like(w)) if self.relu else w * centred
+
+    def select_trials(self, idx: torch.Tensor):
+        """The `value_and_grad` of the trials idx only (their tensors copied), for a search that has finished the
+        other trials."""
+        token = AttentionToken.__new__(AttentionToken)
+        token.__dict__.update(self.__dict__)
+        idx = idx.to(self.Xw.device)
+        token.W = token.XW = token.XWt = token.U = token.phi0 = token.starts = None  # not read by value_and_grad
+        for name in self._per_trial:
+            value = getattr(self, name)
+            setattr(token, name, None if value is None else value[idx])
+        token.maps = [self.maps[i] for i in idx.tolist()]
+        return token.value_and_grad
 
     def features(self, delta: torch.Tensor) -> torch.Tensor:
         y = self.xi[:, :, :, None, :] + delta  # (T, B, P, R, d)
-        a = self._key_weight(y)[..., None]  # (T, B, P, R, n, 1)
+        t, _, _, r = self._project(y)
+        a = self._key_weight(t)[0][..., None]  # (T, B, P, R, n, 1)
         rows = (1 - a) * self.U[:, :, :, None] + a * y[..., None, :]  # (T, B, P, R, n, d), rows l != i
         row_i = self.onehot[None, None, :, None, :, None]  # (1, 1, P, 1, n, 1)
-        out = torch.where(row_i, self._row_i(y, delta)[..., None, :], rows)
+        out = torch.where(row_i, self._row_i(r, y, delta)[0][..., None, :], rows)
         return out.flatten(-2)  # (T, B, P, R, n d), row-major as the map's forward
 
 
