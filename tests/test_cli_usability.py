@@ -80,7 +80,7 @@ def test_a_hub_encoder_offline_still_says_the_hub_is_unreachable(capsys, monkeyp
 
 # -------------------------------------------------------------------------------------------------- TensorBoard
 def tensorboard(log_dir: Path) -> tuple[dict, list[str], dict, str]:
-    """(tags, HPARAMS metric tags, HPARAMS params, config text) of the event files in a log directory."""
+    """(events, HPARAMS metric tags, HPARAMS params, config text) of the event files in a log directory."""
     ea = EventAccumulator(str(log_dir), size_guidance={"tensors": 0, "scalars": 0})
     ea.Reload()
     metric_tags: list[str] = []
@@ -92,14 +92,15 @@ def tensorboard(log_dir: Path) -> tuple[dict, list[str], dict, str]:
         if data.HasField("session_start_info"):
             params = {k: v.string_value or v.number_value for k, v in data.session_start_info.hparams.items()}
     text = ea.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
-    return ea.Tags(), metric_tags, params, text
+    return ea, metric_tags, params, text
 
 
 def test_a_training_run_logs_hparams_and_its_config(tmp_path, capsys):
     main(["fit", "--config", TRAIN, "--trainer.logger.init_args.save_dir", str(tmp_path)])
     log_dir = tmp_path / "train_raf" / "version_0"
-    _, metric_tags, params, text = tensorboard(log_dir)
+    events, metric_tags, params, text = tensorboard(log_dir)
     assert {"test/acc", "val/acc", "train/loss"} <= set(metric_tags)
+    assert len(events.Scalars("test/acc")) == 1  # listed in the tab, not logged a second time
     assert params["map"] == "raf" and params["n"] == 5 and params["d"] == 16 and params["N"] == 28
     assert params["seed"] == 0 and params["model/fit_mode"] == "closed_form"
     assert "fit_mode: closed_form" in text and "RandomAttentionFeatures" in text
@@ -110,10 +111,31 @@ def test_a_training_run_logs_hparams_and_its_config(tmp_path, capsys):
 def test_an_evaluation_run_logs_hparams_and_its_config(tmp_path, capsys):
     main(["test", "--config", WS, "--trainer.logger.init_args.save_dir", str(tmp_path)], evaluate=True)
     (log_dir,) = (tmp_path / "ws_raf").iterdir()
-    tags, metric_tags, params, text = tensorboard(log_dir)
+    events, metric_tags, params, text = tensorboard(log_dir)
     assert {"results/records", "ws/slope/raf/d8", "ws/slope/raf/d16"} <= set(metric_tags)
     assert params["map"] == "raf" and params["d"] == "8, 16" and params["n"] == "4, 12" and params["seed"] == 0
     assert "WordSensitivitySweep" in text and "n_values" in text
-    assert "ws/raf" in tags["images"]
+    assert "ws/raf" in events.Tags()["images"]
     saved = yaml.safe_load((log_dir / "hparams.yaml").read_text())
     assert saved and "_instantiator" not in saved and saved["map"] == "raf"
+
+
+# ------------------------------------------------------------------------------------------------- checkpoints
+def test_a_closed_form_fit_writes_a_checkpoint_that_reloads_the_head(tmp_path, capsys):
+    """The solve counts as one optimiser step, so ModelCheckpoint (which saves only when the step moved) saves."""
+    import torch
+
+    from wslight.features import RandomAttentionFeatures
+    from wslight.models import FeatureMapClassifier
+
+    args = ["fit", "--config", TRAIN, "--trainer.logger.init_args.save_dir", str(tmp_path)]
+    cli = main([*args, "--trainer.enable_checkpointing", "true"])
+    assert cli.trainer.global_step == 1
+    best = Path(cli.trainer.checkpoint_callback.best_model_path)
+    assert best.is_file() and best.suffix == ".ckpt"
+    assert f"checkpoints: best {best}" in capsys.readouterr().out
+    loaded = FeatureMapClassifier.load_from_checkpoint(best, feature_map=RandomAttentionFeatures(n=5, d=16, seed=1))
+    assert torch.count_nonzero(cli.model.theta) > 0
+    torch.testing.assert_close(loaded.theta, cli.model.theta, rtol=0, atol=0)
+    # the map's frozen weights come from the checkpoint too (built here with another seed)
+    torch.testing.assert_close(loaded.feature_map.W, cli.model.feature_map.W, rtol=0, atol=0)

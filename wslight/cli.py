@@ -158,9 +158,8 @@ class WSLightCLI(LightningCLI):
             return
         metrics = final_metrics(self.trainer.callback_metrics, self._callback_metrics())
         results = getattr(self.model, "results", None)
-        if results is not None and self.trainer.is_global_zero:
-            metrics.update(record_metrics(results.records()))
-        log_run_hparams(self.trainer, run_hparams(self._resolved_config()), metrics)
+        new = record_metrics(results.records()) if results is not None and self.trainer.is_global_zero else {}
+        log_run_hparams(self.trainer, run_hparams(self._resolved_config()), metrics, new)
 
     def after_fit(self) -> None:
         """Evaluate the fitted head on the held-out test split, so one `fit` logs train/, val/ and test/ scalars.

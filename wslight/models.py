@@ -130,6 +130,9 @@ class FeatureMapClassifier(pl.LightningModule):
             self._phi_parts.append(self.features(X))
             self._y_parts.append(y)
             self._id_parts.append(ids)
+            if batch_idx + 1 >= self.trainer.num_training_batches:
+                # solve in the last step (not at epoch end) so that the solve counts as an optimiser step
+                self._solve_closed_form()
             return None
         loss = self._log_stage("train", self(X), y)
         self._check_divergence(loss)
@@ -172,7 +175,18 @@ class FeatureMapClassifier(pl.LightningModule):
         theta = min_norm_interpolator(Phi.double(), Y.double())
         with torch.no_grad():
             self.theta.copy_(theta.to(self.theta.dtype))
+        self._count_solve_as_step()
         self._log_stage("train", Phi @ self.theta, Y)
+
+    def _count_solve_as_step(self) -> None:
+        """Step the no-op optimiser of `configure_optimizers`: the solve counts as one training step.
+
+        Without a step `trainer.global_step` stays 0 and ModelCheckpoint, which saves only when the step has moved,
+        never writes a checkpoint of a closed-form fit. Lightning counts manual steps only inside training_step, so
+        the solve runs in the epoch's last training step (the epoch-end calls are then no-ops).
+        """
+        if self._trainer is not None and self.trainer.training and self.trainer.optimizers:
+            self.optimizers().step()  # no gradients: the parameters do not change
 
     def validation_step(self, batch, batch_idx):
         self._collect_eval(batch)
@@ -236,5 +250,6 @@ class FeatureMapClassifier(pl.LightningModule):
 
     def configure_optimizers(self):
         if self.fit_mode == "closed_form":
-            return None
+            # lr 0 and no gradients: only stepped to count the solve as a training step (_count_solve_as_step)
+            return torch.optim.SGD(self.parameters(), lr=0.0)
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)

@@ -109,13 +109,29 @@ def log_config_text(trainer: Any, config_yaml: str) -> None:
         logger.experiment.add_text("config", text, global_step=0)
 
 
-def log_run_hparams(trainer: Any, params: dict[str, Any], metrics: dict[str, float]) -> None:
-    """Fill the HPARAMS tab (params against metrics) and rewrite hparams.yaml with the same params, on rank 0."""
+def log_run_hparams(
+    trainer: Any, params: dict[str, Any], metrics: dict[str, float], new: dict[str, float] | None = None
+) -> None:
+    """Fill the HPARAMS tab (params against metrics) and write hparams.yaml with the same params, on rank 0.
+
+    Args:
+        params: flat {name: int, float, str or bool}.
+        metrics: scalars the run has already logged (listed in the tab, not written again).
+        new: scalars to log now and list too (e.g. `results/records`).
+    """
     if not trainer.is_global_zero:
         return
+    from torch.utils.tensorboard.summary import hparams
+
+    new = new or {}
     for logger in tensorboard_loggers(trainer):
-        logger.hparams.pop("_instantiator", None)  # LightningCLI's loader hook: not a hyperparameter
-        logger.log_hyperparams(params, metrics or None, step=trainer.global_step)  # no metric: hparams.yaml only
+        if new:
+            logger.log_metrics(new, step=trainer.global_step)
+        if metrics or new:
+            # not logger.log_hyperparams(params, metrics): it logs every metric again, one more point per curve
+            writer = logger.experiment._get_file_writer()
+            for summary in hparams(params, {**metrics, **new}):
+                writer.add_summary(summary, trainer.global_step)
         os.makedirs(logger.log_dir, exist_ok=True)
         save_hparams_to_yaml(os.path.join(logger.log_dir, logger.NAME_HPARAMS_FILE), params)
         logger.experiment.flush()
