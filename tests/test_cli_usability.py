@@ -139,3 +139,57 @@ def test_a_closed_form_fit_writes_a_checkpoint_that_reloads_the_head(tmp_path, c
     torch.testing.assert_close(loaded.theta, cli.model.theta, rtol=0, atol=0)
     # the map's frozen weights come from the checkpoint too (built here with another seed)
     torch.testing.assert_close(loaded.feature_map.W, cli.model.feature_map.W, rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------------------------------------ shipped configs
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", ["ws/raf", "ws/raf.yaml", "configs/ws/raf.yaml"])
+def test_a_shipped_config_is_found_by_name_from_any_directory(capsys, tmp_path, monkeypatch, name):
+    monkeypatch.chdir(tmp_path)
+    err = error_of(capsys, ["evaluate", "--config", name, "--model.init_args.trials", "0"])
+    assert "evaluate.py: error: model.init_args.trials must be a positive integer, got 0" in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_training_config_is_found_by_name_for_train_py(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    err = error_of(capsys, ["fit", "--config", "raf", "--data.init_args.val_fraction", "1.5"])
+    assert "data.init_args.val_fraction must be a finite number in [0, 1)" in err
+
+
+def test_a_file_in_the_working_directory_wins_over_the_shipped_name(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "raf.yaml").write_text(Path(WS).read_text().replace("trials: 2", "trials: -3"))
+    err = error_of(capsys, ["evaluate", "--config", "ws/raf.yaml"])
+    assert "model.init_args.trials must be a positive integer, got -3" in err
+
+
+def test_an_unknown_config_name_lists_close_shipped_names(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    err = error_of(capsys, ["evaluate", "--config", "ws/rff"])
+    assert "--config ws/rff: no such file, and no shipped config named 'ws/rff'; did you mean ws/rf" in err
+
+
+def test_the_wheel_carries_every_config(tmp_path):
+    """Built offline (no build isolation) from a copy of the package files, so the checkout gets no build/."""
+    import shutil
+    import subprocess
+    import sys
+    import zipfile
+
+    src = tmp_path / "src"
+    src.mkdir()
+    for part in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / part, src / part)
+    for part in ("wslight", "configs"):
+        shutil.copytree(ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__"))
+    cmd = [sys.executable, "-m", "pip", "wheel", str(src), "-w", str(tmp_path / "whl"), "--no-deps"]
+    subprocess.run([*cmd, "--no-build-isolation", "-q"], check=True, capture_output=True, timeout=300)
+    (wheel,) = (tmp_path / "whl").glob("*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {f"wslight/configs/{p.relative_to(ROOT / 'configs').as_posix()}" for p in (ROOT / "configs").rglob("*.yaml")}
+    assert shipped and shipped <= names
+    assert {"wslight/py.typed", "wslight/config_files.py"} <= names

@@ -25,6 +25,7 @@ from .cli_messages import (
     parse_error_message,
     value_error_message,
 )
+from .config_files import resolve_config_args
 from .models import TrainingDiverged
 from .results import config_key, unwritable_reason
 from .run_summary import final_metrics, log_config_text, log_run_hparams, record_metrics, run_hparams
@@ -227,7 +228,7 @@ def main(args: list[str] | None = None, run: bool = True, evaluate: bool = False
         signal.signal(sig, _raise_keyboard_interrupt)
     hint = "interrupted: finished trials are saved in results.jsonl; run the same command again to resume"
     try:
-        args = check_command(args, evaluate)
+        args = check_command(resolve_config_args(args), evaluate)
         cli = WSLightCLI(args=args, run=run, evaluate=evaluate)
     except (KeyboardInterrupt, SystemExit):
         # Lightning turns SIGINT/SIGTERM into a graceful shutdown and exits non-zero
