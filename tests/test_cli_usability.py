@@ -190,6 +190,7 @@ def test_the_wheel_carries_every_config(tmp_path):
     subprocess.run([*cmd, "--no-build-isolation", "-q"], check=True, capture_output=True, timeout=300)
     (wheel,) = (tmp_path / "whl").glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    shipped = {f"wslight/configs/{p.relative_to(ROOT / 'configs').as_posix()}" for p in (ROOT / "configs").rglob("*.yaml")}
+    configs = ROOT / "configs"
+    shipped = {f"wslight/configs/{p.relative_to(configs).as_posix()}" for p in configs.rglob("*.yaml")}
     assert shipped and shipped <= names
     assert {"wslight/py.typed", "wslight/config_files.py"} <= names
