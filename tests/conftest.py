@@ -14,6 +14,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per cor
     torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_home_cache(tmp_path_factory):
+    """Embedding caches default to ~/.cache/wslight; tests pass cache_dir, and anything that falls back to the
+    default writes under pytest's temporary folder instead (a WSLIGHT_CACHE set by the user is kept)."""
+    if not os.environ.get("WSLIGHT_CACHE"):
+        os.environ["WSLIGHT_CACHE"] = str(tmp_path_factory.mktemp("wslight-cache"))
+    yield
+
+
 def unit_rows(B: int, n: int, d: int, seed: int = 0, dtype=torch.float32) -> torch.Tensor:
     """Gaussian tokens rescaled to norm sqrt(d) (the paper's input assumption), (B, n, d)."""
     g = torch.Generator().manual_seed(seed)

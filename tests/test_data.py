@@ -232,10 +232,16 @@ def test_cache_file_is_standard_safetensors(emb):
 def test_cache_dir_from_env(tmp_path, monkeypatch):
     monkeypatch.setenv("WSLIGHT_CACHE", str(tmp_path / "env"))
     assert cache_root(None) == tmp_path / "env"
+    assert cache_root(str(tmp_path / "x")) == tmp_path / "x"  # a configured cache_dir wins over the variable
     monkeypatch.delenv("WSLIGHT_CACHE")
-    monkeypatch.chdir(tmp_path)
-    assert cache_root(None) == tmp_path / ".cache" / "wslight"
-    assert cache_root(str(tmp_path / "x")) == tmp_path / "x"
+    monkeypatch.chdir(tmp_path)  # the default no longer depends on the working directory
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root(None) == tmp_path / "xdg" / "wslight"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_root(None) == tmp_path / "home" / ".cache" / "wslight"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # XDG says: ignore a relative path
+    assert cache_root(None) == tmp_path / "home" / ".cache" / "wslight"
 
 
 def test_cache_key_is_stable():

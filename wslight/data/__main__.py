@@ -30,7 +30,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--max-tokens", type=int, default=defaults["max_tokens"])
     b.add_argument("--num-samples", type=int, default=defaults["num_samples"], help="even; balanced +1/-1")
     b.add_argument("--seed", type=int, default=defaults["seed"])
-    b.add_argument("--cache-dir", default=None, help="default $WSLIGHT_CACHE, else .cache/wslight")
+    b.add_argument(
+        "--cache-dir", default=None, help="default $WSLIGHT_CACHE, else $XDG_CACHE_HOME/wslight or ~/.cache/wslight"
+    )
     b.add_argument("--synthetic-dim", type=int, default=defaults["synthetic_dim"])
     b.add_argument("--selection", choices=SELECTIONS, default=defaults["selection"])
     b.add_argument("--storage-dtype", choices=list(STORAGE_DTYPES), default=defaults["storage_dtype"])

@@ -31,12 +31,22 @@ class CacheRebuildWarning(UserWarning):
     """A cache entry was found invalid (mismatched manifest, truncated or corrupt file) and is rebuilt."""
 
 
+def user_cache_dir() -> Path:
+    """The user's cache folder for wslight: `$XDG_CACHE_HOME/wslight`, else `~/.cache/wslight`."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"  # XDG: a relative value is ignored
+    return base / "wslight"
+
+
 def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
-    """`cache_dir`, else $WSLIGHT_CACHE, else `.cache/wslight` under the current directory."""
+    """`cache_dir`, else $WSLIGHT_CACHE, else the user cache folder (`user_cache_dir`).
+
+    One cache serves every working directory: the bundled embeddings (about 190 MB) are built once per user.
+    """
     if cache_dir:
         return Path(cache_dir)
     env = os.environ.get(ENV_CACHE)
-    return Path(env) if env else Path.cwd() / ".cache" / "wslight"
+    return Path(env) if env else user_cache_dir()
 
 
 def file_fingerprint(path: Path, full: bool = True, chunk: int = 1 << 22) -> str:

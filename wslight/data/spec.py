@@ -32,7 +32,7 @@ class EmbeddingSpec:
         max_tokens: keep reviews with strictly fewer WordPiece tokens (specials excluded).
         num_samples: M, even; M/2 reviews per class.
         seed: which reviews are chosen and their order (or the synthetic draws).
-        cache_dir: cache directory; default $WSLIGHT_CACHE, else `.cache/wslight` under the current directory.
+        cache_dir: cache directory; default $WSLIGHT_CACHE, else $XDG_CACHE_HOME/wslight or ~/.cache/wslight.
         synthetic_dim: hidden size H for source='synthetic'.
         selection: 'random' (a seeded uniformly random balanced subset of the short reviews) or 'first' (the first
             short reviews in stored order, the authors' picks; then a seeded shuffle).
