@@ -98,7 +98,7 @@ def test_hand_written_value_and_grad_equal_the_generic_path(case, kind, scores):
     assert torch.allclose(g, g_ref, rtol=1e-8, atol=1e-9)
     # a search that has finished some trials evaluates the others only: the same values and gradients
     idx = torch.tensor([1])
-    f_sel, g_sel = fast.select_trials(idx)(delta[idx])
+    f_sel, g_sel = fast.select_trials(idx).value_and_grad(delta[idx])
     assert torch.equal(f_sel, f[idx]) and torch.equal(g_sel, g[idx])
 
 

@@ -108,7 +108,7 @@ def _ascend(
     tol: float,
     window: int,
     value_and_grad: Callable[[Tensor], tuple[Tensor, Tensor]] | None = None,
-    select: Callable[[Tensor], Callable[[Tensor], tuple[Tensor, Tensor]]] | None = None,
+    select: Callable[[Tensor], SingleToken | None] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Monotone projected normalised-gradient ascent with a per-chain adaptive step, all chains at once.
 
@@ -123,7 +123,8 @@ def _ascend(
 
     Args:
         value_and_grad: x -> (f(x), grad f(x)) detached, if the objective has a cheaper closed form; else autograd.
-        select: trial indices (long) -> the value_and_grad of those trials only (inputs (T', ...) for T' trials).
+        select: trial indices (long) -> the token of those trials only (`SingleToken.select_trials`), whose
+            `value_and_grad` takes inputs (T', ...) for T' trials; None from it: no restriction.
 
     Returns:
         delta: (..., d) best Delta per chain; f: (...) its objective; steps: (...) steps run per chain.
@@ -177,7 +178,9 @@ def _ascend(
             running = active.reshape(active.shape[0], -1).any(dim=1).nonzero()[:, 0]  # (T',)
             count = shape[0] if live is None else len(live)
             if len(running) <= count - max(1, count // 4):  # restrict (and copy the maps) when a quarter has stopped
-                live, live_eval = running, select(running)
+                restricted = select(running)
+                if restricted is not None:
+                    live, live_eval = running, restricted.value_and_grad
     return delta, f, steps
 
 
@@ -293,7 +296,7 @@ class Search:
                     self.tol,
                     self.window,
                     value_and_grad=getattr(token, "value_and_grad", None),
-                    select=getattr(token, "select_trials", None),
+                    select=token.select_trials if getattr(token, "value_and_grad", None) is not None else None,
                 )
                 R_c = delta.shape[3]
                 f_flat = f.reshape(T * B, -1).to(torch.float64).cpu()  # (T B, P R')

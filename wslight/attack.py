@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
 from typing import Literal
 
 import torch
@@ -27,7 +29,7 @@ from torch import Tensor, nn
 
 from . import validate
 from .features import FreshMaps, map_dims, map_name
-from .features.single_token import map_features, project_ball, single_token
+from .features.single_token import project_ball, single_token, trial_features
 from .interpolation import TRAININGS, Heads, fit_heads, sum_last
 from .seeding import generator
 
@@ -91,6 +93,13 @@ def _with_restart_dim(heads: Heads) -> Heads:
     for k in ("y", "t0", "phi_sq", "Pphi_sq"):
         fields[k] = fields[k].unsqueeze(-1)
     return Heads(**fields)
+
+
+def _trials(heads: Heads, idx: Tensor) -> Heads:
+    """The per-sample scalars of the heads of the trials idx only, all the objective reads; the large matrices
+    (Phi, chol, theta*, phi, P phi) are left out rather than copied."""
+    scalars = {k: getattr(heads, k)[idx] for k in ("y", "t0", "phi_sq", "Pphi_sq", "cond", "jitter", "ill_conditioned")}
+    return replace(heads, Phi=None, chol=None, theta_star=None, phi=None, Pphi=None, **scalars)
 
 
 def _in_ball(seed: int, T: int, R: int, B: int, d: int, radius: float) -> Tensor:
@@ -254,8 +263,7 @@ def delta_attack(
         if fresh is not None:  # one draw of each trial's map for its training and context samples
             Phi, phi, token = fresh.attack_inputs(X_train, X_ctx, position, dtype)
         else:
-            Phi = torch.stack([map_features(m, X_train[t]) for t, m in enumerate(maps)])  # (T, N, p)
-            phi = torch.stack([map_features(m, X_ctx[t]) for t, m in enumerate(maps)])  # (T, B, p)
+            Phi, phi = trial_features(maps, X_train), trial_features(maps, X_ctx)  # (T, N, p), (T, B, p)
             token = single_token(maps, X_ctx, [position], dtype)
         heads = fit_heads(Phi, Y, phi, y_ctx)
         del Phi  # heads.Phi keeps the float64 copy for P
@@ -266,11 +274,12 @@ def delta_attack(
             cache.update(key=key, heads=heads, token=token, hv=hv)
     hR = _with_restart_dim(heads)  # (T, B, 1) scalars, broadcast over restarts
 
-    def inner(delta: Tensor) -> Tensor:  # (T, B, R, d) -> (T, B, R, 3): phi(X')^T [theta*, phi, P phi]
+    def inner(delta: Tensor, token=token, hv=hv) -> Tensor:
+        """(T, B, R, d) -> (T, B, R, 3): phi(X')^T [theta*, phi, P phi]."""
         return token.readout(delta[:, :, None], hv)[:, :, 0]
 
-    def objective(delta: Tensor) -> Tensor:  # (T, B, R)
-        sap = inner(delta).to(torch.float64)
+    def objective(delta: Tensor, token=token, hv=hv, hR=hR) -> Tensor:  # (T, B, R)
+        sap = inner(delta, token, hv).to(torch.float64)
         return attack_objective(sap[..., 0], sap[..., 1], sap[..., 2], hR, training, loss, penalty)
 
     # ---- projected descent on Delta, batched over (T, B, R)
@@ -290,11 +299,19 @@ def delta_attack(
     m1, m2 = torch.zeros_like(delta), torch.zeros_like(delta[..., :1])
     b1, b2, eps = 0.9, 0.999, 1e-30
     unit = radius / d**0.5
+    live, live_objective = None, objective  # the trials still searched (None: all) and their objective
     for step in range(steps):
-        delta.requires_grad_(True)
-        values = objective(delta)  # (T, B, R)
-        (grad,) = torch.autograd.grad(values.sum(), delta)
-        delta = delta.detach()
+        if live is None:
+            delta.requires_grad_(True)
+            values = objective(delta)  # (T, B, R)
+            (grad,) = torch.autograd.grad(values.sum(), delta)
+            delta = delta.detach()
+        else:  # finished trials keep their state: their value is their best, never an improvement
+            x = delta[live].requires_grad_(True)
+            v_live = live_objective(x)
+            (g_live,) = torch.autograd.grad(v_live.sum(), x)
+            values, grad = best_loss.clone(), torch.zeros_like(delta)
+            values[live], grad[live] = v_live.detach(), g_live
         with torch.no_grad():
             better = values < best_loss
             best_loss = torch.where(better, values, best_loss)
@@ -320,6 +337,13 @@ def delta_attack(
                     ref_loss = best_loss.clone()
                 if not bool(active.any()):
                     break
+                running = active.reshape(T, -1).any(dim=1).nonzero()[:, 0]  # (T',)
+                count = T if live is None else len(live)
+                if len(running) <= count - max(1, count // 4):  # leave the finished trials out once a quarter is
+                    restricted = token.select_trials(running)
+                    if restricted is not None:
+                        live = running
+                        live_objective = partial(objective, token=restricted, hv=hv[live], hR=_trials(hR, live))
     with torch.no_grad():
         values = objective(delta)
         if faithful:

@@ -114,8 +114,8 @@ class AttentionToken(SingleToken):
     O(n d + d^2) per chain instead of the full O(n^2 d + n d^2); `change_sq` never forms the perturbed output.
     """
 
-    # what `value_and_grad` reads per trial (what `select_trials` keeps of the trials still searched)
-    _per_trial = ("Ws", "Xw", "c", "m", "xi", "Oi", "K", "ee", "eu", "uu")
+    # tensors with a leading trial axis (what `select_trials` keeps of the trials still searched)
+    _per_trial = ("W", "Ws", "Xw", "XW", "XWt", "phi0", "U", "c", "m", "xi", "Oi", "K", "ee", "eu", "uu")
 
     def __init__(self, maps, X, positions, dtype) -> None:
         super().__init__(maps, X, positions, dtype)
@@ -306,18 +306,37 @@ class AttentionToken(SingleToken):
         centred = q - (w * q).sum(-1, keepdim=True)
         return torch.where(w > 0, centred * inv_s, torch.zeros_like(w)) if self.relu else w * centred
 
-    def select_trials(self, idx: torch.Tensor):
-        """The `value_and_grad` of the trials idx only (their tensors copied), for a search that has finished the
-        other trials."""
+    def select_trials(self, idx: torch.Tensor) -> AttentionToken:
+        """The same algebra for the trials idx only (their tensors copied), for a search that has finished the
+        others."""
         token = AttentionToken.__new__(AttentionToken)
         token.__dict__.update(self.__dict__)
         idx = idx.to(self.Xw.device)
-        token.W = token.XW = token.XWt = token.U = token.phi0 = token.starts = None  # not read by value_and_grad
         for name in self._per_trial:
             value = getattr(self, name)
             setattr(token, name, None if value is None else value[idx])
-        token.maps = [self.maps[i] for i in idx.tolist()]
-        return token.value_and_grad
+        token.maps, token.starts, token._readout_of = [self.maps[i] for i in idx.tolist()], None, None
+        return token
+
+    def readout(self, delta: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
+        """phi(X^i(Delta))^T h without forming the features: row l != i gives u_l.h_l + a_l (y.h_l - u_l.h_l), row i
+        its new output . h_i (docs/theory.md §3.4): (T, B, P, R, d), H (T, B, n d, C) -> (T, B, P, R, C)."""
+        T, B, P, R, d = delta.shape
+        n, C = self.Xw.shape[2], H.shape[-1]
+        cached = getattr(self, "_readout_of", None)
+        if cached is None or cached[0] is not H:  # an attack reads out the same H at every step
+            Hl = H.reshape(T, B, n, d, C)
+            uh = torch.einsum("tbpld,tbldc->tbplc", self.U, Hl)  # (T, B, P, n, C), u_l . h_l (u_i = 0)
+            Hd = Hl.permute(0, 1, 3, 2, 4).reshape(T, B, d, n * C)  # (T, B, d, n C)
+            self._readout_of = cached = (H, uh, Hd, Hl[:, :, self.positions])  # h_i: (T, B, P, d, C)
+        _, uh, Hd, h_i = cached
+        y = self.xi[:, :, :, None, :] + delta
+        t, _, _, r = self._project(y)
+        a = self._key_weight(t)[0] * self.keep  # (T, B, P, R, n), 0 in row i
+        yh = (y.reshape(T, B, P * R, d) @ Hd).reshape(T, B, P, R, n, C)  # y . h_l
+        rows = uh.sum(3)[:, :, :, None] + (a[..., None] * (yh - uh[:, :, :, None])).sum(4)  # (T, B, P, R, C)
+        out_i = self._row_i(r, y, delta)[0]  # (T, B, P, R, d)
+        return rows + out_i @ h_i  # (T, B, P, R, d) @ (T, B, P, d, C)
 
     def features(self, delta: torch.Tensor) -> torch.Tensor:
         y = self.xi[:, :, :, None, :] + delta  # (T, B, P, R, d)

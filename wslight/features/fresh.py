@@ -18,7 +18,7 @@ from .. import validate
 from .base import MAPS, FeatureMap, make_map
 from .deep_rf import DeepRFToken, deeper_forward64, fresh_deeper_layers
 from .rf import ACTIVATIONS, RFToken, fresh_preactivations
-from .single_token import SingleToken, map_features, single_token, token_class_for
+from .single_token import SingleToken, single_token, token_class_for, trial_features
 
 # kinds drawn from the law of (z, V^(i)) instead of being built
 LAW_MAPS = ("rf", "deep_rf")
@@ -113,8 +113,7 @@ class FreshMaps:
         T, B, n, d = X_ctx.shape
         if not self.drawn_from_law:
             maps = self.maps(n, d)
-            Phi = torch.stack([map_features(m, X_train[t]) for t, m in enumerate(maps)])
-            phi = torch.stack([map_features(m, X_ctx[t]) for t, m in enumerate(maps)])
+            Phi, phi = trial_features(maps, X_train), trial_features(maps, X_ctx)
             return Phi, phi, single_token(maps, X_ctx, [position], dt)
         X_all = torch.cat([X_ctx, X_train], dim=1)  # (T, B + N, n, d): one draw of z for every sample
         z64, blocks = fresh_preactivations(X_all, [position], self.width(n, d), self.seeds, self.variance)

@@ -240,15 +240,15 @@ class RFToken(SingleToken):
         g = 2 * (w @ self.V)  # (T, P, B R, k) @ (T, P, k, d) -> (T, P, B R, d)
         return f, g.reshape(T, P, B, R, d).permute(0, 2, 1, 3, 4)
 
-    def select_trials(self, idx: torch.Tensor):
-        """The `value_and_grad` of the trials idx only (their z and blocks copied), for a search that has finished the
+    def select_trials(self, idx: torch.Tensor) -> RFToken:
+        """The same algebra for the trials idx only (their z and blocks copied), for a search that has finished the
         other trials."""
         token = RFToken.__new__(RFToken)
         SingleToken.__init__(token, self.maps, self.z, self.positions, self.dtype)
         idx = idx.to(self.z.device)
         token.activation, token.act = self.activation, self.act
         token.z, token.V, token.phi0 = self.z[idx], self.V[idx], self.phi0[idx]
-        return token.value_and_grad
+        return token
 
     def top_curvature(self, v: torch.Tensor) -> torch.Tensor:
         """The exact top eigenvector of the Hessian of f at Delta = 0, 2 V^(i)T diag(act'(z)^2) V^(i) (a d x d matrix

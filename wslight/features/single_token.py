@@ -58,6 +58,11 @@ class SingleToken:
         """phi(X^i(Delta)): (T, B, P, R, d) -> (T, B, P, R, p)."""
         raise NotImplementedError
 
+    def select_trials(self, idx: Tensor) -> SingleToken | None:
+        """The same algebra restricted to the trials idx (long, (T',)), so a search can leave out the trials it has
+        finished; None when the family cannot (then every trial is evaluated to the end)."""
+        return None
+
     def bound_factors(self, j: Tensor) -> Tensor | None:
         """c (T, B) float64 with S <= c ||Delta|| / ||phi(X)|| for a move of token positions[j[t, b]] of sample
         (t, b) (docs/theory.md §3.2); None when the map has no such bound."""
@@ -136,7 +141,9 @@ def project_ball(delta: Tensor, radius: float) -> Tensor:
 
 
 @torch.no_grad()
-def map_features(feature_map: nn.Module, X: Tensor, exact: bool = False, chunk: int = 256) -> Tensor:
+def map_features(
+    feature_map: nn.Module, X: Tensor, exact: bool = False, chunk: int = 256, out: Tensor | None = None
+) -> Tensor:
     """phi(X) in float64, (M, n, d) -> (M, p), in chunks of samples.
 
     Args:
@@ -146,14 +153,31 @@ def map_features(feature_map: nn.Module, X: Tensor, exact: bool = False, chunk: 
             True: computed in float64 with the map's weights cast to float64 (`forward64`; the honest final value
             of an estimate).
         chunk: samples per forward pass.
+        out: (M, p) float64 to write into (e.g. one trial's slice of a (T, M, p) stack: no second copy).
     """
     if exact:
-        forward64 = getattr(feature_map, "forward64", None)
-        if forward64 is None:  # a plain module: a float64 copy of it
+        forward = getattr(feature_map, "forward64", None)
+        if forward is None:  # a plain module: a float64 copy of it
             double = copy.deepcopy(feature_map).to(torch.float64)
-            forward64 = lambda x: double(x.to(torch.float64))  # noqa: E731
-        return torch.cat([forward64(X[s : s + chunk]) for s in range(0, X.shape[0], chunk)])
-    return torch.cat([_forward(feature_map, X[s : s + chunk], torch.float64) for s in range(0, X.shape[0], chunk)])
+            forward = lambda x: double(x.to(torch.float64))  # noqa: E731
+    else:
+        forward = lambda x: _forward(feature_map, x, torch.float64)  # noqa: E731
+    if out is None:
+        return torch.cat([forward(X[s : s + chunk]) for s in range(0, X.shape[0], chunk)])
+    for s in range(0, X.shape[0], chunk):
+        out[s : s + chunk] = forward(X[s : s + chunk])
+    return out
+
+
+def trial_features(maps: Sequence[nn.Module], X: Tensor) -> Tensor:
+    """phi(X[t]) by map t, float64 as `map_features`: (T, M, n, d) -> (T, M, p), written in place (no stacking copy
+    of what can be hundreds of MB)."""
+    first = map_features(maps[0], X[0])
+    out = first.new_empty(len(maps), *first.shape)
+    out[0] = first
+    for t in range(1, len(maps)):
+        map_features(maps[t], X[t], out=out[t])
+    return out
 
 
 def matmul64(h: Tensor, V: Tensor, rows: int = 2048) -> Tensor:
