@@ -194,3 +194,33 @@ def test_the_wheel_carries_every_config(tmp_path):
     shipped = {f"wslight/configs/{p.relative_to(configs).as_posix()}" for p in configs.rglob("*.yaml")}
     assert shipped and shipped <= names
     assert {"wslight/py.typed", "wslight/config_files.py"} <= names
+
+
+# ------------------------------------------------------------------------------------------------ feature_map type
+def test_model_help_lists_the_maps_not_every_torch_module(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--model.help", "wslight.models.FeatureMapClassifier"])
+    out = capsys.readouterr().out
+    for name in ("RandomFeatures", "DeepRandomFeatures", "RandomAttentionFeatures", "ReLUAttentionFeatures"):
+        assert f"wslight.features.{name}" in out
+    assert "torch.nn.Conv2d" not in out and "torch.nn.Linear" not in out
+
+
+def test_any_module_with_d_still_works_from_python():
+    """Outside the command line the head takes any nn.Module mapping (B, n, d) to (B, p) with an int `d`."""
+    import torch
+    from torch import nn
+
+    from wslight.models import FeatureMapClassifier
+
+    class MeanReLU(nn.Module):
+        d, n = 4, 3
+
+        def out_dim(self, n=None):
+            return 6
+
+        def forward(self, X):  # (B, n, d) -> (B, 6)
+            return torch.relu(X.mean(1) @ torch.ones(4, 6))
+
+    model = FeatureMapClassifier(MeanReLU(), n=3, fit_mode="closed_form")
+    assert model(torch.ones(2, 3, 4)).shape == (2,) and model.p == 6

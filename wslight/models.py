@@ -12,7 +12,7 @@ from torch import nn
 from torchmetrics import MeanSquaredError
 from torchmetrics.classification import BinaryAccuracy
 
-from .features import output_dim
+from .features import FeatureMap, output_dim
 from .interpolation import min_norm_interpolator
 from .validate import choice, integer, number
 
@@ -28,8 +28,10 @@ class FeatureMapClassifier(pl.LightningModule):
     checkpoint); only `theta` is trainable.
 
     Args:
-        feature_map: the frozen map (RandomFeatures, DeepRandomFeatures, RandomAttentionFeatures or
-            ReLUAttentionFeatures).
+        feature_map: the frozen map: a `wslight.features.FeatureMap` (RandomFeatures, DeepRandomFeatures,
+            RandomAttentionFeatures, ReLUAttentionFeatures or a registered map). From Python any `nn.Module` mapping
+            (B, n, d) to (B, p) with an int attribute `d` (and `n` or `out_dim`) works too; the type is what the
+            command line offers and checks.
         n: number of tokens per sample (linked from the data in the CLI); sets the head's size for attention maps.
         fit_mode: "gradient": square loss against the labels, optimiser from the config (plain GD from the zero head
             converges to the minimum-norm interpolator); "closed_form": theta* = Phi^+ Y on the whole training set in
@@ -47,7 +49,7 @@ class FeatureMapClassifier(pl.LightningModule):
 
     def __init__(
         self,
-        feature_map: nn.Module,
+        feature_map: FeatureMap,
         n: int | None = None,
         fit_mode: Literal["gradient", "closed_form"] = "gradient",
         lr: float = 1e-3,
