@@ -39,14 +39,14 @@ def datamodule(path: Path, n: int = 6) -> EmbeddingDataModule:
     )
 
 
-def fit(path: Path, feature_map, callback: DeltaAttack | None, n: int = 6):
+def fit(path: Path, feature_map, callback: DeltaAttack | None, n: int = 6, progress: bool = False):
     dm = datamodule(path, n)
     trainer = Trainer(
         accelerator="cpu",
         devices=1,
         max_epochs=1,
         logger=TensorBoardLogger(str(path)),
-        enable_progress_bar=False,
+        enable_progress_bar=progress,
         enable_model_summary=False,
         enable_checkpointing=False,
         callbacks=[callback] if callback is not None else [],
@@ -181,6 +181,18 @@ def test_subset_N_and_test_end_hook(tmp_path):
     pos = torch.cat([torch.nonzero(ids == r["sample_id"]).flatten() for r in cb.records])
     X, _ = dm.embeddings.samples(pos, 6, 8)
     assert max(abs(float(a) - r["t0"]) for a, r in zip(model(X), cb.records, strict=True)) > 1e-3
+
+
+@pytest.mark.parametrize("progress", [True, False], ids=["bar", "no_bar"])
+def test_the_attack_shows_progress_per_context_unless_the_trainer_shows_none(tmp_path, capsys, progress):
+    cb = DeltaAttack(trainings=["retrain"], num_contexts=2, **FAST)
+    fit(tmp_path, RandomAttentionFeatures(8, seed=1), cb, progress=progress)
+    err = capsys.readouterr().err
+    if progress:  # one update per attacked context
+        assert "DeltaAttack contexts" in err and "1/2" in err and "2/2" in err, err
+    else:
+        assert "DeltaAttack" not in err
+    assert len(cb.records) == 2
 
 
 def test_rf_keeps_its_sign(tmp_path):

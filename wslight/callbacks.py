@@ -10,12 +10,14 @@ callback only schedules the work: the attacks, their records, the summary and th
 from __future__ import annotations
 
 import copy
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback
+from tqdm.auto import tqdm
 
 from . import validate
 from .attack import LOSSES
@@ -191,7 +193,7 @@ class DeltaAttack(Callback):
         name = map_name(fmap)
         objectives = attack_objectives(self.trainings, self.losses, [self.penalty])
         records = []
-        for i in range(rank, self.num_contexts, world_size):
+        for i in self._progress(trainer, range(rank, self.num_contexts, world_size)):
             idx = inp["ctx_idx"][i : i + 1]
             X_ctx, y_ctx = emb.samples(idx, n, d, normalize)  # (1, n, d), (1,)
             attack_seed = derive_seed(self.seed, "callback.attack", i)
@@ -228,6 +230,13 @@ class DeltaAttack(Callback):
                 ctx_ids=emb.sample_ids[idx],
             )
         return records
+
+    @staticmethod
+    def _progress(trainer: Trainer, contexts: range) -> Any:
+        """The contexts, with a bar on rank 0 (one update per attacked context) unless the trainer shows none."""
+        show = trainer.is_global_zero and trainer.progress_bar_callback is not None
+        # mininterval 0: each context takes seconds, so every update is worth a line in a log file
+        return tqdm(contexts, desc="DeltaAttack contexts", disable=not show, mininterval=0, file=sys.stderr)
 
     def run(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Attack this rank's contexts, gather on every rank, write and log on rank 0.
