@@ -2,7 +2,14 @@
 
 import math
 
-from wslight.paper_checks import all_checks, check_closed_forms, check_raf_flat, check_rf_bound, check_rf_sqrt_n_flat
+from wslight.paper_checks import (
+    all_checks,
+    check_closed_forms,
+    check_raf_flat,
+    check_rf_bound,
+    check_rf_cannot_flip,
+    check_rf_sqrt_n_flat,
+)
 
 
 def ws_rec(m, d, n, ws, **kw):
@@ -55,3 +62,30 @@ def test_without_records_every_check_is_not_applicable():
     rows = all_checks([], [], [], [])
     assert {r.status for r in rows} == {"N/A"}
     assert [r.id for r in rows] == [str(i) for i in range(1, 15)]
+
+
+def att_rec(N, d, D1, y=1.0, n=40, loss="err"):
+    return {
+        "experiment": "attack",
+        "map": "rf",
+        "N": N,
+        "n": n,
+        "d": d,
+        "D1": D1,
+        "y": y,
+        "loss": loss,
+        "err": (D1 + y) ** 2,
+        "sign_err": float(D1 * y > 0),  # 1: no flip
+        "gamma": 1.0,
+    }
+
+
+def test_rf_flip_check_reads_the_papers_range_of_n_over_d():
+    """Check 9 tests the trials with N / D <= 1300 / (40 * 768); flips beyond that range are reported, not tested."""
+    inside = [att_rec(100, 384, 0.8), att_rec(1300, 768, 0.7)]  # N / D = 0.016 and 0.042
+    beyond = [att_rec(1300, 384, -0.9), att_rec(700, 384, -0.5)]  # 0.085 and 0.046
+    check = check_rf_cannot_flip(inside + beyond)
+    assert check.status == "PASS"
+    assert "flip rate 0.00" in check.measured and "0.046-0.085" in check.measured and "flip rate 1.00" in check.measured
+    assert check_rf_cannot_flip(inside + [att_rec(100, 384, -0.9)] * 3).status == "FAIL"  # a flip inside fails
+    assert check_rf_cannot_flip(beyond).status == "N/A"

@@ -186,22 +186,32 @@ def _flip_summary(recs: list[dict]) -> tuple[float, float, float]:
     return stats["flip_rate"], stats["mean_yD1"], stats["median_err"]
 
 
+# The paper's attack on RF: n = 40, d = 768 (k = D = 30,720) and N up to 1,300 training samples
+PAPER_MAX_N_OVER_D = 1300 / (40 * 768)
+
+
 def check_rf_cannot_flip(att: list[dict]) -> Check:
     what, expected = (
-        "9. RF cannot flip: D1 stays on the side of y (every loss, both trainings)",
+        "9. RF cannot flip: D1 stays on the side of y (every loss, both trainings), at the paper's N / D <= 0.042",
         "flip rate <= 0.1, mean y*D1 > 0",
     )
-    recs = attack_of(att, "rf")
+    # the negative result needs N << D (docs/theory.md §8.9): the check reads the trials in the paper's range of
+    # N / D; with a smaller d the same N lies beyond it, and those trials are reported beside it, not tested
+    every = attack_of(att, "rf")
+    recs = [r for r in every if r["N"] / (r["n"] * r["d"]) <= PAPER_MAX_N_OVER_D + 1e-12]
     if not recs:
-        return _na("9", what, expected, "no RF attack trial")
+        return _na("9", what, expected, "no RF attack trial with N / D <= 0.042")
     flip, yd1, err = _flip_summary(recs)
-    return Check(
-        "9",
-        what,
-        f"flip rate {flip:.2f}, mean y*D1 {yd1:+.2f}, median err {err:.2f} ({len(recs)} records)",
-        expected,
-        _status(flip <= 0.1 and yd1 > 0),
-    )
+    observed = f"flip rate {flip:.2f}, mean y*D1 {yd1:+.2f}, median err {err:.2f} ({len(recs)} records)"
+    beyond = [r for r in every if r not in recs]
+    if beyond:
+        ratios = sorted({round(r["N"] / (r["n"] * r["d"]), 3) for r in beyond})
+        b_flip, b_yd1, _ = _flip_summary(beyond)
+        observed += (
+            f"; beyond the paper's range (N / D {ratios[0]:g}-{ratios[-1]:g}, {len(beyond)} records, not tested): "
+            f"flip rate {b_flip:.2f}, mean y*D1 {b_yd1:+.2f}"
+        )
+    return Check("9", what, observed, expected, _status(flip <= 0.1 and yd1 > 0))
 
 
 def check_raf_can_flip(att: list[dict]) -> Check:
