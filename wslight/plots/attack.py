@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # wslight.plots (imported first, as the parent 
 from matplotlib.figure import Figure
 
 from ..interpolation import TRAININGS
+from .style import LEGEND_FONTSIZE, colour, set_error_scale, styled
 
 MAP_TITLES = {"rf": "RF", "deep_rf": "DRF", "raf": "RAF", "relu_raf": "ReLU-RAF"}
 ALIGN_LOSSES = ("align", "align_proj")
@@ -36,7 +37,7 @@ def _grid(records: list[dict], rows: list[str]) -> tuple[Figure, dict]:
         for j, (m, n) in enumerate(cols):
             ax = axes[i, j]
             where[(tr, m, n)] = ax
-            ax.set_title(f"{MAP_TITLES.get(m, m)}, n = {n} ({ROW_TITLES.get(tr, tr)})", fontsize=9)
+            ax.set_title(f"{MAP_TITLES.get(m, m)}, n = {n} ({ROW_TITLES.get(tr, tr)})")
             ax.set_xlabel(r"$\gamma = \max(|t_0|, |D_0|)$")
             if j == 0:
                 ax.set_ylabel(r"Err $= (D_1 + y)^2$")
@@ -49,6 +50,7 @@ def _rows(records: Iterable[dict]) -> list[str]:
     return [t for t in TRAININGS if t in present] + sorted(present - set(TRAININGS))
 
 
+@styled
 def plot_attack_scatter(records: list[dict]) -> Figure:
     """Figure 4 style: Err against gamma, one colour per N, circles for the alignment losses, crosses for `err`.
 
@@ -66,7 +68,7 @@ def plot_attack_scatter(records: list[dict]) -> Figure:
         raise ValueError("records: expected attack records with loss in ['err', 'align', 'align_proj'], got none")
     fig, where = _grid(recs, _rows(recs))
     Ns = sorted({int(r["N"]) for r in recs})
-    colours = {N: plt.cm.viridis(i / max(len(Ns) - 1, 1)) for i, N in enumerate(Ns)}
+    colours = {N: colour(i) for i, N in enumerate(Ns)}
     for (tr, m, n), ax in where.items():
         for N in Ns:
             for kind, marker in (("align", "o"), ("err", "x")):
@@ -86,16 +88,18 @@ def plot_attack_scatter(records: list[dict]) -> Figure:
                     [r["gamma"] for r in pts],
                     [r["err"] for r in pts],
                     marker=marker,
-                    s=22,
+                    s=28,
                     label=f"N = {N}, {'alignment loss' if kind == 'align' else 'loss = Err'}",
                     **style,
                 )
         if ax.collections:
-            ax.legend(fontsize=6)
+            ax.legend(fontsize=LEGEND_FONTSIZE)
+    set_error_scale(where.values(), [r["err"] for r in recs])  # Err spans decades (1e-12 when the attack succeeds)
     fig.tight_layout()
     return fig
 
 
+@styled
 def plot_penalized(records: list[dict]) -> Figure:
     """Figure 5 style: Err against gamma for the penalized loss, one colour per penalty weight (the field `p`).
 
@@ -112,15 +116,16 @@ def plot_penalized(records: list[dict]) -> Figure:
         raise ValueError("records: expected attack records with loss 'penalized', got none")
     fig, where = _grid(recs, _rows(recs))
     penalties = sorted({float(r["p"]) for r in recs})
-    colours = {w: plt.cm.plasma(i / max(len(penalties) - 1, 1) * 0.85) for i, w in enumerate(penalties)}
+    colours = {w: colour(i) for i, w in enumerate(penalties)}
     for (tr, m, n), ax in where.items():
         for w in penalties:
             pts = [r for r in recs if r["training"] == tr and r["map"] == m and int(r["n"]) == n and float(r["p"]) == w]
             if pts:
                 ax.scatter(
-                    [r["gamma"] for r in pts], [r["err"] for r in pts], s=18, c=[colours[w]], label=f"penalty {w:g}"
+                    [r["gamma"] for r in pts], [r["err"] for r in pts], s=24, c=[colours[w]], label=f"penalty {w:g}"
                 )
         if ax.collections:
-            ax.legend(fontsize=6)
+            ax.legend(fontsize=LEGEND_FONTSIZE)
+    set_error_scale(where.values(), [r["err"] for r in recs])  # Err spans decades (1e-12 when the attack succeeds)
     fig.tight_layout()
     return fig

@@ -14,6 +14,8 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
+from .style import LEGEND_FONTSIZE, set_error_scale, styled
+
 TITLES = {
     "rf": "RF",
     "deep_rf": "DeepRF",
@@ -66,6 +68,7 @@ def ws_curves(
     return out
 
 
+@styled
 def plot_ws_curves(records: list[dict], map_name: str, group: Literal["d", "L"], scaled: bool = False) -> Figure:
     """S against n, one curve per d (or per L), mean over trials with a 1-sd band (as in the paper's Figures 2-3).
 
@@ -90,15 +93,17 @@ def plot_ws_curves(records: list[dict], map_name: str, group: Literal["d", "L"],
             alpha=0.2,
             linewidth=0,
         )
+    set_error_scale([ax], [m for _, means, _ in curves.values() for m in means])
     ax.set_xlabel("n (tokens)")
     ax.set_ylabel(r"$\mathcal{S}\sqrt{n}$" if scaled else r"$\mathcal{S}$ (word sensitivity)")
     ax.set_title(f"{TITLES.get(map_name, map_name)}" + (r", $\mathcal{S}\sqrt{n}$" if scaled else ""))
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=LEGEND_FONTSIZE)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return fig
 
 
+@styled
 def plot_ws_maps(records: list[dict]) -> Figure:
     """S against n for every map of a sweep on the same log-log axes, with the 1/sqrt(n) reference line.
 
@@ -140,7 +145,7 @@ def plot_ws_maps(records: list[dict]) -> Figure:
     ax.set_xlabel("n (tokens)")
     ax.set_ylabel(r"$\mathcal{S}$ (word sensitivity)")
     ax.set_title("Word sensitivity of every map")
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.legend(fontsize=LEGEND_FONTSIZE, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     return fig

@@ -11,6 +11,8 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
+from ..plots.style import LEGEND_FONTSIZE, colour, styled  # noqa: E402
+
 
 def _annotate(ax, M: np.ndarray, fmt: str = "{:.2f}", threshold: float | None = None) -> None:
     thr = (np.nanmax(M) + np.nanmin(M)) / 2 if threshold is None else threshold
@@ -18,6 +20,7 @@ def _annotate(ax, M: np.ndarray, fmt: str = "{:.2f}", threshold: float | None = 
         ax.text(k, q, fmt.format(v), ha="center", va="center", fontsize=8, color="black" if v > thr else "white")
 
 
+@styled
 def figure_attention_edit(res: dict, vlim: tuple[float, float] | None = None, annotate: bool = True) -> Figure:
     """Figure 1 left: the two attention maps with a shared colour scale, and their difference (b - a).
 
@@ -30,7 +33,7 @@ def figure_attention_edit(res: dict, vlim: tuple[float, float] | None = None, an
     lo, hi = (min(A.min(), B.min()), max(A.max(), B.max())) if vlim is None else vlim
     m = float(np.abs(D).max()) or 1.0
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.8), constrained_layout=True)
-    head = "mean over heads" if res["head"] is None else f"head {res['head']}"
+    head = "mean over heads" if res["head"] is None else f"head {res['head']}, 0-based"
     for ax, M, sent in zip(axes[:2], (A, B), res["sentences"], strict=True):
         im = ax.matshow(M, cmap="viridis", vmin=lo, vmax=hi)
         ax.set_title(f'"{sent}"', fontsize=10)
@@ -54,26 +57,28 @@ def figure_attention_edit(res: dict, vlim: tuple[float, float] | None = None, an
         ax.set_xlabel("key")
         ax.set_ylabel("query")
         ax.xaxis.set_label_position("top")
-    fig.suptitle(f"{res['encoder']}: attention of layer {res['layer'] + 1} ({head}), without [CLS] and [SEP]")
+    # layer and head as configured (0-based), so the title names what the config says
+    fig.suptitle(f"{res['encoder']}: attention of layer {res['layer']} ({head}), without [CLS] and [SEP]")
     return fig
 
 
+@styled
 def figure_layerwise(res: dict, log: bool = True) -> Figure:
     """Figure 3 panel 3: relative change per layer: Delta (two variants), Gaussian (mean, 1-sd band), best real word."""
     rc = {k: v.detach().cpu().numpy() for k, v in res["rel_change"].items()}
     layers = np.arange(len(rc["closed_form"]))
     fig, ax = plt.subplots(figsize=(6.2, 4.4), constrained_layout=True)
-    ax.plot(layers, rc["optimised"], "o-", color="C3", label=r"$\Delta$ (optimised)")
-    ax.plot(layers, rc["closed_form"], "s--", color="C1", label=r"$\Delta$ (closed form)")
+    ax.plot(layers, rc["optimised"], "o-", color=colour(1), label=r"$\Delta$ (optimised)")
+    ax.plot(layers, rc["closed_form"], "s--", color=colour(4), label=r"$\Delta$ (closed form)")
     mu, sd = rc["gaussian_mean"], rc["gaussian_sd"]
-    ax.plot(layers, mu, "o-", color="C0", label=f"Gaussian, same norm ({res['n_draws']} draws)")
+    ax.plot(layers, mu, "o-", color=colour(0), label=f"Gaussian, same norm ({res['n_draws']} draws)")
     # On a log axis the band is clipped below at the smallest draw (mean - sd can be <= 0 for a heavy-tailed layer).
     lo = np.maximum(mu - sd, rc["gaussian"].min(0)) if log else mu - sd
-    ax.fill_between(layers, lo, mu + sd, color="C0", alpha=0.25, label="Gaussian mean $\\pm$ 1 sd")
+    ax.fill_between(layers, lo, mu + sd, color=colour(0), alpha=0.25, label="Gaussian mean $\\pm$ 1 sd")
     rep = res.get("replacement")
     if rep is not None:
         word = rep["tokens"][rep["best"]]
-        ax.plot(layers, rc["replacement_best"], "^:", color="C2", label=f'best real word: "{word}"')
+        ax.plot(layers, rc["replacement_best"], "^:", color=colour(2), label=f'best real word: "{word}"')
     if log:
         ax.set_yscale("log")
     ax.set_xticks(layers)
@@ -85,10 +90,11 @@ def figure_layerwise(res: dict, log: bool = True) -> Figure:
         fontsize=10,
     )
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=LEGEND_FONTSIZE)
     return fig
 
 
+@styled
 def figure_attention_under_delta(res: dict) -> Figure:
     """Figure 3 panel 4: one head's attention before and after Delta, tokens as tick labels, perturbed key boxed."""
     before, after = (res[k].detach().cpu().numpy() for k in ("before", "after"))
@@ -109,5 +115,5 @@ def figure_attention_under_delta(res: dict) -> Figure:
         ax.set_title(title, fontsize=10)
         ax.add_patch(Rectangle((i - 0.5, -0.5), 1, n, fill=False, edgecolor="red", lw=1.2))
     fig.colorbar(im, ax=axes, shrink=0.7, label="attention")
-    fig.suptitle(f"{res['encoder']}: layer {res['layer'] + 1}, head {res['head'] + 1} ({res['method']} $\\Delta$)")
+    fig.suptitle(f"{res['encoder']}: layer {res['layer']}, head {res['head']} ({res['method']} $\\Delta$, 0-based)")
     return fig

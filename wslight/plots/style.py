@@ -1,0 +1,71 @@
+"""The one style of every figure: legible at column width, colour-blind safe, visible in print.
+
+Okabe-Ito colours without its pale yellow (markers must show on white paper), legends and ticks at 8 pt or more, and
+`error_scale` choosing a log axis for errors that span decades (or sit at rounding level, where a linear autoscaled
+axis would show float noise as spread). Figure functions take the style with the `styled` decorator.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, TypeVar
+
+import matplotlib.pyplot as plt
+from cycler import cycler
+
+# Okabe & Ito (2008), "Color Universal Design": blue, vermillion, bluish green, reddish purple, orange, sky blue, black
+# (their yellow #F0E442 left out: too pale for markers on white).
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
+LEGEND_FONTSIZE = 8
+STYLE = {
+    "axes.prop_cycle": cycler(color=PALETTE),
+    "legend.fontsize": LEGEND_FONTSIZE,
+    "legend.title_fontsize": LEGEND_FONTSIZE,
+    "font.size": 9,
+    "axes.titlesize": 9,
+    "axes.labelsize": 9,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "lines.markersize": 5,
+}
+# Positive values whose max/min reaches this ratio (two decades) get a log axis.
+DECADES_RATIO = 100.0
+# Below this every value is rounding noise around zero for the errors drawn here: a log axis shows its true size.
+ROUNDING_LEVEL = 1e-6
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def colour(i: int) -> str:
+    """The i-th colour of the palette (cycling)."""
+    return PALETTE[i % len(PALETTE)]
+
+
+def error_scale(values: Iterable[float]) -> Literal["log", "linear"]:
+    """"log" when the positive finite values span two decades or more, or all lie below ROUNDING_LEVEL."""
+    pos = [v for v in (float(x) for x in values) if v > 0 and math.isfinite(v)]
+    if not pos:
+        return "linear"
+    lo, hi = min(pos), max(pos)
+    return "log" if hi / lo >= DECADES_RATIO or hi < ROUNDING_LEVEL else "linear"
+
+
+def set_error_scale(axes: Iterable[Any], values: Iterable[float]) -> None:
+    """Give every axis the y scale `error_scale` chooses (zeros drawn at the bottom edge of a log axis)."""
+    scale = error_scale(values)
+    for ax in axes:
+        if scale == "log":
+            ax.set_yscale("log", nonpositive="clip")
+
+
+def styled(fn: F) -> F:
+    """Draw a figure function's artists under STYLE (rcParams are read when the artists are made)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with plt.rc_context(STYLE):
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
