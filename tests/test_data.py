@@ -542,3 +542,15 @@ def test_first_selection_takes_the_authors_picks(tmp_path):
     short = [i for i in range(200) if len(tok.tokenize(corpus.texts[i])) < 240][:2]  # first short negatives
     short += [i for i in range(12_500, 12_700) if len(tok.tokenize(corpus.texts[i])) < 240][:2]  # and positives
     assert sorted(e.sample_ids.tolist()) == short
+
+
+def test_first_copies_flags_a_review_held_twice(emb):
+    """A sample whose token ids repeat an earlier sample's is not a first copy, so the attack never draws both."""
+    first = emb.first_copies()
+    assert first.shape == (len(emb),) and bool(first.all())  # the M reviews of the cache are distinct
+    ids = np.asarray(emb._map("input_ids")).copy()
+    ids[5] = ids[2]  # sample 5 now repeats sample 2
+    store = pickle.loads(pickle.dumps(emb))
+    store._maps, store._first = {"input_ids": ids}, None
+    flags = store.first_copies()
+    assert flags.tolist() == [i != 5 for i in range(len(emb))]

@@ -91,6 +91,7 @@ class TokenEmbeddings:
         self.path = path
         self._synthetic = synthetic
         self._maps: dict[str, np.ndarray] | None = None
+        self._first: Tensor | None = None
         self.built = False
 
     def __len__(self) -> int:
@@ -150,6 +151,19 @@ class TokenEmbeddings:
         """
         X = _as_float(self.raw(index, n, d).to(dtype))  # (B, n, d); n and d checked by raw
         return (_rescale_rows(X, d) if normalize else X), self.labels[self._rows(index)]
+
+    def first_copies(self) -> Tensor:
+        """(M,) bool, False for a sample whose token ids repeat an earlier sample's (a review the source holds twice),
+        so that draws of distinct samples can skip it; synthetic samples are all distinct."""
+        if self._first is None:
+            first = np.ones(len(self), dtype=bool)
+            if self._synthetic is None and len(self):
+                ids = np.asarray(self._map("input_ids"))  # (M, S)
+                _, keep = np.unique(ids, axis=0, return_index=True)
+                first[:] = False
+                first[keep] = True
+            self._first = torch.from_numpy(first)
+        return self._first
 
     def input_ids(self, index) -> Tensor:
         """Token ids of `index`, (B, S) int64 ([CLS] ... [SEP] [PAD]...); text sources only."""

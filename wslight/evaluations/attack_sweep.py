@@ -231,7 +231,14 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
         trials, Xs, ys, ids = [], [], [], []
         for s in specs:
             trial_seed = derive_seed(self.seed, "attack", m, n, L, N, s["trial"])
-            index = torch.randperm(len(self.store), generator=generator(trial_seed, "attack.samples"))[: N + c]
+            order = torch.randperm(len(self.store), generator=generator(trial_seed, "attack.samples"))
+            # distinct reviews: a review the source holds twice would make the Gram singular (docs/theory.md §8.8)
+            index = order[self.store.first_copies()[order]][: N + c]
+            if len(index) < N + c:
+                raise ValueError(
+                    f"N_values: N + contexts = {N + c} exceeds the {len(index)} distinct samples of the embeddings; "
+                    "raise embeddings.num_samples"
+                )
             X, y = self.store.samples(index, n, self.d)  # (N + c, n, d), (N + c,)
             Xs.append(X)
             ys.append(y)
