@@ -102,3 +102,22 @@ class CPUTrainer:
 @pytest.fixture(scope="session")
 def cpu_trainer() -> CPUTrainer:
     return CPUTrainer()
+
+
+@pytest.fixture
+def cli_fails(capsys):
+    """`cli_fails(args, evaluate=False)`: run `wslight.cli.main(args)`, expect exit status 2 and one short block on
+    stderr (the message and the line saying how to see the traceback, no traceback, no value dump); returns stderr."""
+    from wslight.cli import main
+
+    def run(args: list[str], evaluate: bool = False) -> str:
+        with pytest.raises(SystemExit) as exc:
+            main(args, evaluate=evaluate)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and "Given value" not in err, err
+        lines = [x for x in err.splitlines() if "error:" in x or x.startswith("(the full traceback")]
+        assert len(lines) == 2, err
+        return err
+
+    return run

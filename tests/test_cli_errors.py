@@ -19,18 +19,6 @@ TRAIN = str(CONF / "raf.yaml")
 WS = str(CONF / "ws" / "raf.yaml")
 
 
-def fails(capsys, args, evaluate=False) -> str:
-    """Run main(args), expect exit status 2, return stderr (checked: one short block, no traceback)."""
-    with pytest.raises(SystemExit) as exc:
-        main(args, evaluate=evaluate)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and "Given value" not in err, err
-    lines = [x for x in err.splitlines() if "error:" in x or x.startswith("(the full traceback")]
-    assert len(lines) == 2, err  # the message and the line saying how to see the traceback
-    return err
-
-
 @pytest.mark.parametrize(
     "extra, pattern",
     [
@@ -68,45 +56,45 @@ def fails(capsys, args, evaluate=False) -> str:
     ],
     ids=lambda v: v[0] if isinstance(v, list) else None,
 )
-def test_training_mistakes_name_the_key_path(capsys, tmp_path, extra, pattern):
-    err = fails(capsys, ["fit", "--config", TRAIN, "--trainer.logger.init_args.save_dir", str(tmp_path), *extra])
+def test_training_mistakes_name_the_key_path(cli_fails, tmp_path, extra, pattern):
+    err = cli_fails(["fit", "--config", TRAIN, "--trainer.logger.init_args.save_dir", str(tmp_path), *extra])
     assert re.search(pattern, err), err
     assert not list(tmp_path.rglob("*")), "nothing may be written for a bad command"
 
 
-def test_evaluation_mistake_names_the_key_path(capsys):
-    err = fails(capsys, ["test", "--config", WS, "--model.init_args.trials", "0"], evaluate=True)
+def test_evaluation_mistake_names_the_key_path(cli_fails):
+    err = cli_fails(["test", "--config", WS, "--model.init_args.trials", "0"], evaluate=True)
     assert "evaluate.py: error: model.init_args.trials must be a positive integer, got 0" in err
 
 
 @pytest.mark.parametrize("key", ["model.init_args.feature_map.init_args.n", "model.init_args.n"])
-def test_a_value_on_a_linked_key_is_an_error_naming_the_link(capsys, key):
-    err = fails(capsys, ["fit", "--config", TRAIN, f"--{key}", "50"])
+def test_a_value_on_a_linked_key_is_an_error_naming_the_link(cli_fails, key):
+    err = cli_fails(["fit", "--config", TRAIN, f"--{key}", "50"])
     assert f"{key} is linked from data.init_args.n" in err and "set data.init_args.n instead" in err
 
 
-def test_a_linked_key_in_a_config_file_is_an_error_too(capsys, tmp_path):
+def test_a_linked_key_in_a_config_file_is_an_error_too(cli_fails, tmp_path):
     cfg = tmp_path / "raf_d.yaml"
     text = Path(TRAIN).read_text().replace("        seed: 0\n", "        seed: 0\n        d: 12\n", 1)
     assert "d: 12" in text
     cfg.write_text(text)
-    err = fails(capsys, ["fit", "--config", str(cfg)])
+    err = cli_fails(["fit", "--config", str(cfg)])
     assert "model.init_args.feature_map.init_args.d is linked from data.init_args.d" in err
 
 
-def test_a_config_given_to_the_other_entry_point_says_which_one_it_belongs_to(capsys):
-    err = fails(capsys, ["test", "--config", TRAIN], evaluate=True)
+def test_a_config_given_to_the_other_entry_point_says_which_one_it_belongs_to(cli_fails):
+    err = cli_fails(["test", "--config", TRAIN], evaluate=True)
     assert "is a training config" in err and f"python train.py fit --config {TRAIN}" in err
-    err = fails(capsys, ["fit", "--config", WS])
+    err = cli_fails(["fit", "--config", WS])
     assert "is an evaluation config (wslight.evaluations.WordSensitivitySweep)" in err
     assert f"python evaluate.py --config {WS}" in err
-    err = fails(capsys, ["test", "fit", "--config", WS], evaluate=True)  # `evaluate.py fit ...`
+    err = cli_fails(["test", "fit", "--config", WS], evaluate=True)  # `evaluate.py fit ...`
     assert "evaluate.py runs the `test` subcommand itself" in err and "python train.py fit" in err
 
 
-def test_evaluate_py_test_is_accepted_once(capsys):
+def test_evaluate_py_test_is_accepted_once(cli_fails):
     """`evaluate.py test --config ...` (the usage line shows `test`) means `evaluate.py --config ...`."""
-    err = fails(capsys, ["test", "test", "--config", WS, "--model.init_args.trials", "0"], evaluate=True)
+    err = cli_fails(["test", "test", "--config", WS, "--model.init_args.trials", "0"], evaluate=True)
     assert "model.init_args.trials must be a positive integer, got 0" in err
 
 
@@ -119,11 +107,11 @@ def test_debug_flag_and_env_raise_the_original_error(capsys, monkeypatch):
         main(args)
 
 
-def test_console_script_evaluate_is_evaluate_py(capsys):
+def test_console_script_evaluate_is_evaluate_py(cli_fails):
     """`wslight evaluate --config ...` is evaluate.py (the `test` subcommand supplied), training stays `wslight fit`."""
-    err = fails(capsys, ["evaluate", "--config", WS, "--model.init_args.trials", "0"])
+    err = cli_fails(["evaluate", "--config", WS, "--model.init_args.trials", "0"])
     assert "evaluate.py: error: model.init_args.trials must be a positive integer, got 0" in err
-    err = fails(capsys, ["evaluate", "--config", TRAIN])
+    err = cli_fails(["evaluate", "--config", TRAIN])
     assert "is a training config" in err
 
 

@@ -20,33 +20,23 @@ TRAIN = str(CONF / "raf.yaml")
 WS = str(CONF / "ws" / "raf.yaml")
 
 
-def error_of(capsys, args, evaluate=False) -> str:
-    """stderr of a command that must stop with exit status 2 and one error line, no traceback."""
-    with pytest.raises(SystemExit) as exc:
-        main(args, evaluate=evaluate)
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err and len([x for x in err.splitlines() if "error:" in x]) == 1, err
-    return err
-
-
 # ----------------------------------------------------------------------------------------------------- messages
-def test_an_abbreviated_key_is_an_error_with_the_full_key_suggested(capsys):
-    err = error_of(capsys, ["fit", "--config", TRAIN, "--trainer.max_epoch", "3"])
+def test_an_abbreviated_key_is_an_error_with_the_full_key_suggested(cli_fails):
+    err = cli_fails(["fit", "--config", TRAIN, "--trainer.max_epoch", "3"])
     assert "unknown argument(s): --trainer.max_epoch 3; did you mean --trainer.max_epochs?" in err
 
 
 @pytest.mark.parametrize("evaluate", [False, True], ids=["train", "evaluate"])
-def test_a_log_folder_under_a_file_names_the_key_and_the_path(capsys, tmp_path, evaluate):
+def test_a_log_folder_under_a_file_names_the_key_and_the_path(cli_fails, tmp_path, evaluate):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     args = ["test" if evaluate else "fit", "--config", WS if evaluate else TRAIN]
-    err = error_of(capsys, [*args, "--trainer.logger.init_args.save_dir", str(blocker / "logs")], evaluate)
+    err = cli_fails([*args, "--trainer.logger.init_args.save_dir", str(blocker / "logs")], evaluate)
     assert f"trainer.logger.init_args.save_dir={blocker / 'logs'}: cannot create" in err
     assert f"{blocker} is not a directory" in err
 
 
-def test_a_read_only_log_folder_names_the_key_and_the_path(capsys, tmp_path, monkeypatch):
+def test_a_read_only_log_folder_names_the_key_and_the_path(cli_fails, tmp_path, monkeypatch):
     """A folder where no file can be created (simulated: the tests may run as root, who writes anywhere)."""
     import wslight.results
 
@@ -54,26 +44,26 @@ def test_a_read_only_log_folder_names_the_key_and_the_path(capsys, tmp_path, mon
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(wslight.results.tempfile, "TemporaryFile", refuse)
-    err = error_of(capsys, ["fit", "--config", TRAIN, "--trainer.logger.init_args.save_dir", str(tmp_path / "ro")])
+    err = cli_fails(["fit", "--config", TRAIN, "--trainer.logger.init_args.save_dir", str(tmp_path / "ro")])
     assert f"trainer.logger.init_args.save_dir={tmp_path / 'ro'}: cannot write" in err
     assert "Permission denied" in err and "OSError" not in err
 
 
-def test_a_misspelled_encoder_names_the_bundled_one_not_the_hub(capsys):
+def test_a_misspelled_encoder_names_the_bundled_one_not_the_hub(cli_fails):
     args = ["fit", "--config", TRAIN, "--data.init_args.embeddings.source", "imdb_offline"]
-    err = error_of(capsys, [*args, "--data.init_args.embeddings.encoder", "bundled-minlm"])
+    err = cli_fails([*args, "--data.init_args.embeddings.encoder", "bundled-minlm"])
     assert "data.init_args.embeddings.encoder 'bundled-minlm' is not a known encoder" in err
     assert "did you mean 'bundled-minilm'" in err and "unreachable" not in err
 
 
-def test_a_hub_encoder_offline_still_says_the_hub_is_unreachable(capsys, monkeypatch):
+def test_a_hub_encoder_offline_still_says_the_hub_is_unreachable(cli_fails, monkeypatch):
     from huggingface_hub import try_to_load_from_cache
 
     if isinstance(try_to_load_from_cache("bert-base-uncased", "config.json"), str):
         pytest.skip("bert-base-uncased is in the local Hugging Face cache")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     args = ["fit", "--config", TRAIN, "--data.init_args.embeddings.source", "imdb_offline"]
-    err = error_of(capsys, [*args, "--data.init_args.embeddings.encoder", "bert-base-uncased"])
+    err = cli_fails([*args, "--data.init_args.embeddings.encoder", "bert-base-uncased"])
     assert "data.init_args.embeddings.encoder 'bert-base-uncased'" in err
     assert "needs the Hugging Face hub, which is unreachable" in err and "bundled-minilm" in err
 
@@ -146,30 +136,30 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("name", ["ws/raf", "ws/raf.yaml", "configs/ws/raf.yaml"])
-def test_a_shipped_config_is_found_by_name_from_any_directory(capsys, tmp_path, monkeypatch, name):
+def test_a_shipped_config_is_found_by_name_from_any_directory(cli_fails, tmp_path, monkeypatch, name):
     monkeypatch.chdir(tmp_path)
-    err = error_of(capsys, ["evaluate", "--config", name, "--model.init_args.trials", "0"])
+    err = cli_fails(["evaluate", "--config", name, "--model.init_args.trials", "0"])
     assert "evaluate.py: error: model.init_args.trials must be a positive integer, got 0" in err
     assert not list(tmp_path.iterdir())
 
 
-def test_a_training_config_is_found_by_name_for_train_py(capsys, tmp_path, monkeypatch):
+def test_a_training_config_is_found_by_name_for_train_py(cli_fails, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    err = error_of(capsys, ["fit", "--config", "raf", "--data.init_args.val_fraction", "1.5"])
+    err = cli_fails(["fit", "--config", "raf", "--data.init_args.val_fraction", "1.5"])
     assert "data.init_args.val_fraction must be a finite number in [0, 1)" in err
 
 
-def test_a_file_in_the_working_directory_wins_over_the_shipped_name(capsys, tmp_path, monkeypatch):
+def test_a_file_in_the_working_directory_wins_over_the_shipped_name(cli_fails, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws" / "raf.yaml").write_text(Path(WS).read_text().replace("trials: 2", "trials: -3"))
-    err = error_of(capsys, ["evaluate", "--config", "ws/raf.yaml"])
+    err = cli_fails(["evaluate", "--config", "ws/raf.yaml"])
     assert "model.init_args.trials must be a positive integer, got -3" in err
 
 
-def test_an_unknown_config_name_lists_close_shipped_names(capsys, tmp_path, monkeypatch):
+def test_an_unknown_config_name_lists_close_shipped_names(cli_fails, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    err = error_of(capsys, ["evaluate", "--config", "ws/rff"])
+    err = cli_fails(["evaluate", "--config", "ws/rff"])
     assert "--config ws/rff: no such file, and no shipped config named 'ws/rff'; did you mean ws/rf" in err
 
 
