@@ -2,6 +2,7 @@
 probe titles that name the configured (0-based) layer and head."""
 
 import matplotlib.colors as mcolors
+import matplotlib.pyplot as plt
 import pytest
 import torch
 
@@ -9,6 +10,13 @@ from wslight.plots.attack import plot_attack_scatter, plot_penalized
 from wslight.plots.style import LEGEND_FONTSIZE, PALETTE, error_scale
 from wslight.plots.ws import plot_ws_maps
 from wslight.probes.figures import figure_attention_edit, figure_attention_under_delta
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    """Every figure drawn here is closed after its test (other tests count the open ones)."""
+    yield
+    plt.close("all")
 
 
 def attack_records(errs, loss="err"):
@@ -44,19 +52,13 @@ def test_palette_has_no_pale_colour():
 
 @pytest.mark.parametrize("plot, loss", [(plot_attack_scatter, "err"), (plot_penalized, "penalized")])
 def test_attack_figures_use_a_log_error_axis_legible_legends_and_visible_markers(plot, loss):
-    fig = plot(attack_records([1e-12, 2e-12, 0.8], loss))
-    try:
-        ax = fig.axes[0]
-        assert ax.get_yscale() == "log"
-        assert ax.get_legend() is not None
-        assert all(t.get_fontsize() >= LEGEND_FONTSIZE >= 8 for t in ax.get_legend().get_texts())
-        for coll in ax.collections:
-            colours = list(coll.get_edgecolors()) + list(coll.get_facecolors())
-            assert colours and all(luminance(c[:3]) < 0.75 for c in colours if c[3] > 0)
-    finally:
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
+    ax = plot(attack_records([1e-12, 2e-12, 0.8], loss)).axes[0]
+    assert ax.get_yscale() == "log"
+    assert ax.get_legend() is not None
+    assert all(t.get_fontsize() >= LEGEND_FONTSIZE >= 8 for t in ax.get_legend().get_texts())
+    for coll in ax.collections:
+        colours = list(coll.get_edgecolors()) + list(coll.get_facecolors())
+        assert colours and all(luminance(c[:3]) < 0.75 for c in colours if c[3] > 0)
     fig = plot(attack_records([0.3, 0.6, 0.9], loss))
     assert fig.axes[0].get_yscale() == "linear"
 
