@@ -4,8 +4,8 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from wslight.attack import delta_attack
-from wslight.features import RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
+from wslight.attack import delta_attack, delta_attacks
+from wslight.features import FreshMaps, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
 from wslight.interpolation import fit_heads
 from wslight.plots.attack import plot_attack_scatter, plot_penalized
 from wslight.seeding import generator
@@ -252,3 +252,25 @@ def test_cache_shares_heads_across_objectives_and_not_across_samples(rows):
     other = delta_attack(fm, X[4:], y[4:], X[2:4], y[2:4], steps=30, cache=cache)  # other samples: recomputed
     assert cache["heads"] is not heads
     assert torch.equal(other["t0"], delta_attack(fm, X[4:], y[4:], X[2:4], y[2:4], steps=30)["t0"])
+
+
+@pytest.mark.parametrize("kind", ["rf", "raf"])
+def test_objectives_searched_together_equal_each_searched_alone(rows, kind):
+    """delta_attacks runs every objective's chains in one loop (one map evaluation per step for all of them); each
+    objective's result is the one it gets alone, on 3 trials with their own fresh maps and training sets."""
+    X = rows(3 * 14, 5, 6, seed=3, dtype=torch.float64).reshape(3, 14, 5, 6)
+    y = torch.tensor([1.0, -1.0] * 7, dtype=torch.float64).repeat(3, 1)
+    objectives = [("finetune", "err", 0.0), ("retrain", "align", 0.0), ("retrain", "penalized", 0.5)]
+    fm = FreshMaps(kind, [4, 5, 6])
+    together = delta_attacks(fm, X[:, 2:], y[:, 2:], X[:, :2], y[:, :2], objectives, steps=60, seed=[1, 2, 3])
+    for (training, loss, penalty), out in zip(objectives, together):
+        alone = delta_attack(
+            fm, X[:, 2:], y[:, 2:], X[:, :2], y[:, :2], training, loss, penalty, steps=60, seed=[1, 2, 3]
+        )
+        for k in ("D0", "D1", "err", "loss", "delta_norm"):
+            assert torch.allclose(out[k], alone[k], rtol=1e-9, atol=1e-12), (loss, k)
+        assert torch.equal(out["steps"], alone["steps"]) and torch.equal(out["restart"], alone["restart"])
+    with pytest.raises(ValueError, match="objectives"):
+        delta_attacks(fm, X[:, 2:], y[:, 2:], X[:, :2], y[:, :2], [])
+    with pytest.raises(ValueError, match="loss must be one of"):
+        delta_attacks(fm, X[:, 2:], y[:, 2:], X[:, :2], y[:, :2], [("retrain", "errr", 0.0)])

@@ -153,9 +153,9 @@ def test_bad_sizes_raise_before_any_attack(fitted, monkeypatch, tmp_path):
     trainer, model, dm, _ = fitted
 
     def no_attack(*args, **kwargs):
-        raise AssertionError("delta_attack ran before the sizes were checked")
+        raise AssertionError("delta_attacks ran before the sizes were checked")
 
-    monkeypatch.setattr(attack_sweep, "delta_attack", no_attack)
+    monkeypatch.setattr(attack_sweep, "delta_attacks", no_attack)
     M = len(dm.train_indices)
     with pytest.raises(ValueError, match=rf"^N must be <= {M} .*got 1000"):
         DeltaAttack(N=1000).run(trainer, model)

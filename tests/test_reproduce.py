@@ -17,7 +17,7 @@ SYNTH = {"source": "synthetic", "synthetic_dim": 16, "num_samples": 60}
 TINY = {
     "ws_rf": {"d_values": [16], "n_values": [4, 8], "trials": 2, "max_steps": 60},
     "attack_fig4": {
-        "cases": [{"map": "rf", "n": 6}],
+        "cases": [{"map": "rf", "n": 30}],  # N / D = 10 / 240, in the range check 9 reads
         "d": 8,
         "N_values": [10],
         "trials": 2,

@@ -140,6 +140,20 @@ def delta_attack(
     training: Literal["finetune", "retrain"] = "retrain",
     loss: Literal["err", "align", "align_proj", "penalized"] = "err",
     penalty: float = 0.0,
+    **options,
+) -> dict[str, Tensor]:
+    """The attack under one objective (training, loss, penalty): `delta_attacks` with that one; see it for the
+    arguments and the output."""
+    return delta_attacks(feature_map, X_train, Y, X_ctx, y_ctx, [(training, loss, penalty)], **options)[0]
+
+
+def delta_attacks(
+    feature_map: nn.Module | Sequence[nn.Module] | FreshMaps,
+    X_train: Tensor,
+    Y: Tensor,
+    X_ctx: Tensor,
+    y_ctx: Tensor,
+    objectives: Sequence[tuple[str, str, float]] = (("retrain", "err", 0.0),),
     position: int = 0,
     radius: float | None = None,
     steps: int | None = None,
@@ -153,7 +167,7 @@ def delta_attack(
     dtype: torch.dtype = torch.float64,
     return_delta: bool = False,
     cache: dict | None = None,
-) -> dict[str, Tensor]:
+) -> list[dict[str, Tensor]]:
     """Optimise Delta on one token of each context sample and report the closed-form heads' outputs
     (docs/theory.md §6.5).
 
@@ -167,6 +181,10 @@ def delta_attack(
     RF/DRF lr 100 for 300 steps, RAF/ReLU-RAF lr 1 for 50 n steps, start exactly at x0, final iterate).
     Working definitions (docs/theory.md §6.1): err = (D1 + y)^2 against y_Delta = -y, gamma = max(|t0|, |D0|).
 
+    Several objectives (training, loss, penalty) are attacked in one loop: each has its own R chains (the same
+    starts), and every step evaluates the map once for all of them, so they share its cost (e.g. the reads of RF's
+    k x d block); a chain follows the path it follows alone.
+
     Args:
         feature_map: a feature map, a sequence of T maps (one per trial), or `FreshMaps` (T fresh maps of one kind,
             the paper's protocol; RF / DeepRF drawn from the law of their features on the trial's samples,
@@ -175,9 +193,9 @@ def delta_attack(
         Y: (M,) or (T, M) training labels.
         X_ctx: (B, n, d) or (T, B, n, d) context samples (not in the training set).
         y_ctx: (B,) or (T, B) context labels y (the attack targets -y).
-        training: "finetune" (theta_f) or "retrain" (theta_r).
-        loss: "err" (16), "align" (24a), "align_proj" (24b) or "penalized" (err + penalty (phi^T theta*)^2).
-        penalty: the penalty weight (called p in the paper and in results.jsonl), >= 0; used by "penalized".
+        objectives: (training, loss, penalty) triples; training "finetune" (theta_f) or "retrain" (theta_r); loss
+            "err" (16), "align" (24a), "align_proj" (24b) or "penalized" (err + penalty (phi^T theta*)^2); penalty
+            the weight (called p in the paper and in results.jsonl), >= 0, used by "penalized".
         position: index of the perturbed token (0 = [CLS] as in the paper).
         radius: radius of the ball around the clean token; None means sqrt(d).
         steps: maximum number of steps; None means 400 (faithful: 300 for RF/DRF, 50 n for RAF/ReLU-RAF).
@@ -196,13 +214,21 @@ def delta_attack(
             (the dict holds them; a call on other samples, maps or position recomputes and replaces them).
 
     Returns:
-        dict of (B,) tensors ((T, B) with trials): y, t0, t1, D0, D1, err, sign_err, gamma, proj_ratio, abs_t0,
-        abs_D0, delta_norm, steps, loss (final objective), restart (the one kept), gram_cond, gram_ill_conditioned.
+        one dict per objective, of (B,) tensors ((T, B) with trials): y, t0, t1, D0, D1, err, sign_err, gamma,
+        proj_ratio, abs_t0, abs_D0, delta_norm, steps, loss (final objective), restart (the one kept), gram_cond,
+        gram_ill_conditioned.
     """
     # ---- validation, before any heavy work
-    validate.choice("training", training, TRAININGS)
-    validate.choice("loss", loss, LOSSES)
-    penalty = validate.number("penalty", penalty, 0.0)
+    if not objectives:
+        raise ValueError("objectives: expected at least one (training, loss, penalty), got none")
+    objectives = [
+        (
+            validate.choice("training", training, TRAININGS),
+            validate.choice("loss", loss, LOSSES),
+            validate.number("penalty", penalty, 0.0),
+        )
+        for training, loss, penalty in objectives
+    ]
     if X_train.dim() not in (3, 4) or X_ctx.dim() != X_train.dim():
         raise ValueError(
             f"X_train/X_ctx: expected (M, n, d)/(B, n, d) or (T, M, n, d)/(T, B, n, d), "
@@ -278,24 +304,29 @@ def delta_attack(
         """(T, B, R, d) -> (T, B, R, 3): phi(X')^T [theta*, phi, P phi]."""
         return token.readout(delta[:, :, None], hv)[:, :, 0]
 
-    def objective(delta: Tensor, token=token, hv=hv, hR=hR) -> Tensor:  # (T, B, R)
-        sap = inner(delta, token, hv).to(torch.float64)
-        return attack_objective(sap[..., 0], sap[..., 1], sap[..., 2], hR, training, loss, penalty)
+    R, n_obj = restarts, len(objectives)
 
-    # ---- projected descent on Delta, batched over (T, B, R)
+    def objective(delta: Tensor, token=token, hv=hv, hR=hR) -> Tensor:  # (T, B, n_obj R), objective o on block o
+        sap = inner(delta, token, hv).to(torch.float64).unflatten(2, (n_obj, R))  # (T, B, n_obj, R, 3)
+        return torch.cat(
+            [attack_objective(*sap[:, :, o].unbind(-1), hR, tr, lo, pe) for o, (tr, lo, pe) in enumerate(objectives)],
+            dim=2,
+        )
+
+    # ---- projected descent on Delta, batched over (T, B, n_obj R)
     dev = X_ctx.device
-    R = restarts
     delta = torch.zeros(T, B, R, d, dtype=dtype, device=dev)
     if R > 1:  # one stream for all trials, or one per trial (then a trial's draws do not depend on its batch)
         seeds = seed if per_trial_seeds else [seed]
         draws = [_in_ball(s, 1 if per_trial_seeds else T, R - 1, B, d, radius) for s in seeds]  # (T, R - 1, B, d)
         delta[:, :, 1:] = torch.cat(draws).transpose(1, 2).to(dtype=dtype, device=dev)
+    delta = delta.repeat(1, 1, n_obj, 1)  # (T, B, n_obj R, d): every objective from the same starts
 
-    best_loss = torch.full((T, B, R), float("inf"), dtype=torch.float64, device=dev)
+    best_loss = torch.full((T, B, n_obj * R), float("inf"), dtype=torch.float64, device=dev)
     best_delta = delta.clone()
     ref_loss = best_loss.clone()
-    active = torch.ones(T, B, R, dtype=torch.bool, device=dev)
-    taken = torch.zeros(T, B, R, dtype=torch.long, device=dev)
+    active = torch.ones(T, B, n_obj * R, dtype=torch.bool, device=dev)
+    taken = torch.zeros(T, B, n_obj * R, dtype=torch.long, device=dev)
     m1, m2 = torch.zeros_like(delta), torch.zeros_like(delta[..., :1])
     b1, b2, eps = 0.9, 0.999, 1e-30
     unit = radius / d**0.5
@@ -353,39 +384,44 @@ def delta_attack(
             best_loss = torch.where(better, values, best_loss)
             best_delta = torch.where(better.unsqueeze(-1), delta, best_delta)
 
-        # ---- keep the best restart per sample and report in float64
-        r_best = best_loss.argmin(dim=2)  # (T, B)
-        delta_k = best_delta.gather(2, r_best[:, :, None, None].expand(T, B, 1, d))  # (T, B, 1, d)
-        sap = inner(delta_k).to(torch.float64)[:, :, 0]  # (T, B, 3)
-        D0 = sap[..., 0]
-        D1 = D0 + heads.coef(training) * (sap[..., 1] if training == "finetune" else sap[..., 2])
-        t1 = heads.t0 + heads.coef(training) * (
-            heads.phi_sq if training == "finetune" else sum_last(heads.phi * heads.Pphi)
-        )
-        y = heads.y
-        out = {
-            "y": y,
-            "t0": heads.t0,
-            "t1": t1,
-            "D0": D0,
-            "D1": D1,
-            # Working definitions (docs/theory.md §6.1): Err against y_Delta = -y, its sign version, gamma
-            "err": (D1 + y) ** 2,
-            "sign_err": (torch.sign(D1) != -torch.sign(y)).to(torch.float64),
-            "gamma": torch.maximum(heads.t0.abs(), D0.abs()),
-            "proj_ratio": heads.proj_ratio,
-            "abs_t0": heads.t0.abs(),
-            "abs_D0": D0.abs(),
-            "delta_norm": delta_k[:, :, 0].to(torch.float64).norm(dim=-1),
-            "steps": taken.gather(2, r_best[..., None])[..., 0],
-            "loss": best_loss.gather(2, r_best[..., None])[..., 0],
-            "restart": r_best,
-            "gram_cond": heads.cond[:, None].expand(T, B),
-            "gram_ill_conditioned": heads.ill_conditioned[:, None].expand(T, B),
-        }
-        if return_delta:
-            out["delta"] = delta_k[:, :, 0]  # (T, B, d)
-    return out if batched else {k: v[0] for k, v in out.items()}
+        # ---- keep the best restart per sample and objective, and report in float64
+        best_loss, best_delta = best_loss.unflatten(2, (n_obj, R)), best_delta.unflatten(2, (n_obj, R))
+        taken = taken.unflatten(2, (n_obj, R))
+        r_best = best_loss.argmin(dim=3)  # (T, B, n_obj)
+        delta_k = best_delta.gather(3, r_best[..., None, None].expand(T, B, n_obj, 1, d))[:, :, :, 0]
+        sap = inner(delta_k).to(torch.float64)  # (T, B, n_obj, 3)
+        outs = []
+        for o, (training, _, _) in enumerate(objectives):
+            D0 = sap[:, :, o, 0]
+            D1 = D0 + heads.coef(training) * (sap[:, :, o, 1] if training == "finetune" else sap[:, :, o, 2])
+            t1 = heads.t0 + heads.coef(training) * (
+                heads.phi_sq if training == "finetune" else sum_last(heads.phi * heads.Pphi)
+            )
+            y = heads.y
+            out = {
+                "y": y,
+                "t0": heads.t0,
+                "t1": t1,
+                "D0": D0,
+                "D1": D1,
+                # Working definitions (docs/theory.md §6.1): Err against y_Delta = -y, its sign version, gamma
+                "err": (D1 + y) ** 2,
+                "sign_err": (torch.sign(D1) != -torch.sign(y)).to(torch.float64),
+                "gamma": torch.maximum(heads.t0.abs(), D0.abs()),
+                "proj_ratio": heads.proj_ratio,
+                "abs_t0": heads.t0.abs(),
+                "abs_D0": D0.abs(),
+                "delta_norm": delta_k[:, :, o].to(torch.float64).norm(dim=-1),
+                "steps": taken[:, :, o].gather(2, r_best[:, :, o, None])[..., 0],
+                "loss": best_loss[:, :, o].gather(2, r_best[:, :, o, None])[..., 0],
+                "restart": r_best[:, :, o],
+                "gram_cond": heads.cond[:, None].expand(T, B),
+                "gram_ill_conditioned": heads.ill_conditioned[:, None].expand(T, B),
+            }
+            if return_delta:
+                out["delta"] = delta_k[:, :, o]  # (T, B, d)
+            outs.append(out if batched else {k: v[0] for k, v in out.items()})
+    return outs
 
 
 def output_records(out: dict[str, Tensor]) -> list[dict]:

@@ -56,7 +56,7 @@ class DeltaAttack(Callback):
     datamodule with `embeddings`, `train_indices`, `test_indices`, `n`, `d`) gives the N training samples of the
     closed-form heads (docs/theory.md §5.2: theta* = Phi^+ Y, the minimum-norm interpolator, and its fine-tuned /
     re-trained updates theta_f / theta_r on each context sample); `num_contexts` context samples are drawn from the test
-    split (never training samples) and attacked with `wslight.attack.delta_attack`, once per (training, loss).
+    split (never training samples) and attacked with `wslight.attack.delta_attacks`, all (training, loss) in one search.
 
     Under DDP every rank attacks its share of the contexts (rank r takes contexts r::world_size), the records are
     gathered on every rank and rank 0 appends them to `<log dir>/attack_results.jsonl`, logs

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import torch
 
 from .. import validate
-from ..attack import LOSSES, delta_attack, output_records
+from ..attack import LOSSES, delta_attacks, output_records
 from ..data import EmbeddingSpec
 from ..features import MAPS, FreshMaps
 from ..interpolation import TRAININGS
@@ -78,21 +78,19 @@ def run_attacks(
     sample_ids: list[int] | list[list[int]],
     **options: Any,
 ) -> list[dict]:
-    """One `delta_attack` per objective, as records.
+    """All objectives attacked in one `delta_attacks` search, as records.
 
     Either one trial: a map, (N, n, d) training and (B, n, d) context samples, one trial dict and B context ids; or
     T trials batched in one program: T maps (a list or `FreshMaps`), (T, N, n, d) and (T, B, n, d) samples, T trial
-    dicts and T lists of context ids. `options` go to `delta_attack` (position, steps, restarts, seed, faithful,
+    dicts and T lists of context ids. `options` go to `delta_attacks` (position, steps, restarts, seed, faithful,
     train_ids, ctx_ids).
     """
     batched = X_train.dim() == 4
     trials = trial if batched else [trial]
     ids = sample_ids if batched else [sample_ids]
-    records, shared = [], {}  # the heads and the algebra: computed once, used by every objective
-    for training, loss, penalty in objectives:
-        out = delta_attack(
-            fmap, X_train, Y, X_ctx, y_ctx, training=training, loss=loss, penalty=penalty, cache=shared, **options
-        )
+    records = []
+    outs = delta_attacks(fmap, X_train, Y, X_ctx, y_ctx, objectives, **options)  # every objective in one search
+    for (training, loss, penalty), out in zip(objectives, outs):
         for t, trial_t in enumerate(trials):
             out_t = {k: v[t] for k, v in out.items()} if batched else out
             records += attack_records(trial_t, training, loss, penalty, out_t, ids[t])
