@@ -138,16 +138,16 @@ def test_attack_on_zero_context_features_is_flagged(rows, tmp_path, monkeypatch,
     out = delta_attack(fm, Xt, y[2:], X[:2], y[:2], steps=20)
     assert all_finite(out) and bool(out["gram_ill_conditioned"].all())
 
-    real = attack_mod.delta_attack
+    real = attack_mod.delta_attacks
 
-    def degenerate_contexts(fmap, X_train, Y, X_ctx, y_ctx, **kw):
+    def degenerate_contexts(fmap, X_train, Y, X_ctx, y_ctx, objectives, **kw):
         if not getattr(degenerate_contexts, "done", False):
             degenerate_contexts.done = True
             X_ctx = X_ctx.clone()
             X_ctx[0] = zero_row_input(first_map(fmap, X_ctx).W, X_ctx.shape[1])
-        return real(fmap, X_train, Y, X_ctx, y_ctx, **kw)
+        return real(fmap, X_train, Y, X_ctx, y_ctx, objectives, **kw)
 
-    monkeypatch.setattr(attack_mod, "delta_attack", degenerate_contexts)
+    monkeypatch.setattr(attack_mod, "delta_attacks", degenerate_contexts)
     with pytest.warns(RuntimeWarning, match="1 of 3 record"):
         cli = main(["test", "--config", str(write_config(ATTACK))], evaluate=True)
     recs = [json.loads(x) for x in Path(cli.model.results_path).read_text().splitlines()]
