@@ -113,3 +113,13 @@ def test_bad_plan_file_is_rejected_naming_the_stage(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"plan must be one of \['offline', 'full'\], got 'paper'"):
         reproduce.load_plan("paper", plan)
     assert not (tmp_path / "offline").exists()
+
+
+def test_the_plan_and_its_stages_resolve_from_any_directory(tmp_path, monkeypatch):
+    """`wslight reproduce` from another working directory (or an installed wheel) finds the shipped plan and configs."""
+    from wslight.reproduce import PLAN, load_plan
+
+    monkeypatch.chdir(tmp_path)
+    stages = load_plan("offline", PLAN)
+    assert stages and all(s.path.is_file() for s in stages)
+    assert stages[0].path.name == "ws_rf.yaml" and stages[0].path.parent.name == "reproduce"

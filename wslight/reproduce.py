@@ -28,17 +28,18 @@ from pathlib import Path
 import yaml
 
 from . import validate
+from .config_files import configs_dir, find_config
 from .paper_checks import all_checks, checks_markdown
 from .results import read_records
 
-ROOT = Path(__file__).resolve().parents[1]
-PLAN = ROOT / "configs" / "reproduce" / "plan.yaml"
+PLAN = configs_dir() / "reproduce" / "plan.yaml"
 PLANS = ("offline", "full")
 
 
 @dataclass
 class Stage:
-    """One evaluate.py run of a complete config (a path relative to the repository root, or absolute)."""
+    """One evaluate.py run of a complete config: a file, or a shipped config's name (`configs/reproduce/ws_rf.yaml`
+    resolves to the shipped file from any working directory)."""
 
     name: str
     config: str
@@ -46,7 +47,7 @@ class Stage:
 
     @property
     def path(self) -> Path:
-        return ROOT / self.config
+        return find_config(self.config)
 
     def shares_maps(self) -> bool:
         """True when the config's cells share one random map across their trials (`shared_weights: true`)."""
@@ -201,7 +202,7 @@ def write_report(
             "(d = 384, standing in for bert-base-uncased, d = 768); grids use d in {192, 384}."
         ),
         f"- Encoders used by the probes: {', '.join(encoders) or 'none'}.",
-        f"- Plan: `{os.path.relpath(plan_path, ROOT)}` ({'full' if full else 'offline'}); each section above names its "
+        f"- Plan: `{os.path.relpath(plan_path)}` ({'full' if full else 'offline'}); each section above names its "
         "stage's config.",
         "- Seeds: `seed: 0` in every config (samples, maps and restarts derive from it); `seed_everything: 0`.",
         f"- Device: {_device()}.",
@@ -209,7 +210,7 @@ def write_report(
         "- Wall time per stage (s, summed over resumed runs): "
         + ", ".join(f"{k} {v:.0f}" for k, v in times.items())
         + f"; total {sum(times.values()):.0f}.",
-        f"- TensorBoard: `tensorboard --logdir {os.path.relpath(report_dir / 'tensorboard', ROOT)}`.",
+        f"- TensorBoard: `tensorboard --logdir {os.path.relpath(report_dir / 'tensorboard')}`.",
         "",
     ]
     out = report_dir / "report.md"
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--full", type=int, default=0, help="1: the plan's paper-size stages (GPU machine, hub access)")
     parser.add_argument("--plan", default=str(PLAN), help="the plan file: `offline` and `full` lists of stages")
-    parser.add_argument("--reports", default=str(ROOT / "reports"), help="where reports/<run-id>/ goes")
+    parser.add_argument("--reports", default="reports", help="where reports/<run-id>/ goes (relative to the cwd)")
     parser.add_argument("--only", nargs="*", default=None, help="run only these stages (names as in the report)")
     parser.add_argument(
         "--threads",
