@@ -155,17 +155,15 @@ class AttentionToken(SingleToken):
             # ||(1 - a) u + a y - o||^2 = e.e + 2 a (e.y - e.u) + a^2 (y.y - 2 u.y + u.u) with e = u - o: O(n) per
             # chain once e.y and u.y are known, so the (T, B, P, R, n, d) perturbed output is never formed
             Ed = self.U - out0[:, :, None]  # (T, B, P, n, d)
-            # every product with the moved token in one batched matmul: y . [x_l^T W ; e_l ; u_l ; (W x_l)^T]
-            XW, XWt = (M[:, :, None].expand(-1, -1, P, -1, -1) for M in (self.XW, self.XWt))
+            # every product with the moved token in one batched matmul, y . [x_l^T W / sqrt(d) ; e_l ; u_l ;
+            # (W x_l)^T / sqrt(d)]: the scores and the rows' terms; K^T also carries their gradients back to y
+            XW, XWt = (M[:, :, None].expand(-1, -1, P, -1, -1) / self.sq for M in (self.XW, self.XWt))
             self.K = torch.cat([XW, Ed, self.U, XWt], dim=3)  # (T, B, P, 4n, d)
             self.keep = (~onehot)[None, None, :, None, :].to(dtype)  # (1, 1, P, 1, n), rows l != i
             self.ee = Ed.pow(2).sum(-1)[:, :, :, None]  # (T, B, P, 1, n)
             self.eu = (Ed * self.U).sum(-1)[:, :, :, None]
             self.uu = self.U.pow(2).sum(-1)[:, :, :, None]
             self.starts = self._starts(P)
-            # d(score)/dy along the rows of K: 1 / sqrt(d) for the score blocks, 1 for e_l and u_l
-            scale = torch.tensor([self.sq, 1.0, 1.0, self.sq], dtype=dtype, device=X.device)
-            self.K_scale = scale.repeat_interleave(n)  # (4n,)
 
     @classmethod
     def chain_elements(cls, maps, B, n, d):
@@ -191,7 +189,7 @@ class AttentionToken(SingleToken):
         T, B, P, R, d = y.shape
         K = self.K.reshape(T * B * P, -1, d)
         proj = (y.reshape(T * B * P, R, d) @ K.transpose(1, 2)).reshape(T, B, P, R, 4, -1)
-        return proj[..., 0, :] / self.sq, proj[..., 1, :], proj[..., 2, :], proj[..., 3, :] / self.sq
+        return proj.unbind(-2)
 
     def _back(self, coef: torch.Tensor) -> torch.Tensor:
         """sum_rows coef . K, the transpose of `_project`: (T, B, P, R, 4n) -> (T, B, P, R, d)."""
@@ -265,7 +263,7 @@ class AttentionToken(SingleToken):
         coef = torch.cat(
             [keep * 2 * (lin + a * quad) * da, keep * 2 * a, keep * -2 * a.pow(2), dr.masked_fill(onehot, 0.0)], -1
         )
-        g = self._back(coef / self.K_scale) + 2 * y * (keep * a.pow(2)).sum(-1)[..., None]
+        g = self._back(coef) + 2 * y * (keep * a.pow(2)).sum(-1)[..., None]
         w_i = (w * onehot).sum(-1, keepdim=True)
         g = g + w_i * g_o + (dr * onehot).sum(-1, keepdim=True) * 2 * h / self.sq
         return f, g
@@ -288,7 +286,7 @@ class AttentionToken(SingleToken):
         s_i = s_i + w_i * v
         dq = self._weights_back(w, inv_s, _rows_dot(self.Xw, s_i))
         coef = torch.cat([dt, torch.zeros_like(dt), -keep * a * c, dq.masked_fill(onehot, 0.0)], dim=-1)
-        Hv = self._back(coef / self.K_scale) + y * (keep * a * c).sum(-1, keepdim=True)
+        Hv = self._back(coef) + y * (keep * a * c).sum(-1, keepdim=True)
         Hv = Hv + (keep * a.pow(2)).sum(-1, keepdim=True) * v + w_i * s_i
         Hv = Hv + (dq * onehot).sum(-1, keepdim=True) * 2 * h / self.sq
         return 2 * Hv
