@@ -120,3 +120,35 @@ def test_package_says_where_to_start():
 
     assert "wslight fit --config" in wslight.__doc__ and "wslight evaluate --config" in wslight.__doc__
     assert (Path(wslight.__file__).parent / "py.typed").is_file()
+
+
+def test_an_unwritable_output_dir_names_its_key_before_any_trial(cli_fails, tmp_path):
+    """An evaluation's explicit output folder under a file: one block naming model.init_args.output_dir, exit 2."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    err = cli_fails(
+        [
+            "test",
+            "--config",
+            WS,
+            "--trainer.logger.init_args.save_dir",
+            str(tmp_path / "logs"),
+            "--model.init_args.output_dir",
+            str(blocker / "out"),
+        ],
+        evaluate=True,
+    )
+    assert f"model.init_args.output_dir={blocker / 'out'}" in err
+    assert not (tmp_path / "logs").exists() or not list((tmp_path / "logs").rglob("results.jsonl"))
+
+
+def test_no_lightning_warning_about_args_on_a_run():
+    """The CLI passes the command line to LightningCLI as args; Lightning's warning about that is not shown."""
+    import warnings
+
+    from wslight.cli import main
+
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(SystemExit):
+        warnings.simplefilter("always")
+        main(["fit", "--config", TRAIN, "--data.init_args.n", "0"])
+    assert not [w for w in caught if "args parameter is intended" in str(w.message)]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import warnings
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -27,7 +29,7 @@ from .cli_messages import (
 )
 from .config_files import resolve_config_args
 from .models import TrainingDiverged
-from .results import config_key, unwritable_reason
+from .results import RESULTS_NAME, config_key, unwritable_reason
 from .run_summary import final_metrics, log_config_text, log_run_hparams, record_metrics, run_hparams
 
 # Settings that change where or how fast a run happens, not what it computes: left out of the run key, so that the
@@ -95,6 +97,17 @@ def check_logger_dirs(trainer: pl.Trainer, configured: Any) -> None:
         if reason is not None:
             key = f"trainer.logger{f'.{i}' if isinstance(configured, list) else ''}.init_args.save_dir"
             raise UsageError(f"{key}={save_dir}: {reason}; give a writable folder")
+
+
+def check_output_dir(model: Any) -> None:
+    """Raise UsageError naming model.init_args.output_dir when an evaluation's explicit output folder cannot receive
+    results.jsonl (the default, the logger's folder, is checked by `check_logger_dirs`)."""
+    output_dir = getattr(model, "output_dir", None)
+    if output_dir is None:
+        return
+    reason = unwritable_reason(Path(output_dir), Path(output_dir) / RESULTS_NAME)
+    if reason is not None:
+        raise UsageError(f"model.init_args.output_dir={output_dir}: {reason}; give a writable folder")
 
 
 class WSLightCLI(LightningCLI):
@@ -179,6 +192,7 @@ class WSLightCLI(LightningCLI):
     def instantiate_classes(self) -> None:
         super().instantiate_classes()
         check_logger_dirs(self.trainer, (_parsed_config or {}).get("trainer", {}).get("logger"))
+        check_output_dir(self.model)
         for part in (self.model, self.datamodule):
             # LightningCLI's loader hook is no hyperparameter: keep it out of hparams.yaml (the checkpoint keeps it)
             getattr(part, "_hparams_initial", {}).pop("_instantiator", None)
@@ -229,7 +243,11 @@ def main(args: list[str] | None = None, run: bool = True, evaluate: bool = False
     hint = "interrupted: finished trials are saved in results.jsonl; run the same command again to resume"
     try:
         args = check_command(resolve_config_args(args), evaluate)
-        cli = WSLightCLI(args=args, run=run, evaluate=evaluate)
+        with warnings.catch_warnings():
+            # the command line always reaches LightningCLI as `args` (config names resolved, checked), which Lightning
+            # would otherwise warn about on every run
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
+            cli = WSLightCLI(args=args, run=run, evaluate=evaluate)
     except (KeyboardInterrupt, SystemExit):
         # Lightning turns SIGINT/SIGTERM into a graceful shutdown and exits non-zero
         if evaluate and _interrupted:
