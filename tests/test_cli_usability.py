@@ -161,6 +161,9 @@ def test_an_unknown_config_name_lists_close_shipped_names(cli_fails, tmp_path, m
     monkeypatch.chdir(tmp_path)
     err = cli_fails(["evaluate", "--config", "ws/rff"])
     assert "--config ws/rff: no such file, and no shipped config named 'ws/rff'; did you mean ws/rf" in err
+    missing = tmp_path / "no-such.yaml"  # a path, not a name: no list of shipped names
+    err = cli_fails(["evaluate", "--config", str(missing)])
+    assert f"--config {missing}: no such file\n" in err
 
 
 def test_the_wheel_carries_every_config(tmp_path):

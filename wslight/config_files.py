@@ -41,6 +41,8 @@ def find_config(value: str) -> Path:
     given = Path(value).expanduser()
     if given.is_file() or "\n" in value or ": " in value:  # a file, or YAML given inline
         return given
+    if given.is_absolute() or value.startswith(("./", "../", "~")):  # meant as a file, not a shipped name
+        raise UnknownConfigError(f"--config {value}: no such file")
     name = value[len("configs/") :] if value.startswith("configs/") else value
     name = name.removesuffix(".yaml").removesuffix(".yml")
     shipped = configs_dir() / f"{name}.yaml"
