@@ -266,7 +266,7 @@ def _read_only_cases(tmp_path):
     return cases
 
 
-def test_unwritable_output_dir_fails_before_any_trial(tmp_path, monkeypatch, write):
+def test_unwritable_output_dir_fails_before_any_trial(tmp_path, monkeypatch, write, capsys):
     import wslight.evaluations.ws_sweep as sweeps_mod
 
     def no_trials(*a, **k):
@@ -275,9 +275,12 @@ def test_unwritable_output_dir_fails_before_any_trial(tmp_path, monkeypatch, wri
     monkeypatch.setattr(sweeps_mod, "word_sensitivity", no_trials)
     cfg = write(WS)
     for name, out, reason in _read_only_cases(tmp_path):
-        with pytest.raises(PermissionError, match=rf"output_dir: cannot .*{out.parent.name}.*{reason}") as exc:
+        with pytest.raises(SystemExit) as exc:  # one block naming the key, exit 2
             main(["test", "--config", str(cfg), "--model.init_args.output_dir", str(out)], evaluate=True)
-        assert str(out) in str(exc.value) or str(out.parent) in str(exc.value), name
+        assert exc.value.code == 2, name
+        err = capsys.readouterr().err
+        key = rf"model\.init_args\.output_dir={re.escape(str(out))}"
+        assert re.search(rf"{key}: cannot .*{out.parent.name}.*{reason}", err), (name, err)
         assert not out.exists(), name
     assert not list(tmp_path.rglob("results.jsonl"))
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from . import validate
-from .config_files import configs_dir, find_config
+from .config_files import UnknownConfigError, configs_dir, find_config
 from .paper_checks import all_checks, checks_markdown
 from .results import read_records
 
@@ -47,7 +47,10 @@ class Stage:
 
     @property
     def path(self) -> Path:
-        return find_config(self.config)
+        try:
+            return find_config(self.config)
+        except UnknownConfigError:
+            return Path(self.config)  # does not exist: `load_plan` names the stage
 
     def shares_maps(self) -> bool:
         """True when the config's cells share one random map across their trials (`shared_weights: true`)."""
