@@ -217,3 +217,17 @@ def test_any_module_with_d_still_works_from_python():
 
     model = FeatureMapClassifier(MeanReLU(), n=3, fit_mode="closed_form")
     assert model(torch.ones(2, 3, 4)).shape == (2,) and model.p == 6
+
+
+def test_lightning_tip_lines_are_not_shown(caplog):
+    """Lightning's 'Tip: try installing litlogger' lines are dropped; its other information lines stay."""
+    import logging
+
+    from lightning.pytorch.utilities.rank_zero import rank_zero_info
+
+    import wslight.cli  # noqa: F401 (installs the filter)
+
+    with caplog.at_level(logging.INFO, logger="lightning.pytorch.utilities.rank_zero"):
+        rank_zero_info("💡 Tip: For seamless cloud logging, try installing [litlogger]")
+        rank_zero_info("GPU available: False, used: False")
+    assert [r.getMessage() for r in caplog.records] == ["GPU available: False, used: False"]

@@ -7,6 +7,7 @@ directory named after a hash of its resolved config, so re-running the same comm
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -97,6 +98,17 @@ def check_logger_dirs(trainer: pl.Trainer, configured: Any) -> None:
         if reason is not None:
             key = f"trainer.logger{f'.{i}' if isinstance(configured, list) else ''}.init_args.save_dir"
             raise UsageError(f"{key}={save_dir}: {reason}; give a writable folder")
+
+
+class _NoTips(logging.Filter):
+    """Drops Lightning's advertising lines ("💡 Tip: ... try installing litlogger / litmodels") at the start of
+    every run, so the run's own lines come first; Lightning's other information lines stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip:")
+
+
+logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoTips())
 
 
 def check_output_dir(model: Any) -> None:
