@@ -45,6 +45,14 @@ def positive_int(key: str, value: Any) -> int:
     return integer(key, value, low=1)
 
 
+def heads(value: Any, d: int) -> int:
+    """`value` if it is a number of attention heads that divides d (head dimension d / heads)."""
+    value = positive_int("heads", value)
+    if d % value:
+        raise ValueError(f"heads must divide d={d} (head dimension d / heads), got heads={value!r}")
+    return value
+
+
 def number(
     key: str, value: Any, low: float | None = None, strict: bool = False, allow_none: bool = False
 ) -> Any:

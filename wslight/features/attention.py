@@ -20,8 +20,7 @@ class _RandomAttentionBase(TokenwiseMap):
         self, d: int, seed: int = 0, dtype: Literal["float32", "float64"] = "float32", n: int | None = None
     ) -> None:
         super().__init__()
-        self.d = validate.positive_int("d", d)
-        self.n = None if n is None else validate.positive_int("n", n)  # None: any number of tokens
+        self.set_dims(d, n)
         self.seed = int(seed)
         g = generator(self.seed, "attention.W")
         # Paper: Eq. (raf), W_ij ~ N(0, 1/d); W stands for W_Q^T W_K, no value matrix

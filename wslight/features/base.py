@@ -92,6 +92,11 @@ class TokenwiseMap(FeatureMap):
     """A map with one d-dimensional output row per token (p = n d) that accepts any number of tokens (attention
     layers): `n` is None unless fixed, and a sweep's map serves every n of its grid."""
 
+    def set_dims(self, d: int, n: int | None) -> None:
+        """Check and keep d and the optional fixed n (None: any number of tokens)."""
+        self.d = validate.positive_int("d", d)
+        self.n = None if n is None else validate.positive_int("n", n)
+
     def out_dim(self, n: int | None = None) -> int:
         n = self.n if n is None else n
         if n is None:

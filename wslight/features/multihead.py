@@ -49,11 +49,8 @@ class MultiHeadRAF(TokenwiseMap):
         n: int | None = None,
     ) -> None:
         super().__init__()
-        self.d = validate.positive_int("d", d)
-        self.heads = validate.positive_int("heads", heads)
-        if d % heads:
-            raise ValueError(f"heads must divide d={d} (head dimension d / heads), got heads={heads!r}")
-        self.n = None if n is None else validate.positive_int("n", n)
+        self.set_dims(d, n)
+        self.heads = validate.heads(heads, self.d)
         self.seed = int(seed)
         self.dh = d // heads
         g = generator(self.seed, "attention.W")  # RAF's stream: H = 1 draws RAF's W

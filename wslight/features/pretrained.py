@@ -62,8 +62,7 @@ class PretrainedAttention(TokenwiseMap):
         n: int | None = None,
     ) -> None:
         super().__init__()
-        self.d = validate.positive_int("d", d)
-        self.n = None if n is None else validate.positive_int("n", n)
+        self.set_dims(d, n)
         self.encoder = encoder or self.default_encoder
         if not isinstance(self.encoder, str):
             raise ValueError(f"encoder must be a name or path, got {self.encoder!r}")

@@ -81,11 +81,8 @@ class RandomTransformerBlock(TokenwiseMap):
         eps: float = 1e-12,
     ) -> None:
         super().__init__()
-        self.d = validate.positive_int("d", d)
-        self.heads = validate.positive_int("heads", heads)
-        if d % heads:
-            raise ValueError(f"heads must divide d={d} (head dimension d / heads), got heads={heads!r}")
-        self.n = None if n is None else validate.positive_int("n", n)
+        self.set_dims(d, n)
+        self.heads = validate.heads(heads, self.d)
         self.ffn_ratio = validate.integer("ffn_ratio", ffn_ratio, low=0)
         self.eps = validate.number("eps", eps, low=0, strict=True)
         self.seed = int(seed)
