@@ -114,7 +114,7 @@ class AttentionToken(SingleToken):
     """
 
     # tensors with a leading trial axis (what `select_trials` keeps of the trials still searched)
-    _per_trial = ("W", "Ws", "Xw", "XW", "XWt", "phi0", "U", "c", "m", "xi", "Oi", "K", "ee", "eu", "uu")
+    _per_trial = ("Ws", "Xw", "phi0", "U", "c", "m", "xi", "Oi", "K", "ee", "eu", "uu")
 
     def __init__(self, maps, X, positions, dtype) -> None:
         super().__init__(maps, X, positions, dtype)
@@ -123,14 +123,14 @@ class AttentionToken(SingleToken):
         P = len(positions)
         self.sq = d**0.5
         with torch.no_grad():
-            self.W = stack_trials([m.W.to(dtype) for m in maps])  # (T, d, d)
+            W = stack_trials([m.W.to(dtype) for m in maps])  # (T, d, d)
             # y^T W y = y^T Ws y: one d x d product per chain gives the score r_ii and its gradient 2 Ws y
-            self.Ws = (self.W + self.W.transpose(1, 2)) / 2  # (T, d, d)
+            self.Ws = (W + W.transpose(1, 2)) / 2  # (T, d, d)
             Xw = self.Xw = X.to(dtype)  # (T, B, n, d)
             # rows x_l^T W (scores of the moved key) and (W x_j)^T (scores of the moved query)
-            self.XW = per_trial(Xw, self.W)  # (T, B, n, d)
-            self.XWt = per_trial(Xw, self.W.transpose(1, 2))  # (T, B, n, d)
-            S = self.XW @ Xw.transpose(-1, -2) / self.sq  # (T, B, n, d) @ (T, B, d, n) -> (T, B, n, n)
+            XW = per_trial(Xw, W)  # (T, B, n, d)
+            XWt = per_trial(Xw, W.transpose(1, 2))  # (T, B, n, d)
+            S = XW @ Xw.transpose(-1, -2) / self.sq  # (T, B, n, d) @ (T, B, d, n) -> (T, B, n, n)
             out0 = maps[0].attention(S) @ Xw  # (T, B, n, n) @ (T, B, n, d) -> (T, B, n, d), the clean output
             self.phi0 = out0.flatten(-2)  # (T, B, n d)
             pos_t = torch.tensor(positions, device=X.device)
@@ -156,28 +156,29 @@ class AttentionToken(SingleToken):
             Ed = self.U - out0[:, :, None]  # (T, B, P, n, d)
             # every product with the moved token in one batched matmul, y . [x_l^T W / sqrt(d) ; e_l ; u_l ;
             # (W x_l)^T / sqrt(d)]: the scores and the rows' terms; K^T also carries their gradients back to y
-            XW, XWt = (M[:, :, None].expand(-1, -1, P, -1, -1) / self.sq for M in (self.XW, self.XWt))
-            self.K = torch.cat([XW, Ed, self.U, XWt], dim=3)  # (T, B, P, 4n, d)
+            key, query = (M[:, :, None].expand(-1, -1, P, -1, -1) / self.sq for M in (XW, XWt))
+            self.K = torch.cat([key, Ed, self.U, query], dim=3)  # (T, B, P, 4n, d)
             self.keep = (~onehot)[None, None, :, None, :].to(dtype)  # (1, 1, P, 1, n), rows l != i
             self.ee = Ed.pow(2).sum(-1)[:, :, :, None]  # (T, B, P, 1, n)
             self.eu = (Ed * self.U).sum(-1)[:, :, :, None]
             self.uu = self.U.pow(2).sum(-1)[:, :, :, None]
-            self.starts = self._starts(P)
+            self.starts = self._starts(P, W, XWt)
 
     @classmethod
     def chain_elements(cls, maps, B, n, d):
         return 12 * n + 8 * d, B * (3 * n * n + 5 * n * d)
 
-    def _starts(self, P: int) -> torch.Tensor:
-        """Structured starts (docs/theory.md §4): attract every query onto key i, or steer query i onto one key m."""
-        d = self.W.shape[-1]
+    def _starts(self, P: int, W: Tensor, XWt: Tensor) -> torch.Tensor:
+        """Structured starts (docs/theory.md §4): attract every query onto key i, or steer query i onto one key m.
+        W (T, d, d) the maps' weights, XWt (T, B, n, d) the rows (W x_j)^T."""
+        d = W.shape[-1]
         xbar = self.Xw.mean(dim=2)  # (T, B, d)
-        attract = per_trial(xbar, self.W)  # (T, B, d) = (W^T xbar)^T
+        attract = per_trial(xbar, W)  # (T, B, d) = (W^T xbar)^T
         attract = attract / attract.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-        gain = (self.Xw[:, :, None] - self.Oi[:, :, :, None]).norm(dim=-1) * self.XWt.norm(dim=-1)[:, :, None]
+        gain = (self.Xw[:, :, None] - self.Oi[:, :, :, None]).norm(dim=-1) * XWt.norm(dim=-1)[:, :, None]
         gain = gain.masked_fill(self.onehot[None, None], -1.0)  # (T, B, P, n)
         target = gain.argmax(dim=-1)  # (T, B, P), the key m whose capture changes row i most
-        steer = torch.gather(self.XWt, 2, target[..., None].expand(-1, -1, -1, d))  # (T, B, P, d) = (W x_m)^T
+        steer = torch.gather(XWt, 2, target[..., None].expand(-1, -1, -1, d))  # (T, B, P, d) = (W x_m)^T
         steer = steer / steer.norm(dim=-1, keepdim=True).clamp_min(1e-30)
         return torch.stack([attract[:, :, None].expand(-1, -1, P, -1), steer], dim=3)  # (T, B, P, 2, d)
 
