@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 import warnings
-from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -30,7 +29,7 @@ from .cli_messages import (
 )
 from .config_files import resolve_config_args
 from .models import TrainingDiverged
-from .results import RESULTS_NAME, config_key, unwritable_reason
+from .results import config_key, unwritable_reason
 from .run_summary import final_metrics, log_config_text, log_run_hparams, record_metrics, run_hparams
 
 # Settings that change where or how fast a run happens, not what it computes: left out of the run key, so that the
@@ -117,7 +116,7 @@ def check_output_dir(model: Any) -> None:
     output_dir = getattr(model, "output_dir", None)
     if output_dir is None:
         return
-    reason = unwritable_reason(Path(output_dir), Path(output_dir) / RESULTS_NAME)
+    reason = model.output_dir_problem()
     if reason is not None:
         raise UsageError(f"model.init_args.output_dir={output_dir}: {reason}; give a writable folder")
 

@@ -117,6 +117,11 @@ class Evaluation(pl.LightningModule):
     def results_path(self) -> Path | None:
         return self.results.path if self._trainer is not None else None
 
+    def output_dir_problem(self) -> str | None:
+        """Why results.jsonl cannot be written in `out_dir` (`wslight.results.unwritable_reason`), or None."""
+        out = self.out_dir.absolute()
+        return unwritable_reason(out, out / RESULTS_NAME)
+
     def check_output_dir(self) -> None:
         """Fail before any trial runs when results.jsonl cannot be written in `out_dir`.
 
@@ -125,8 +130,7 @@ class Evaluation(pl.LightningModule):
         Raises:
             PermissionError: naming output_dir, the path and the reason.
         """
-        out = self.out_dir.absolute()
-        reason = unwritable_reason(out, out / RESULTS_NAME)
+        reason = self.output_dir_problem()
         if reason is not None:
             hint = "set output_dir (or the logger's save_dir) to a writable folder"
             raise PermissionError(f"output_dir: {reason}; {hint}")
