@@ -72,7 +72,7 @@ class FeatureMapClassifier(pl.LightningModule):
         self.fit_mode = fit_mode
         self.automatic_optimization = fit_mode == "gradient"
         self.metrics = nn.ModuleDict(
-            {f"{s}_{m}": cls() for s in ("train",) for m, cls in (("acc", BinaryAccuracy), ("mse", MeanSquaredError))}
+            {f"train_{m}": cls() for m, cls in (("acc", BinaryAccuracy), ("mse", MeanSquaredError))}
         )
         self._phi_parts: list[torch.Tensor] = []
         self._y_parts: list[torch.Tensor] = []
