@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from wslight.cli import main
+from wslight.run_summary import log_run_hparams
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -69,20 +71,64 @@ def test_a_hub_encoder_offline_still_says_the_hub_is_unreachable(cli_fails, monk
 
 
 # -------------------------------------------------------------------------------------------------- TensorBoard
-def tensorboard(log_dir: Path) -> tuple[dict, list[str], dict, str]:
+def hparams_tab(log_dir: Path) -> tuple[set[str], set[str]]:
+    """(hparam names, metric tags) of the HPARAMS tab of `tensorboard --logdir log_dir`, as TensorBoard's own
+    hparams backend computes them (the handler of its GetExperiment request)."""
+    from tensorboard.backend.event_processing.data_provider import MultiplexerDataProvider
+    from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
+    from tensorboard.context import RequestContext
+    from tensorboard.plugins.base_plugin import TBContext
+    from tensorboard.plugins.hparams import api_pb2, backend_context, get_experiment
+
+    mux = EventMultiplexer()
+    mux.AddRunsFromDirectory(str(log_dir))
+    mux.Reload()
+    tb = TBContext(logdir=str(log_dir), multiplexer=mux, data_provider=MultiplexerDataProvider(mux, str(log_dir)))
+    request = api_pb2.GetExperimentRequest()
+    experiment = get_experiment.Handler(RequestContext(), backend_context.Context(tb), "", request).run()
+    return {h.name for h in experiment.hparam_infos}, {m.name.tag for m in experiment.metric_infos}
+
+
+def tensorboard(log_dir: Path) -> tuple[dict, set[str], dict, str]:
     """(events, HPARAMS metric tags, HPARAMS params, config text) of the event files in a log directory."""
     ea = EventAccumulator(str(log_dir), size_guidance={"tensors": 0, "scalars": 0})
     ea.Reload()
-    metric_tags: list[str] = []
     params: dict = {}
-    for content in ea.PluginTagToContent("hparams").values():
+    for content in ea.PluginTagToContent(hparams_metadata.PLUGIN_NAME).values():
         data = plugin_data_pb2.HParamsPluginData.FromString(content)
-        if data.HasField("experiment"):
-            metric_tags = [m.name.tag for m in data.experiment.metric_infos]
         if data.HasField("session_start_info"):
             params = {k: v.string_value or v.number_value for k, v in data.session_start_info.hparams.items()}
+    names, metric_tags = hparams_tab(log_dir)
+    assert names == set(params)
     text = ea.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
     return ea, metric_tags, params, text
+
+
+def test_training_and_evaluation_runs_in_one_log_folder_share_the_hparams_tab(tmp_path):
+    """TensorBoard shows the one experiment summary it finds in any run (that run's columns only); without one it
+    takes the union of every run's hparams and scalars."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    runs = {
+        "train": ({"map": "raf", "n": 6, "d": 8}, {"test/acc": 0.9, "train/loss": 0.1}, {}),
+        "probe": ({"model/probe": "layerwise", "model/encoder": "bundled-minilm"}, {}, {"results/records": 12.0}),
+    }
+    for name, (params, metrics, new) in runs.items():
+        logger = TensorBoardLogger(str(tmp_path), name=name, default_hp_metric=False)
+        logger.log_metrics(metrics, step=0)
+        log_run_hparams(SimpleNamespace(is_global_zero=True, loggers=[logger], global_step=0), params, metrics, new)
+        logger.finalize("success")
+    names, metric_tags = hparams_tab(tmp_path)
+    assert names == {"map", "n", "d", "model/probe", "model/encoder"}
+    assert {"test/acc", "train/loss", "results/records"} <= metric_tags
+    for name in runs:
+        ea = EventAccumulator(str(tmp_path / name / "version_0"), size_guidance={"tensors": 0})
+        ea.Reload()
+        tags = set(ea.PluginTagToContent(hparams_metadata.PLUGIN_NAME))
+        assert tags == {hparams_metadata.SESSION_START_INFO_TAG, hparams_metadata.SESSION_END_INFO_TAG}
+        assert hparams_metadata.EXPERIMENT_TAG not in ea.Tags()["tensors"]
 
 
 def test_a_training_run_logs_hparams_and_its_config(tmp_path, capsys):

@@ -2,6 +2,8 @@
 
 The HPARAMS tab gets one row per run: the map, n, d, N and seed first, then every plain value of the model and data
 blocks of the config (`model/...`, `data/...`), against the run's final metrics (test/acc, ws/..., attack/...).
+Runs write no experiment summary, so TensorBoard infers the columns from every run in the log folder (training and
+evaluation runs side by side).
 `hparams.yaml` in the log directory holds the same parameters (LightningCLI's internal `_instantiator` left out).
 Logged by rank 0 after the run (`wslight.cli.WSLightCLI.after_fit` / `after_test`); the config text before it.
 """
@@ -116,8 +118,8 @@ def log_run_hparams(
 
     Args:
         params: flat {name: int, float, str or bool}.
-        metrics: scalars the run has already logged (listed in the tab, not written again).
-        new: scalars to log now and list too (e.g. `results/records`).
+        metrics: scalars the run has already logged (not written again; the tab lists every scalar of the run).
+        new: scalars to log now (e.g. `results/records`).
     """
     if not trainer.is_global_zero:
         return
@@ -128,10 +130,14 @@ def log_run_hparams(
         if new:
             logger.log_metrics(new, step=trainer.global_step)
         if metrics or new:
-            # not logger.log_hyperparams(params, metrics): it logs every metric again, one more point per curve
+            # not logger.log_hyperparams(params, metrics): it logs every metric again, one more point per curve.
+            # No experiment summary: TensorBoard shows the one experiment it finds in any run (that run's columns
+            # only), while without one it takes the hparams of every run's session start and, as metrics, the
+            # scalars of those runs, so training and evaluation runs in one log folder share the tab.
             writer = logger.experiment._get_file_writer()
-            for summary in hparams(params, {**metrics, **new}):
-                writer.add_summary(summary, trainer.global_step)
+            _, session_start, session_end = hparams(params, {**metrics, **new})
+            writer.add_summary(session_start, trainer.global_step)
+            writer.add_summary(session_end, trainer.global_step)
         os.makedirs(logger.log_dir, exist_ok=True)
         save_hparams_to_yaml(os.path.join(logger.log_dir, logger.NAME_HPARAMS_FILE), params)
         logger.experiment.flush()
