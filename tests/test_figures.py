@@ -1,5 +1,6 @@
-"""Figures legible at column width: legends >= 8 pt, no pale markers, log error axes where values span decades, and
-probe titles that name the configured (0-based) layer and head."""
+"""Figures legible at column width: legends >= 8 pt, no pale markers, log error axes where values span decades, probe
+titles that name the configured (0-based) layer and head, S(n) figures that say what their band is, legends that
+cover no point, and PNGs sharp enough to zoom."""
 
 import matplotlib.colors as mcolors
 import matplotlib.pyplot as plt
@@ -8,8 +9,8 @@ import torch
 
 from wslight.plots.attack import plot_attack_scatter, plot_penalized
 from wslight.plots.style import LEGEND_FONTSIZE, PALETTE, error_scale
-from wslight.plots.ws import plot_ws_maps
-from wslight.probes.figures import figure_attention_edit, figure_attention_under_delta
+from wslight.plots.ws import plot_ws_curves, plot_ws_maps
+from wslight.probes.figures import figure_attention_edit, figure_attention_under_delta, figure_layerwise
 
 
 @pytest.fixture(autouse=True)
@@ -94,3 +95,73 @@ def test_probe_titles_name_the_configured_layer_and_head():
         "encoder": "bundled-minilm",
     }
     assert "layer 0, head 2" in figure_attention_under_delta(under)._suptitle.get_text()
+
+
+def ws_records(trials=3, encoder=None):
+    return [
+        {"map": "raf", "d": d, "n": n, "L": 1, "trial": t, "ws": (1 + t) / n**0.5}
+        | ({"encoder": encoder} if encoder else {})
+        for d in (8, 16)
+        for n in (4, 16)
+        for t in range(trials)
+    ]
+
+
+def test_ws_curves_say_what_the_band_is_and_name_the_trials_and_the_encoder():
+    ax = plot_ws_curves(ws_records(trials=3), "raf", "d", encoder="bundled-minilm, layer 0").axes[0]
+    assert "bundled-minilm, layer 0" in ax.get_title() and "3 trials" in ax.get_title()
+    assert "band: mean $\\pm$ 1 sd over 3 trials" == ax.get_legend().get_title().get_text()
+    # records that name their encoder title it themselves; a cell that lost a trial shows as a range
+    recs = ws_records(trials=2, encoder="bert-base-uncased")[1:]
+    title = plot_ws_maps(recs + [{**r, "map": "rf"} for r in recs]).axes[0].get_title()
+    assert "bert-base-uncased" in title and "1-2 trials" in title
+
+
+def layerwise_result(layers=7):
+    """A layer-wise probe result whose points fill every corner of the axes (where an inside legend would sit)."""
+    up = torch.logspace(-3, 0, layers)
+    zigzag = torch.tensor([1e-3 if i % 2 else 1.0 for i in range(layers)])
+    gaussian = torch.stack([up.flip(0) * 0.5, up.flip(0) * 1.5])  # (draws, layers)
+    return {
+        "rel_change": {
+            "optimised": up,
+            "closed_form": up.flip(0),
+            "gaussian": gaussian,
+            "gaussian_mean": gaussian.mean(0),
+            "gaussian_sd": gaussian.std(0),
+            "replacement_best": zigzag,
+        },
+        "replacement": {"tokens": ["film", "movie"], "best": 1},
+        "encoder": "bundled-minilm",
+        "position": 2,
+        "token": "movie",
+        "tokens": ["[CLS]", "the", "movie", "[SEP]"],
+        "delta_norm": 1.0,
+        "n_draws": 2,
+    }
+
+
+def test_layerwise_legend_covers_no_point():
+    fig = figure_layerwise(layerwise_result())
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    (ax,) = fig.axes
+    legends = [lg for lg in (ax.get_legend(), *fig.legends) if lg is not None]
+    assert legends and 'best real word: "movie"' in [t.get_text() for t in legends[0].get_texts()]
+    boxes = [lg.get_window_extent(renderer) for lg in legends]
+    points = [p for line in ax.get_lines() for p in ax.transData.transform(line.get_xydata())]
+    assert len(points) == 4 * 7
+    assert not [p for p in points for box in boxes if box.contains(*p)]
+    assert all(fig.bbox.contains(*box.p0) and fig.bbox.contains(*box.p1) for box in boxes)  # not cut off
+
+
+def test_saved_pngs_are_at_least_1000_px_wide(tmp_path):
+    import matplotlib.image as mpimg
+
+    from wslight.evaluations import save_figure
+
+    fig, ax = plt.subplots()  # the default figure size, 6.4 x 4.8 in
+    ax.plot([0, 1], [0, 1])
+    png, _ = save_figure(fig, tmp_path, "f")
+    height, width = mpimg.imread(png).shape[:2]
+    assert width >= 1000 and height >= 700

@@ -184,6 +184,26 @@ def test_zoo_figure(tmp_path):
     fig.savefig(tmp_path / "f.png")
 
 
+def test_zoo_figure_gives_every_map_its_own_colour_and_marker():
+    """Every registered map on one figure (two depths for the maps that have one): no two lines look alike."""
+    import matplotlib.colors as mcolors
+    import matplotlib.pyplot as plt
+
+    from wslight.plots.ws import plot_ws_maps
+
+    recs = [
+        {"map": m, "d": 8, "n": n, "L": L, "ws": (i + 1) / n**0.5}
+        for i, m in enumerate(sorted(MAPS))
+        for L in ((2, 3) if m == "deep_rf" else (1,))
+        for n in (4, 16)
+    ]
+    lines = plot_ws_maps(recs).axes[0].get_lines()
+    looks = [(mcolors.to_hex(line.get_color()), line.get_marker()) for line in lines]
+    assert len(lines) == len(MAPS) + 2  # one line per map and depth, and the 1/sqrt(n) reference
+    assert len(set(looks)) == len(looks), looks
+    plt.close("all")
+
+
 # --- the zoo config ---------------------------------------------------------------------------------------------------
 def test_zoo_twin_writes_the_figure_and_the_slope_table(tmp_path):
     import json

@@ -198,7 +198,7 @@ def attack_figures(records: list[dict]) -> list[tuple[str, Any, str]]:
 def save_figure(
     fig: Any, out_dir: str | Path, stem: str, logger: Any = None, tag: str | None = None, step: int | None = None
 ) -> list[Path]:
-    """Save a figure as `<stem>.png` and `<stem>.pdf` in `out_dir`, add it to TensorBoard, then close it.
+    """Save a figure as `<stem>.png` (at `PNG_DPI`) and `<stem>.pdf` in `out_dir`, add it to TensorBoard, close it.
 
     Args:
         fig: a matplotlib Figure.
@@ -213,11 +213,13 @@ def save_figure(
     """
     import matplotlib.pyplot as plt
 
+    from ..plots.style import PNG_DPI
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"{stem}.png", out / f"{stem}.pdf"]
     try:
-        fig.savefig(paths[0], dpi=120, bbox_inches="tight")
+        fig.savefig(paths[0], dpi=PNG_DPI, bbox_inches="tight")
         fig.savefig(paths[1], bbox_inches="tight")
         if logger is not None:
             from lightning.pytorch.loggers import TensorBoardLogger

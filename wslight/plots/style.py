@@ -2,7 +2,8 @@
 
 Okabe-Ito colours without its pale yellow (markers must show on white paper), legends and ticks at 8 pt or more, and
 `error_scale` choosing a log axis for errors that span decades (or sit at rounding level, where a linear autoscaled
-axis would show float noise as spread). Figure functions take the style with the `styled` decorator.
+axis would show float noise as spread), `line_look` for figures with more lines than colours, and `PNG_DPI`, the one
+resolution of saved PNGs. Figure functions take the style with the `styled` decorator.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from cycler import cycler
 # Okabe & Ito (2008), "Color Universal Design": blue, vermillion, bluish green, reddish purple, orange, sky blue, black
 # (their yellow #F0E442 left out: too pale for markers on white).
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
+# Lines of one figure that need more looks than the palette has colours (the zoo of maps) pair a colour with a marker:
+# 6 colours (black is left to reference lines) and 7 markers, coprime, give 42 distinct (colour, marker) pairs.
+LINE_COLOURS = PALETTE[:-1]
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 LEGEND_FONTSIZE = 8
+# Resolution of every saved PNG: a 6.4 in wide figure is 1280 px (legible when zoomed, sharp on a slide).
+PNG_DPI = 200
 STYLE = {
     "axes.prop_cycle": cycler(color=PALETTE),
     "legend.fontsize": LEGEND_FONTSIZE,
@@ -41,6 +48,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 def colour(i: int) -> str:
     """The i-th colour of the palette (cycling)."""
     return PALETTE[i % len(PALETTE)]
+
+
+def line_look(i: int) -> tuple[str, str]:
+    """(colour, marker) of the i-th line: pairwise distinct for the first len(LINE_COLOURS) * len(MARKERS) lines."""
+    return LINE_COLOURS[i % len(LINE_COLOURS)], MARKERS[i % len(MARKERS)]
 
 
 def error_scale(values: Iterable[float]) -> Literal["log", "linear"]:

@@ -90,7 +90,8 @@ def figure_layerwise(res: dict, log: bool = True) -> Figure:
         fontsize=10,
     )
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=LEGEND_FONTSIZE)
+    # Below the axes (constrained layout makes room): inside, it covers points whatever corner it takes.
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=LEGEND_FONTSIZE)
     return fig
 
 
