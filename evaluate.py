@@ -5,7 +5,7 @@ The last line printed is `results: <path to results.jsonl>`. Re-running the same
 
 import sys
 
-from wslight.cli import main
+from wslight.__main__ import run_verb
 
 if __name__ == "__main__":
-    main(["test", *sys.argv[1:]], evaluate=True)
+    sys.exit(run_verb("evaluate", sys.argv[1:], prog="evaluate.py"))

@@ -1,6 +1,8 @@
 """Train a linear head on a frozen feature map: `python train.py fit --config configs/raf.yaml`."""
 
-from wslight.cli import main
+import sys
+
+from wslight.__main__ import main
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(prog="train.py"))

@@ -7,14 +7,20 @@ directory named after a hash of its resolved config, so re-running the same comm
 
 from __future__ import annotations
 
+import errno
+import glob
+import inspect
 import logging
 import os
+import re
 import signal
 import sys
 import warnings
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from .cli_messages import (
@@ -29,12 +35,16 @@ from .cli_messages import (
 )
 from .config_files import resolve_config_args
 from .models import TrainingDiverged
-from .results import config_key, unwritable_reason
+from .results import RunFolderBusy, RunLock, config_key, unwritable_reason
 from .run_summary import final_metrics, log_config_text, log_run_hparams, record_metrics, run_hparams
 
 # Settings that change where or how fast a run happens, not what it computes: left out of the run key, so that the
 # same evaluation on 1 or 2 devices (or resumed with another logger) appends to the same results.
 _RUN_KEY_IGNORES = ("trainer", "ckpt_path", "config", "verbose")
+# Trainer settings that change the numbers themselves: in the run key whenever they differ from Lightning's default
+# (so the keys of default runs stay as they were). Precision: 16-mixed autocasts the maps' products and moves S.
+_RUN_KEY_TRAINER = {"precision": "32-true"}
+_PRECISION_ALIASES = {"32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed", "64": "64-true"}
 
 
 def _to_plain(value: Any) -> Any:
@@ -48,8 +58,19 @@ def _to_plain(value: Any) -> Any:
 
 
 def run_key(config: dict) -> str:
-    """Hash of the resolved config without the trainer (devices, logger, progress bar...)."""
-    return config_key({k: v for k, v in config.items() if k not in _RUN_KEY_IGNORES})
+    """Hash of the resolved config without the trainer's placement settings (devices, logger, progress bar...).
+
+    A trainer setting of `_RUN_KEY_TRAINER` that differs from its default (e.g. `precision: 16-mixed`) is part of
+    the key: a run with other numbers never resumes another's records.
+    """
+    keyed = {k: v for k, v in config.items() if k not in _RUN_KEY_IGNORES}
+    trainer = config.get("trainer") or {}
+    for name, default in _RUN_KEY_TRAINER.items():
+        value = trainer.get(name)
+        value = _PRECISION_ALIASES.get(str(value), str(value)) if name == "precision" and value is not None else value
+        if value is not None and value != default:
+            keyed[f"trainer.{name}"] = value
+    return config_key(keyed)
 
 
 class WSLightArgumentParser(LightningArgumentParser):
@@ -99,6 +120,40 @@ def check_logger_dirs(trainer: pl.Trainer, configured: Any) -> None:
             raise UsageError(f"{key}={save_dir}: {reason}; give a writable folder")
 
 
+def last_checkpoint(config: dict) -> Path:
+    """The newest `last.ckpt` of the run a training config names (`--ckpt_path last`).
+
+    Each fit logs into a new `version_N` folder, where Lightning's own `last` would find nothing and silently start
+    over; the last checkpoint of the same run name is in an earlier version, or in a ModelCheckpoint's `dirpath`.
+
+    Raises:
+        UsageError: no last.ckpt there (naming where it looked).
+    """
+    trainer = config.get("trainer") or {}
+    folders = []
+    for cb in trainer.get("callbacks") or []:
+        dirpath = isinstance(cb, dict) and (cb.get("init_args") or {}).get("dirpath")
+        if dirpath:
+            folders.append(Path(dirpath))
+    logger = trainer.get("logger")
+    logger = logger[0] if isinstance(logger, list) and logger else logger
+    if isinstance(logger, dict):
+        init = logger.get("init_args") or {}
+        root = Path(init.get("save_dir") or trainer.get("default_root_dir") or ".") / str(init.get("name", ""))
+        folders.append(root / "*" / "checkpoints")
+    else:
+        folders.append(Path(trainer.get("default_root_dir") or ".") / "lightning_logs" / "*" / "checkpoints")
+    found = [Path(p) for folder in folders for p in glob.glob(str(folder / "last.ckpt"))]
+    if not found:
+        where = ", ".join(str(f) for f in folders)
+        raise UsageError(
+            f"ckpt_path=last: no last.ckpt in {where}; give a checkpoint path, or leave ckpt_path out for a new fit"
+        )
+    newest = max(found, key=lambda p: p.stat().st_mtime)
+    print(f"resuming from {newest}", file=sys.stderr)
+    return newest
+
+
 class _NoTips(logging.Filter):
     """Drops Lightning's advertising lines ("💡 Tip: ... try installing litlogger / litmodels") at the start of
     every run, so the run's own lines come first; Lightning's other information lines stay."""
@@ -129,13 +184,25 @@ class WSLightCLI(LightningCLI):
     is named `run-<run key>` (a hash of the resolved config), so a re-run finds its results.jsonl and resumes.
     """
 
-    def __init__(self, *args: Any, evaluate: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, evaluate: bool = False, prog: str | None = None, **kwargs: Any) -> None:
         self.evaluate = evaluate
+        self.prog = prog
         kwargs.setdefault("subclass_mode_model", True)
         kwargs.setdefault("subclass_mode_data", True)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
         kwargs.setdefault("parser_class", WSLightArgumentParser)
         super().__init__(pl.LightningModule, None if evaluate else pl.LightningDataModule, *args, **kwargs)
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """fit, validate and test (a head predicts nothing a user asks for: Lightning's `predict` is left out)."""
+        return {k: v for k, v in LightningCLI.subcommands().items() if k != "predict"}
+
+    def _add_subcommands(self, parser: LightningArgumentParser, **kwargs: Any) -> None:
+        super()._add_subcommands(parser, **kwargs)
+        if self.prog is not None:  # usage lines name the command as typed: `wslight evaluate`, `train.py fit`
+            for name, sub in self._subcommand_parsers.items():
+                sub.prog = self.prog if self.prog.endswith(name) or self.evaluate else f"{self.prog} {name}"
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         if self.evaluate:
@@ -155,6 +222,13 @@ class WSLightCLI(LightningCLI):
         if self.evaluate and "TensorBoardLogger" in str(getattr(logger, "class_path", "")):
             if logger.init_args.get("version") is None:
                 logger.init_args["version"] = f"run-{self.run_key}"
+        if self.evaluate and (logger in (None, False) or config.trainer.get("fast_dev_run")):
+            # no log folder (no logger, or fast_dev_run's stand-in): results, figures and config.yaml go to a folder
+            # of their own under default_root_dir, never loose in it where another config would append to them
+            root = Path(config.trainer.get("default_root_dir") or os.getcwd())
+            config.trainer["default_root_dir"] = str(root / f"run-{self.run_key}")
+        if not self.evaluate and config.get("ckpt_path") == "last":
+            config["ckpt_path"] = str(last_checkpoint(_parsed_config))
 
     def _resolved_config(self) -> dict:
         return _to_plain(self.config[self.subcommand] if self.subcommand else self.config)
@@ -222,31 +296,72 @@ def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
 
 
 # ------------------------------------------------------------------------------------------- error messages
+# Exit statuses: 0 the run did what it was asked, 1 it failed (diverged, disk full), 2 a mistake in the command or
+# config, 75 the run folder is busy (try again later, as sysexits' EX_TEMPFAIL), 130 interrupted (resumable).
+EXIT_BUSY = 75
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.EIO,
+                 errno.ENOTDIR, errno.EISDIR, errno.EEXIST}  # a folder that cannot take a run's files
 
 
-def main(args: list[str] | None = None, run: bool = True, evaluate: bool = False) -> WSLightCLI:
-    """Entry point of `wslight` and `train.py`: `main(["fit", "--config", "configs/raf.yaml"])`.
+def trainer_error_message(err: Exception) -> str:
+    """Lightning's refusal of a trainer setting, with the key it concerns (`trainer.devices`, ...) when found."""
+    msg = str(err).strip()
+    names = [n for n in inspect.signature(pl.Trainer.__init__).parameters if n != "self"]
+    quoted = re.findall(r"Trainer\((\w+)=|`(\w+)`", msg)  # Lightning quotes the setting it refuses
+    key = next((n for pair in quoted for n in pair if n in names), None)
+    key = key or next((n for n in names if re.search(rf"\b{n}\b", msg)), None)
+    if key is None and re.search(r"\b(gpu|cuda|mps|tpu|backend)\b", msg, re.IGNORECASE):
+        key = "accelerator"
+    return f"trainer.{key}: {msg}" if key else f"trainer: {msg}"
 
-    `evaluate=True` is the entry point of `evaluate.py`:
-    `main(["test", "--config", "configs/ws/raf.yaml"], evaluate=True)`. The console script also takes
-    `wslight evaluate --config ...` (= evaluate.py) and `wslight reproduce ...` (= `python -m wslight.reproduce`).
+
+def failure_message(err: Exception, tree: dict) -> tuple[str, int] | None:
+    """The one-block message and exit status of a failure the user can act on; None for anything else (a bug keeps
+    its traceback)."""
+    if isinstance(err, UsageError):
+        return str(err), 2
+    if isinstance(err, ParseError):
+        return parse_error_message(err), 2
+    if isinstance(err, TrainingDiverged):
+        return str(err), 1
+    if isinstance(err, RunFolderBusy):
+        return str(err), EXIT_BUSY
+    if isinstance(err, MisconfigurationException):
+        return trainer_error_message(err), 2
+    if isinstance(err, FileNotFoundError) and str(err).startswith("Checkpoint file not found"):
+        return f"ckpt_path={str(err).rpartition(': ')[2]}: no such checkpoint file", 2
+    if isinstance(err, OSError) and err.errno in _WRITE_ERRNOS:
+        if err.filename is None:  # already a whole sentence (e.g. results.jsonl's append)
+            return str(err).removeprefix(f"[Errno {err.errno}] "), 1
+        return f"cannot write {err.filename} ({err.strerror}): free space or fix the folder, then run again", 1
+    if isinstance(err, ValueError):
+        return value_error_message(err, tree), 2
+    return None
+
+
+
+def main(
+    args: list[str] | None = None, run: bool = True, evaluate: bool = False, prog: str | None = None
+) -> WSLightCLI:
+    """The LightningCLI of wslight from Python: `main(["fit", "--config", "raf"])` returns the finished CLI.
+
+    `evaluate=True` runs an evaluation config: `main(["test", "--config", "ws/raf"], evaluate=True)` (a first
+    argument `evaluate` does the same). The command line reaches it through the verb table of `wslight.__main__`
+    (`wslight`, `python -m wslight`, train.py, evaluate.py), which turns a finished run into exit status 0.
 
     A mistake in the command or config (a value out of range, an unknown key, a config given to the other entry point)
     prints one block on stderr naming the key path, and exits with status 2; `--debug` or `WSLIGHT_DEBUG=1` raises
-    the original exception with its traceback instead.
+    the original exception with its traceback instead. `prog` names the command in those messages.
     """
     global _interrupted, _parsed_config
     args = list(sys.argv[1:] if args is None else args)
-    if args and args[0] == "reproduce":
-        from .reproduce import main as reproduce
-
-        reproduce(args[1:])
-        return None  # type: ignore[return-value]
     if args and args[0] == "evaluate":
         args, evaluate = ["test", *args[1:]], True
     debug = "--debug" in args or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     args = [a for a in args if a != "--debug"]
-    prog = "evaluate.py" if evaluate else f"train.py {args[0] if args and not args[0].startswith('-') else ''}".strip()
+    if prog is None:
+        sub = args[0] if args and not args[0].startswith("-") else ""
+        prog = "evaluate.py" if evaluate else f"train.py {sub}".strip()
     _interrupted = False
     _parsed_config = None
     for sig in (signal.SIGINT, signal.SIGTERM):  # SIGTERM stops like Ctrl-C: cleanly, resumable
@@ -258,28 +373,21 @@ def main(args: list[str] | None = None, run: bool = True, evaluate: bool = False
             # the command line always reaches LightningCLI as `args` (config names resolved, checked), which Lightning
             # would otherwise warn about on every run
             warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
-            cli = WSLightCLI(args=args, run=run, evaluate=evaluate)
+            cli = WSLightCLI(args=args, run=run, evaluate=evaluate, prog=prog)
     except (KeyboardInterrupt, SystemExit):
         # Lightning turns SIGINT/SIGTERM into a graceful shutdown and exits non-zero
         if evaluate and _interrupted:
             print(hint, file=sys.stderr)
         raise
-    except UsageError as err:
-        if debug:
+    except Exception as err:
+        failure = None if debug else failure_message(err, _parsed_config or args_tree(args))
+        if failure is None:
             raise
-        fail(str(err), prog)
-    except ParseError as err:
-        if debug:
-            raise
-        fail(parse_error_message(err), prog)
-    except TrainingDiverged as err:
-        if debug:
-            raise
-        fail(str(err), prog, code=1)
-    except ValueError as err:
-        if debug:
-            raise
-        fail(value_error_message(err, _parsed_config or args_tree(args)), prog)
+        fail(failure[0], prog, code=failure[1])
+    finally:
+        RunLock.release_all()
+        if run:
+            shut_down_distributed()
     if run and (cli.trainer.interrupted or _interrupted):
         if evaluate:
             print(hint, file=sys.stderr)
@@ -288,3 +396,15 @@ def main(args: list[str] | None = None, run: bool = True, evaluate: bool = False
     if run and path is not None and cli.trainer.is_global_zero:
         print(f"results: {path}")
     return cli
+
+
+def shut_down_distributed() -> None:
+    """End a DDP run's process group before the interpreter exits.
+
+    Lightning leaves it open after the run; its communication threads, still running while the interpreter tears
+    down, can abort a finished process (`terminate called without an active exception`, exit -6).
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()  # local: every rank has passed the run's last collective

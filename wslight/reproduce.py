@@ -221,8 +221,11 @@ def write_report(
     return out
 
 
-def main(argv: list[str] | None = None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str] | None = None, prog: str | None = None) -> Path:
+    """Run (or resume) the plan's stages and write the report; returns the report's path."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--full", type=int, default=0, help="1: the plan's paper-size stages (GPU machine, hub access)")
     parser.add_argument("--plan", default=str(PLAN), help="the plan file: `offline` and `full` lists of stages")
     parser.add_argument("--reports", default="reports", help="where reports/<run-id>/ goes (relative to the cwd)")

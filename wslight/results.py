@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import os
+import platform
 import signal
 import tempfile
 import threading
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 RESULTS_NAME = "results.jsonl"
+LOCK_NAME = "results.lock"
 # Fields that say how long a record took to make, not what it is: records are compared without them.
 TIMING_FIELDS = frozenset({"seconds"})
 # The stable fields of design.md that every record of an experiment carries (extra fields are welcome).
@@ -204,3 +206,59 @@ class ResultsFile:
                     "run the same command again to resume",
                 ) from e
         return len(lines)
+
+
+class RunFolderBusy(Exception):
+    """Another process holds the run folder's lock: this run would redo its trials and append them twice."""
+
+
+class RunLock:
+    """One writer per run folder: an exclusive `flock` on `<folder>/results.lock`, held for the whole run.
+
+    The lock belongs to the open file, so it is released when the holder closes it or dies (a killed run leaves no
+    stale lock). The file keeps the holder's pid and host, for the message of a second process. Where the platform
+    has no `fcntl` (Windows) runs are not locked.
+    """
+
+    _held: set[RunLock] = set()  # the locks this process holds, for `release_all` at the end of a run
+
+    def __init__(self, folder: str | os.PathLike) -> None:
+        self.path = Path(folder) / LOCK_NAME
+        self._file: Any = None
+
+    def acquire(self) -> None:
+        """Take the lock, or raise RunFolderBusy naming the holder. Creates the folder if needed."""
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(self.path, "a+")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise RunFolderBusy(
+                f"{self.path.parent} is being written by {holder}: this run would compute the same trials again; "
+                "wait for it to finish (or stop it), then run the same command to resume"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {platform.node() or 'this host'}\n")
+        f.flush()
+        self._file = f
+        RunLock._held.add(self)
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing the file releases the lock
+            self._file = None
+        RunLock._held.discard(self)
+
+    @classmethod
+    def release_all(cls) -> None:
+        """Release every lock of this process: a run that failed inside Lightning skips the modules' teardown."""
+        for lock in list(cls._held):
+            lock.release()

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from .. import validate
-from ..results import RESULTS_NAME, ResultsFile, unwritable_reason
+from ..results import RESULTS_NAME, ResultsFile, RunFolderBusy, RunLock, unwritable_reason
 from .summary import save_figure
 
 
@@ -77,6 +77,7 @@ class Evaluation(pl.LightningModule):
         self.output_dir = output_dir
         self.run_key = "default"  # set by the CLI to a hash of the resolved config
         self._results: ResultsFile | None = None
+        self._lock: RunLock | None = None
 
     # --- to implement -------------------------------------------------------------------------------------------
     def trial_specs(self) -> list[dict]:
@@ -143,8 +144,34 @@ class Evaluation(pl.LightningModule):
         done = self.results.finished_keys()
         return [s for s in specs if s["trial_key"] not in done]
 
+    def claim_run_folder(self) -> None:
+        """Take the run folder's lock on rank 0 (one writer per results.jsonl), before its finished trials are read.
+
+        A collective under DDP: every rank learns whether rank 0 got it.
+
+        Raises:
+            RunFolderBusy: another process is running the same evaluation in the same folder (on every rank).
+        """
+        busy = None
+        if self.trainer.is_global_zero and self._lock is None:
+            lock = RunLock(self.out_dir)
+            try:
+                lock.acquire()
+                self._lock = lock
+            except RunFolderBusy as err:
+                busy = str(err)
+        busy = self.trainer.strategy.broadcast(busy)
+        if busy is not None:
+            raise RunFolderBusy(busy)
+
+    def teardown(self, stage: str) -> None:
+        if self._lock is not None:  # also after a failure or an interruption
+            self._lock.release()
+            self._lock = None
+
     def test_dataloader(self) -> DataLoader:
         self.check_output_dir()  # before any trial: a run that cannot save its results fails now, not after the work
+        self.claim_run_folder()
         remaining = self.remaining_specs()
         if self.trainer.is_global_zero:
             total = len(self.trial_specs())
