@@ -113,6 +113,10 @@ CLI_CASES = [
     ("ws", {"maps": "[]"}, [r"maps must be a non-empty list of values in .*got \[\]"]),
     ("ws", {"n_values": "[]"}, [r"n_values must list at least one value, got \[\]"]),
     ("ws", {"d_values": "[0]"}, [r"d_values must hold positive integers, got \[0\]"]),
+    # a repeat in a grid would run the same trials twice: refused naming the key and the value
+    ("ws", {"n_values": "[4, 4]"}, [r"model\.init_args\.n_values must not repeat a value, got \[4, 4\] \(4 twice\)"]),
+    ("ws", {"d_values": "[8, 4, 8, 8]"}, [r"d_values must not repeat a value, got \[8, 4, 8, 8\] \(8 3 times\)"]),
+    ("ws", {"depths": "[2, 3, 2]"}, [r"depths must not repeat a value, got \[2, 3, 2\] \(2 twice\)"]),
     ("ws", {"radius_scale": 0}, ["radius_scale must be a finite number > 0, got 0"]),
     ("ws", {"radius_scale": -1.5}, ["radius_scale must be a finite number > 0, got -1.5"]),
     ("ws", {"trials": 0}, ["trials must be a positive integer, got 0"]),
@@ -120,6 +124,22 @@ CLI_CASES = [
     # attack sweep
     ("attack", {"N_values": "[50]"}, ["N_values: N \\+ contexts = 51 exceeds embeddings.num_samples = 40"]),
     ("attack", {"losses": "[hinge]"}, ["losses", "hinge"]),
+    # two panels may share an n (Figure 4: rf and raf at one n); a repeated N or panel or penalty is refused
+    (
+        "attack",
+        {"cases": "[{map: rf, n: 6}, {map: raf, n: 6}]", "N_values": "[10, 10]"},
+        [r"N_values must not repeat a value, got \[10, 10\] \(10 twice\)"],
+    ),
+    (
+        "attack",
+        {"cases": "[{map: raf, n: 6}, {map: raf, n: 6}]"},
+        [r"cases must not repeat a value, got \['raf/n6/L2', 'raf/n6/L2'\] \('raf/n6/L2' twice\)"],
+    ),
+    (
+        "attack",
+        {"losses": "[penalized]", "penalties": "[0.5, 0.5]"},
+        [r"penalties must not repeat a value, got \[0\.5, 0\.5\] \(0\.5 twice\)"],
+    ),
     ("attack", {"trainings": "[scratch]"}, ["trainings", "scratch"]),
     ("attack", {"losses": "[penalized]", "penalties": "[-1.0]"}, [r"penalties must be a finite number >= 0, got -1.0"]),
     ("attack", {"position": 6}, [r"position must be an integer in \[0, 5\], got 6"]),

@@ -8,6 +8,7 @@ only assert shapes.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -87,15 +88,24 @@ def choices(key: str, values: Any, allowed: Iterable[T]) -> list[T]:
     return list(dict.fromkeys(values))
 
 
-def int_list(key: str, values: Any, low: int = 1) -> list[int]:
-    """A non-empty list of ints >= low (a grid such as `n_values`)."""
+def distinct(key: str, values: Sequence[T]) -> list[T]:
+    """`values` as a list if no value repeats (a grid with a repeat would run the same trials twice)."""
+    counts = Counter(values)
+    repeats = [f"{v!r} {'twice' if c == 2 else f'{c} times'}" for v, c in counts.items() if c > 1]
+    if repeats:
+        raise ValueError(f"{key} must not repeat a value, got {list(values)!r} ({', '.join(repeats)})")
+    return list(values)
+
+
+def int_list(key: str, values: Any, low: int = 1, repeats: bool = False) -> list[int]:
+    """A non-empty list of ints >= low (a grid such as `n_values`), each value once unless `repeats`."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:
         raise ValueError(f"{key} must list at least one value, got {values!r}")
     bad = [v for v in values if not _is_int(v) or v < low]
     if bad:
         what = "positive integers" if low == 1 else f"integers >= {low}"
         raise ValueError(f"{key} must hold {what}, got {bad}")
-    return list(values)
+    return list(values) if repeats else distinct(key, values)
 
 
 def positions(key: str, value: Any, n: int) -> list[int]:

@@ -170,8 +170,9 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
             raise ValueError("cases must list at least one (map, n), got an empty grid")
         for c in self.cases:
             validate.choice("cases.map", c.map, sorted(MAPS))
-        validate.int_list("cases.n", [c.n for c in self.cases])
-        validate.int_list("cases.depth", [c.depth for c in self.cases])
+        validate.int_list("cases.n", [c.n for c in self.cases], repeats=True)
+        validate.int_list("cases.depth", [c.depth for c in self.cases], repeats=True)
+        validate.distinct("cases", [f"{c.map}/n{c.n}/L{c.depth}" for c in self.cases])
         self.d = validate.positive_int("d", d)
         self.N_values = validate.int_list("N_values", N_values)
         self.trainings = validate.choices("trainings", list(TRAININGS) if trainings is None else trainings, TRAININGS)
@@ -181,6 +182,7 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
             raise ValueError(f"penalties must list at least one weight, got {penalties!r}")
         for value in self.penalties:
             validate.number("penalties", value, low=0)
+        validate.distinct("penalties", self.penalties)
         self.trials = validate.positive_int("trials", trials)
         self.contexts = validate.positive_int("contexts", contexts)
         self.set_embeddings(embeddings, "d", self.d, "cases.n", max(c.n for c in self.cases))
