@@ -11,6 +11,8 @@ import zlib
 
 import torch
 
+from . import validate
+
 _MASK = 2**64 - 1
 
 
@@ -27,7 +29,13 @@ def salt(name: str) -> int:
 
 
 def derive_seed(seed: int, *salts: int | str) -> int:
-    """Mix `seed` with integer or string salts into a 63-bit generator seed."""
+    """Mix `seed` (an int >= 0) with integer or string salts into a 63-bit generator seed.
+
+    Raises:
+        ValueError: a negative seed (`seed must be an integer >= 0`, the sweeps' message): every map, data module
+            and sweep draws from here, so all of them refuse it alike.
+    """
+    validate.integer("seed", int(seed), low=0)
     x = _splitmix64(int(seed) & _MASK)
     for s in salts:
         x = _splitmix64(x ^ (salt(s) if isinstance(s, str) else int(s) & _MASK))
