@@ -228,3 +228,28 @@ def test_ckpt_path_last_resumes_the_newest_last_checkpoint_or_says_there_is_none
     second = main(["fit", "--config", TRAIN, *logs, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
     assert f"resuming from {last}" in capsys.readouterr().err
     assert second.trainer.current_epoch == 2 and second.trainer.global_step == 2  # one more epoch, not two
+
+
+# ------------------------------------------------------------------------------------------- DDP runs end cleanly
+
+
+@pytest.mark.slow  # six 2-process runs: about a minute and a half on 2 cores
+def test_finished_ddp_runs_exit_0_every_time(tmp_path, squares):
+    """A 2-process fit with the attack callback and a 2-process evaluation, three times each, through the console's
+    verb table: every run exits 0 and no process aborts at exit (`terminate called ...`, a process group or a
+    communication thread outliving the interpreter)."""
+    from test_callbacks import TINY_YAML
+
+    ddp = ["--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu"]
+    fit_cfg = tmp_path / "fit.yaml"
+    fit_cfg.write_text(TINY_YAML.format(cache=tmp_path / "cache", logs=tmp_path / "fit_logs"))
+    runs = {
+        "fit": [sys.executable, "-m", "wslight", "fit", "--config", str(fit_cfg), *ddp],
+        "evaluate": [sys.executable, "-m", "wslight", "evaluate", "--config", str(squares(trials=5)), *ddp],
+    }
+    for attempt in range(3):
+        for name, cmd in runs.items():
+            proc = _run(cmd, tmp_path, timeout=600)
+            out = proc.stdout + proc.stderr
+            assert proc.returncode == 0 and "terminate called" not in out, (name, attempt, out[-3000:])
+    assert len(list((tmp_path / "fit_logs").rglob("attack_results.jsonl"))) == 3
