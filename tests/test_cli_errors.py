@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from wslight.cli import main
+from wslight.cli_messages import check_command, read_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -152,3 +153,89 @@ def test_no_lightning_warning_about_args_on_a_run():
         warnings.simplefilter("always")
         main(["fit", "--config", TRAIN, "--data.init_args.n", "0"])
     assert not [w for w in caught if "args parameter is intended" in str(w.message)]
+
+
+# ------------------------------------------------------------------------------------------- config files
+def _with(tmp_path, text: str, name: str = "raf.yaml") -> str:
+    cfg = tmp_path / name
+    cfg.write_text(text)
+    return str(cfg)
+
+
+@pytest.mark.parametrize(
+    "edit, place, problem",
+    [
+        # a tab as indentation
+        (("        seed: 0\n", "\t\tseed: 0\n"), r"line 12, column 1", r"found character '\\t'.*indent with spaces"),
+        # an unclosed bracket: where the list breaks off, and where its bracket opened
+        (
+            ("seed_everything: 0\n", "seed_everything: [0\n"),
+            r"line 5, column 6",
+            r"expected ',' or '\]', but got ':' \(while parsing a flow sequence at line 4, column 18\)",
+        ),
+    ],
+    ids=["tab", "unclosed-bracket"],
+)
+def test_a_yaml_syntax_error_names_the_file_line_and_column(cli_fails, tmp_path, edit, place, problem):
+    text = Path(TRAIN).read_text()
+    assert edit[0] in text
+    cfg = _with(tmp_path, text.replace(edit[0], edit[1], 1))
+    err = cli_fails(["fit", "--config", cfg])
+    assert re.search(rf"error: {re.escape(cfg)}, {place}: invalid YAML: {problem}", err), err
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n\n"], ids=["empty", "comments"])
+def test_an_empty_config_file_says_it_is_empty(cli_fails, tmp_path, text):
+    cfg = _with(tmp_path, text)
+    for args, evaluate in ((["fit", "--config", cfg], False), (["test", "--config", cfg], True)):
+        err = cli_fails(args, evaluate)
+        assert f"error: {cfg} is empty (no keys): a config needs at least a model: block" in err
+        assert "Unexpected config" not in err
+
+
+def test_a_key_written_twice_in_a_config_file_is_refused(cli_fails, tmp_path):
+    """YAML keeps the last of two equal keys without a word; the CLI names the file, the line and the key path."""
+    text = Path(TRAIN).read_text().replace("        seed: 0\n", "        seed: 0\n        seed: 3\n", 1)
+    cfg = _with(tmp_path, text)
+    err = cli_fails(["fit", "--config", cfg])
+    key = "model.init_args.feature_map.init_args.seed"
+    assert f"error: {cfg}, line 13: {key} is written twice in the same block (first at line 12)" in err
+    merged = tmp_path / "merge.yaml"  # a merge key (<<:) overrides by design: not a repeat
+    merged.write_text("base: &b {n: 5, d: 16}\ndata:\n  <<: *b\n  n: 4\n")
+    assert read_config(merged)["data"] == {"n": 4, "d": 16}
+
+
+# ---------------------------------------------------------------------------------------- top-level keys
+@pytest.mark.parametrize("evaluate", [False, True], ids=["fit", "evaluate"])
+def test_a_misspelt_top_level_key_suggests_the_right_one(cli_fails, tmp_path, evaluate):
+    src = WS if evaluate else TRAIN
+    cfg = _with(tmp_path, Path(src).read_text().replace("\nmodel:", "\nmodle:", 1))
+    sub = "test" if evaluate else "fit"
+    err = cli_fails([sub, "--config", cfg], evaluate)
+    assert re.search(r"error: unknown key modle\.init_args\.\S+; did you mean model\.init_args\.", err), err
+    assert "Subcommand" not in err
+    err = cli_fails([sub, "--config", src, "--modle.init_args.trials", "1"], evaluate)
+    assert "unknown argument(s): --modle.init_args.trials 1; did you mean --model.init_args.trials?" in err
+
+
+# ------------------------------------------------------------------------------------------------- seeds
+def test_seed_everything_out_of_range_names_the_key(cli_fails, tmp_path):
+    err = cli_fails(["fit", "--config", TRAIN, "--seed_everything", "-3"])
+    assert "error: seed_everything must be an integer in [0, 4294967295] (or true: a random seed), got -3" in err
+    cfg = _with(tmp_path, Path(TRAIN).read_text().replace("seed_everything: 0", "seed_everything: 4294967296", 1))
+    err = cli_fails(["fit", "--config", cfg])
+    assert "seed_everything must be an integer in [0, 4294967295]" in err and "got 4294967296" in err
+
+
+@pytest.mark.parametrize("value", ["true", "false", "7"])
+def test_seed_everything_true_false_and_a_later_value_pass_the_check(tmp_path, value):
+    cfg = _with(tmp_path, Path(TRAIN).read_text().replace("seed_everything: 0", "seed_everything: -1", 1))
+    args = ["fit", "--config", cfg, "--seed_everything", value]  # the command line comes last and wins
+    assert check_command(args, evaluate=False) == args
+
+
+@pytest.mark.parametrize("config", [TRAIN, "raf"], ids=["twin", "shipped"])
+def test_a_negative_map_seed_is_refused_like_the_sweeps_do(cli_fails, config):
+    """Training refuses a negative map seed with the sweeps' message (`seed must be an integer >= 0`)."""
+    err = cli_fails(["fit", "--config", config, "--model.init_args.feature_map.init_args.seed", "-1"])
+    assert "error: model.init_args.feature_map.init_args.seed must be an integer >= 0, got -1" in err

@@ -1,8 +1,9 @@
 """How the command line reads a command before Lightning does, and turns a mistake into one short block.
 
 `main` (wslight.cli) checks the command against the entry point (a training config given to evaluate.py, a linked key
-given a value), and formats the errors of jsonargparse and of the package's own checks as one line naming the config
-key path, the allowed range and the value, with the closest key for an unknown one.
+given a value), reads every `--config` file strictly (a YAML syntax error with its line and column, a key written twice,
+an empty file), checks `seed_everything`, and formats the errors of jsonargparse and of the package's own checks as one
+line naming the config key path, the allowed range and the value, with the closest key for an unknown one.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from . import validate
+
 # Training sizes are written once, under data, and linked to the map and the head (target -> source).
 LINKS = {
     "model.init_args.feature_map.init_args.n": "data.init_args.n",
@@ -25,6 +28,8 @@ LINKS = {
     "model.init_args.n": "data.init_args.n",
 }
 DEBUG_ENV = "WSLIGHT_DEBUG"
+# The top-level keys of LightningCLI's subcommand parsers (for a misspelt one, which jsonargparse reports without them).
+TOP_KEYS = ("model", "data", "trainer", "seed_everything", "ckpt_path", "optimizer", "lr_scheduler")
 
 
 class UsageError(Exception):
@@ -52,6 +57,82 @@ def _load_yaml(path: Path) -> Any:
         return None
 
 
+def _place(path: Path, mark: Any) -> str:
+    return f"{path}, line {mark.line + 1}, column {mark.column + 1}"  # yaml counts lines and columns from 0
+
+
+def _syntax_message(path: Path, err: yaml.YAMLError) -> str:
+    """`<file>, line L, column C: invalid YAML: <problem>` (and where the unclosed construct began)."""
+    if not isinstance(err, yaml.MarkedYAMLError) or (err.problem_mark or err.context_mark) is None:
+        return f"{path}: invalid YAML: {' '.join(str(err).split())}"
+    mark = err.problem_mark or err.context_mark
+    msg = f"{_place(path, mark)}: invalid YAML: {err.problem or err.context}"
+    if err.problem and err.context and err.context_mark is not None and err.context_mark.line != mark.line:
+        msg += f" ({err.context} at line {err.context_mark.line + 1}, column {err.context_mark.column + 1})"
+    if "'\\t'" in str(err.problem):
+        msg += "; indent with spaces, not tabs"
+    return msg
+
+
+def _repeated_key(node: yaml.Node, prefix: str = "", seen: set[int] | None = None) -> tuple[str, int, int] | None:
+    """(key path, line, first line) of the first key written twice in one mapping of a composed YAML document.
+
+    PyYAML keeps the last of two equal keys without a word, and jsonargparse reads files with it; merge keys (`<<:`)
+    are overrides by design and are not counted."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:  # an alias of a node already walked
+        return None
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            if key.tag == "tag:yaml.org,2002:merge" or not isinstance(key, yaml.ScalarNode):
+                continue
+            name = (key.tag, key.value)
+            if name in first:
+                return f"{prefix}{key.value}", key.start_mark.line + 1, first[name]
+            first[name] = key.start_mark.line + 1
+            found = _repeated_key(value, f"{prefix}{key.value}.", seen)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found = _repeated_key(item, f"{prefix}{i}.", seen)
+            if found:
+                return found
+    return None
+
+
+def read_config(path: Path) -> Any:
+    """The content of a `--config` file, or None for a value that is no file (YAML given inline).
+
+    Raises:
+        UsageError: a YAML syntax error (the file, line and column), a key written twice in one block (the file,
+            line and key path), an empty file or one that holds no keys.
+    """
+    try:
+        text = path.read_text()
+    except (OSError, ValueError):
+        return None  # jsonargparse reads and reports what is not a file
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        repeated = _repeated_key(node) if node is not None else None
+        if repeated:
+            key, line, first = repeated
+            raise UsageError(
+                f"{path}, line {line}: {key} is written twice in the same block (first at line {first}); "
+                "YAML would silently keep only the last: remove one"
+            )
+        tree = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise UsageError(_syntax_message(path, err)) from err
+    if tree is None:
+        raise UsageError(f"{path} is empty (no keys): a config needs at least a model: block")
+    if not isinstance(tree, dict):
+        raise UsageError(f"{path} must hold keys (model:, trainer:, ...), got a {type(tree).__name__}: {tree!r:.60}")
+    return tree
+
+
 def _merge(base: dict, new: dict) -> dict:
     for k, v in new.items():
         base[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
@@ -59,14 +140,16 @@ def _merge(base: dict, new: dict) -> dict:
 
 
 def args_tree(args: list[str]) -> dict:
-    """The config files and `--a.b value` overrides as one nested dict (only to name keys in messages)."""
+    """The config files and `--a.b value` overrides as one nested dict, the later one winning as in jsonargparse
+    (only to name keys in messages and to check values before parsing)."""
     tree: dict = {}
-    for path in _config_files(args):
-        loaded = _load_yaml(path)
-        if isinstance(loaded, dict):
-            _merge(tree, loaded)
     for i, a in enumerate(args):
-        if a.startswith("--") and a not in ("--config",) and not a.startswith("--config="):
+        if a in ("--config", "-c") or a.startswith("--config="):
+            value = a.partition("=")[2] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
+            loaded = _load_yaml(Path(value)) if value else None
+            if isinstance(loaded, dict):
+                _merge(tree, loaded)
+        elif a.startswith("--"):
             key, _, value = a[2:].partition("=")
             if not _ and i + 1 < len(args) and not args[i + 1].startswith("--"):
                 value = args[i + 1]
@@ -100,8 +183,9 @@ def _get(tree: Any, path: str) -> Any:
 
 
 def check_command(args: list[str], evaluate: bool) -> list[str]:
-    """Mistakes of the command line caught before parsing: the wrong entry point for a config, a value on a linked
-    key, a subcommand given to evaluate.py. Returns the arguments to parse (evaluate.py's `test` once)."""
+    """Mistakes of the command line caught before parsing: a config file that is no valid YAML, repeats a key or is
+    empty, the wrong entry point for a config, a seed_everything out of range, a value on a linked key, a subcommand
+    given to evaluate.py. Returns the arguments to parse (evaluate.py's `test` once)."""
     if evaluate and len(args) > 1 and args[0] == "test" and args[1] in ("fit", "validate", "test", "predict"):
         if args[1] != "test":
             raise UsageError(
@@ -111,7 +195,7 @@ def check_command(args: list[str], evaluate: bool) -> list[str]:
         args = args[1:]  # `evaluate.py test --config ...`: the usage line shows `test`, so accept it once
     subcommand = next((a for a in args if not a.startswith("-")), None) if args else None
     for path in _config_files(args):
-        tree = _load_yaml(path)
+        tree = read_config(path)
         kind = _entry_point_of(tree)
         if evaluate and kind == "train":
             raise UsageError(
@@ -123,8 +207,9 @@ def check_command(args: list[str], evaluate: bool) -> list[str]:
                 f"{path} is an evaluation config ({tree['model'].get('class_path')}): run it with "
                 f"`python evaluate.py --config {path}` (or `wslight evaluate --config {path}`)"
             )
+    given = args_tree(args)
+    check_seed_everything(_get(given, "seed_everything"))
     if not evaluate:
-        given = args_tree(args)
         for target, source in LINKS.items():
             value = _get(given, target)
             if value is not _MISSING:
@@ -133,6 +218,24 @@ def check_command(args: list[str], evaluate: bool) -> list[str]:
                     f"and the head); set {source} instead (got {target}={value})"
                 )
     return args
+
+
+def check_seed_everything(value: Any) -> None:
+    """Refuse a `seed_everything` outside the range Lightning seeds numpy with, naming the key (Lightning's own
+    message names neither the key nor the entry); true / false / null and non-numbers are left to jsonargparse."""
+    from lightning.fabric.utilities.seed import max_seed_value, min_seed_value
+
+    if isinstance(value, str):
+        try:
+            value = int(value)
+        except ValueError:
+            return
+    if not isinstance(value, int) or isinstance(value, bool):
+        return
+    try:
+        validate.integer("seed_everything", value, min_seed_value, max_seed_value, why="or true: a random seed")
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def _resolve(class_path: str) -> Any:
@@ -268,6 +371,10 @@ def parse_error_message(exc: BaseException) -> str:
         close = difflib.get_close_matches(unknown, options, n=1)
         hint = f"; did you mean {where}.{close[0]}?" if close else (f"; {where} takes {options}" if options else "")
         return f"unknown key {key}{hint}"
+    m = re.match(r"Subcommand '[^']+' does not accept option '([^']+)'", msg)
+    if m:  # a key of a config file that no block takes: name it, and the top-level key meant when that is misspelt
+        key = m.group(1)
+        return f"unknown key {key}{_top_key_hint(key, list(TOP_KEYS))}"
     m = re.match(r"[Uu]nrecognized arguments: (.*)", msg.splitlines()[0]) if msg else None
     if m:
         given = m.group(1).split()
@@ -275,9 +382,13 @@ def parse_error_message(exc: BaseException) -> str:
         out = f"unknown argument(s): {' '.join(given)}"
         for arg in given:
             if arg.startswith("--"):
-                close = difflib.get_close_matches(arg[2:].split("=")[0], keys, n=1)
+                key = arg[2:].split("=")[0]
+                close = difflib.get_close_matches(key, keys, n=1)
                 if close:
                     out += f"; did you mean --{close[0]}?"
+                elif "." in key:
+                    tops = sorted({k.split(".")[0] for k in keys} & set(TOP_KEYS)) or list(TOP_KEYS)
+                    out += _top_key_hint(key, tops, "--")
         return out
     if path:
         detail = _tidy(detail or msg)
@@ -285,9 +396,18 @@ def parse_error_message(exc: BaseException) -> str:
     return msg.splitlines()[0] if msg else "invalid arguments"
 
 
+def _top_key_hint(key: str, top_keys: list[str], prefix: str = "") -> str:
+    """`; did you mean model.init_args.x?` for `modle.init_args.x` (a misspelt first part), else ""."""
+    top, dot, rest = key.partition(".")
+    if top in top_keys:
+        return ""
+    close = difflib.get_close_matches(top, top_keys, n=1, cutoff=0.6)
+    if not close:
+        return f"; the top-level keys are {', '.join(top_keys)}"
+    return f"; did you mean {prefix}{close[0]}{dot}{rest}?"
+
+
 def fail(message: str, prog: str, code: int = 2) -> None:
     print(f"{prog}: error: {message}", file=sys.stderr)
     print(f"(the full traceback: {DEBUG_ENV}=1 or --debug; every option: {prog} --help)", file=sys.stderr)
     raise SystemExit(code)
-
-
