@@ -209,6 +209,7 @@ def test_an_unwritable_cache_folder_is_one_block_with_status_1(tmp_path, capsys)
     assert exc.value.code == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"cannot write {blocker / 'cache'} (Not a directory)" in err
+    assert not list(tmp_path.rglob("events.out.tfevents.*"))  # the failed run's new folder is gone: no empty run
 
 
 # ------------------------------------------------------------------------------------------- --ckpt_path last

@@ -13,6 +13,7 @@ import inspect
 import logging
 import os
 import re
+import shutil
 import signal
 import sys
 import warnings
@@ -22,6 +23,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.loggers import TensorBoardLogger
 
 from .cli_messages import (
     DEBUG_ENV,
@@ -35,7 +37,7 @@ from .cli_messages import (
 )
 from .config_files import resolve_config_args
 from .models import TrainingDiverged
-from .results import RunFolderBusy, RunLock, config_key, unwritable_reason
+from .results import LOCK_NAME, RunFolderBusy, RunLock, config_key, unwritable_reason
 from .run_summary import final_metrics, log_config_text, log_run_hparams, record_metrics, run_hparams
 
 # Settings that change where or how fast a run happens, not what it computes: left out of the run key, so that the
@@ -283,10 +285,29 @@ class WSLightCLI(LightningCLI):
             getattr(part, "_hparams_initial", {}).pop("_instantiator", None)
         if hasattr(self.model, "run_key"):
             self.model.run_key = self.run_key
+        global _new_run_dir
+        logger = self.trainer.logger
+        log_dir = logger.log_dir if isinstance(logger, TensorBoardLogger) else None  # not created yet
+        _new_run_dir = Path(log_dir) if log_dir and not Path(log_dir).exists() else None
 
 
 _interrupted = False
 _parsed_config: dict | None = None
+_new_run_dir: Path | None = None  # the log folder a run is about to create (None: it exists already, or no logger)
+# What a run writes before its first result; a new folder holding nothing else is an empty run in TensorBoard.
+_EMPTY_RUN_FILES = ("config.yaml", "hparams.yaml", "events.out.tfevents.*", LOCK_NAME)
+
+
+def remove_empty_run_dir() -> None:
+    """After a failed run: remove the log folder it created when it holds only what a run writes at its start, so
+    that TensorBoard lists no empty run. A folder that existed before the run, or holds results or checkpoints, stays.
+    """
+    folder = _new_run_dir
+    if folder is None or not folder.is_dir() or os.environ.get("LOCAL_RANK", "0") != "0":
+        return
+    entries = list(folder.iterdir())
+    if all(p.is_file() and any(p.match(pattern) for pattern in _EMPTY_RUN_FILES) for p in entries):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
@@ -353,7 +374,7 @@ def main(
     prints one block on stderr naming the key path, and exits with status 2; `--debug` or `WSLIGHT_DEBUG=1` raises
     the original exception with its traceback instead. `prog` names the command in those messages.
     """
-    global _interrupted, _parsed_config
+    global _interrupted, _parsed_config, _new_run_dir
     args = list(sys.argv[1:] if args is None else args)
     if args and args[0] == "evaluate":
         args, evaluate = ["test", *args[1:]], True
@@ -364,6 +385,7 @@ def main(
         prog = "evaluate.py" if evaluate else f"train.py {sub}".strip()
     _interrupted = False
     _parsed_config = None
+    _new_run_dir = None
     for sig in (signal.SIGINT, signal.SIGTERM):  # SIGTERM stops like Ctrl-C: cleanly, resumable
         signal.signal(sig, _raise_keyboard_interrupt)
     hint = "interrupted: finished trials are saved in results.jsonl; run the same command again to resume"
@@ -376,10 +398,14 @@ def main(
             cli = WSLightCLI(args=args, run=run, evaluate=evaluate, prog=prog)
     except (KeyboardInterrupt, SystemExit):
         # Lightning turns SIGINT/SIGTERM into a graceful shutdown and exits non-zero
+        RunLock.release_all()
+        remove_empty_run_dir()
         if evaluate and _interrupted:
             print(hint, file=sys.stderr)
         raise
     except Exception as err:
+        RunLock.release_all()
+        remove_empty_run_dir()
         failure = None if debug else failure_message(err, _parsed_config or args_tree(args))
         if failure is None:
             raise
