@@ -36,6 +36,7 @@ def flatten(tree: Any, prefix: str) -> dict[str, Any]:
 
 
 def _join(values: list) -> Any:
+    values = [v.get("class_path", str(v)) if isinstance(v, dict) else v for v in values]  # a {class_path, ...} map
     values = list(dict.fromkeys(values))  # unique, in order
     return values[0] if len(values) == 1 else ", ".join(str(v) for v in values)
 

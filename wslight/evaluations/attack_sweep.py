@@ -17,7 +17,7 @@ import torch
 from .. import validate
 from ..attack import LOSSES, delta_attacks, output_records
 from ..data import EmbeddingSpec
-from ..features import MAPS, FreshMaps
+from ..features import resolve_maps
 from ..interpolation import TRAININGS
 from ..seeding import derive_seed, generator
 from .base import EmbeddingsEvaluation
@@ -102,12 +102,13 @@ class AttackCase:
     """One (map, n) panel of the attack figures.
 
     Args:
-        map: a registered map ("rf", "deep_rf", "raf", "relu_raf", ...).
+        map: a registered map ("rf", "deep_rf", "raf", "relu_raf", ...), a dotted import path of a map class
+            (`mymap.MyMap`) or `{class_path: mymap.MyMap, init_args: {...}}`, as the word-sensitivity sweep's `maps`.
         n: context length (the first n tokens).
         depth: depth L of the maps that have one ("deep_rf").
     """
 
-    map: str
+    map: str | dict[str, Any]
     n: int
     depth: int = 2
 
@@ -168,11 +169,12 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
         self.cases = [c if isinstance(c, AttackCase) else AttackCase(**c) for c in cases]
         if not self.cases:
             raise ValueError("cases must list at least one (map, n), got an empty grid")
-        for c in self.cases:
-            validate.choice("cases.map", c.map, sorted(MAPS))
+        entries = resolve_maps([c.map for c in self.cases], "cases.map")
+        self.case_maps = [e.name for e in entries]  # the name each case's records carry
+        self.map_entries = {e.name: e for e in entries}  # record name -> class and init_args
         validate.int_list("cases.n", [c.n for c in self.cases], repeats=True)
         validate.int_list("cases.depth", [c.depth for c in self.cases], repeats=True)
-        validate.distinct("cases", [f"{c.map}/n{c.n}/L{c.depth}" for c in self.cases])
+        validate.distinct("cases", [f"{m}/n{c.n}/L{c.depth}" for c, m in zip(self.cases, self.case_maps)])
         self.d = validate.positive_int("d", d)
         self.N_values = validate.int_list("N_values", N_values)
         self.trainings = validate.choices("trainings", list(TRAININGS) if trainings is None else trainings, TRAININGS)
@@ -203,14 +205,14 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
     def trial_specs(self) -> list[dict]:
         return [
             {
-                "trial_key": f"{c.map}/n{c.n}/L{c.depth}/N{N}/t{t}",
-                "map": c.map,
+                "trial_key": f"{m}/n{c.n}/L{c.depth}/N{N}/t{t}",
+                "map": m,
                 "n": c.n,
                 "L": c.depth,
                 "N": N,
                 "trial": t,
             }
-            for c in self.cases
+            for c, m in zip(self.cases, self.case_maps)
             for N in self.N_values
             for t in range(self.trials)
         ]
@@ -251,11 +253,14 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
                     "trial_seed": trial_seed,
                     "map_seed": trial_seed,  # the trial's map is drawn from the trial's seed
                     "attack_seed": derive_seed(trial_seed, "attack.restarts"),
+                    **self.map_entries[m].record_fields,  # map_args of a {class_path, init_args} entry
                 }
             )
         X, y, ids = torch.stack(Xs).to(self.device), torch.stack(ys).to(self.device), torch.stack(ids)
         seeds = [t["map_seed"] for t in trials]
-        maps = FreshMaps(m, seeds, depth=L, width_ratio=self.rf_width_ratio, device=self.device)
+        maps = self.map_entries[m].trial_maps(
+            seeds, n, self.d, depth=L, width_ratio=self.rf_width_ratio, device=self.device
+        )
         records = run_attacks(
             maps,
             X[:, c:],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from pathlib import Path
@@ -12,7 +11,7 @@ import torch
 
 from .. import validate
 from ..data import EmbeddingSpec
-from ..features import MAPS, FreshMaps, make_map
+from ..features import resolve_maps
 from ..seeding import derive_seed, generator
 from ..sensitivity import word_sensitivity
 from .base import EmbeddingsEvaluation
@@ -20,12 +19,6 @@ from .summary import cell_table, markdown_table, nonfinite, trusted
 
 # Maps whose S the paper proves to decay as 1/sqrt(n): their S sqrt(n) figure shows that law as a flat line.
 SQRT_N_MAPS = ("rf", "deep_rf")
-
-
-def takes_depth(name: str) -> bool:
-    """True when the registered map `name` has a depth (its constructor takes `depth`): the sweep crosses `depths`."""
-    cls = MAPS.get(name)
-    return cls is not None and "depth" in inspect.signature(cls.__init__).parameters
 
 
 class WordSensitivitySweep(EmbeddingsEvaluation):
@@ -40,8 +33,10 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
     whose scores are all <= 0; such records are left out of the summary).
 
     Args:
-        maps: which registered maps to sweep ("rf", "deep_rf", "raf", "relu_raf", or any map added with
-            `wslight.features.register_map`).
+        maps: which maps to sweep: registered names ("rf", "deep_rf", "raf", "relu_raf", or any map added with
+            `wslight.features.register_map`), dotted import paths of map classes (`mymap.MyMap`) or
+            `{class_path: mymap.MyMap, init_args: {...}}` (init_args: further constructor arguments, recorded as
+            `map_args`). Records carry the registered name of the class when it has one, else the path as written.
         d_values: embedding dimensions (the first d coordinates of each token).
         n_values: context lengths (the first n tokens).
         depths: depths L of the maps that have one ("deep_rf"); other maps record L = 1.
@@ -63,7 +58,7 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
 
     def __init__(
         self,
-        maps: list[str],
+        maps: list[str | dict[str, Any]],
         d_values: list[int],
         n_values: list[int],
         depths: list[int] | None = None,
@@ -82,7 +77,9 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         output_dir: str | None = None,
     ) -> None:
         super().__init__(trials_per_step, output_dir)
-        self.maps = validate.choices("maps", maps, sorted(MAPS))
+        # record name -> class and init_args, repeats dropped (order kept)
+        self.map_entries = {e.name: e for e in resolve_maps(maps, "maps")}
+        self.maps = list(self.map_entries)
         self.d_values = validate.int_list("d_values", d_values)
         self.n_values = validate.int_list("n_values", n_values)
         self.depths = validate.int_list("depths", depths if depths is not None else [2])
@@ -104,9 +101,14 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         """(map, d, n, L) for every cell, in sweep order."""
         out = []
         for m in self.maps:
-            for L in self.depths if takes_depth(m) else [1]:
+            for L in self.depths if self.takes_depth(m) else [1]:
                 out += [(m, d, n, L) for d in self.d_values for n in self.n_values]
         return out
+
+    def takes_depth(self, m: str) -> bool:
+        """True when map `m` has a depth (its constructor takes `depth`): the sweep crosses `depths`."""
+        entry = self.map_entries.get(m)
+        return entry is not None and entry.takes("depth")
 
     def trial_specs(self) -> list[dict]:
         return [
@@ -131,12 +133,15 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
     def cell_map(self, m: str, d: int, n: int, L: int, map_seed: int) -> torch.nn.Module:
         """The shared map of a cell on this device, reused by the cell's next trials."""
         if self._last_map[0] != map_seed:
-            fmap = make_map(m, n, d, seed=map_seed, depth=L, width_ratio=self.rf_width_ratio, dtype=self.map_dtype)
+            fmap = self.map_entries[m].build(
+                n, d, map_seed, depth=L, width_ratio=self.rf_width_ratio, dtype=self.map_dtype
+            )
             self._last_map = (map_seed, fmap.to(self.device))
         return self._last_map[1]
 
     def run_trials(self, specs: list[dict]) -> list[dict]:
-        """One search for the step's trials (one cell): a fresh map per trial (FreshMaps), or the cell's shared map."""
+        """One search for the step's trials (one cell): a fresh map per trial (FreshMaps for a registered map), or the
+        cell's shared map."""
         start = time.perf_counter()
         m, d, n, L = self.batch_key(specs[0])
         index = [self.sample_index(s["trial"]) for s in specs]
@@ -156,8 +161,9 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
             res = word_sensitivity(fmap, X, seed=restart_seed, dtype=self.map_dtype, **options)
         else:  # the paper's protocol: trial t has its own map, all trials searched together
             map_seeds = [self.map_seed(m, d, n, L, s["trial"]) for s in specs]
-            fresh = FreshMaps(m, map_seeds, depth=L, width_ratio=self.rf_width_ratio, dtype=self.map_dtype,
-                              device=self.device)
+            fresh = self.map_entries[m].trial_maps(
+                map_seeds, n, d, depth=L, width_ratio=self.rf_width_ratio, dtype=self.map_dtype, device=self.device
+            )
             restart_seeds = [derive_seed(ms, "ws.restarts") for ms in map_seeds]
             res = word_sensitivity(fresh, X[:, None], seed=restart_seeds, **options)
         seconds = (time.perf_counter() - start) / len(specs)
@@ -180,6 +186,7 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
                 "ws_sqrt_n": rec["ws"] * math.sqrt(n),
                 "bound": bound,
                 "seconds": seconds,
+                **self.map_entries[m].record_fields,  # map_args of a {class_path, init_args} entry
             }
             record["nonfinite"] = nonfinite(record)  # e.g. S = inf when phi(X) = 0: null in the file, flagged
             records.append(record)
@@ -193,14 +200,14 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         records = trusted(records, "word sensitivity", ("ws",))
         table = cell_table(records, ("map", "d", "n", "L"), "ws")
         for row in table:  # S against n: one curve per map and d (and depth), step = n
-            depth = f"/L{row['L']}" if takes_depth(row["map"]) else ""
+            depth = f"/L{row['L']}" if self.takes_depth(row["map"]) else ""
             self.log_curve(f"ws/{row['map']}/d{row['d']}{depth}", row["n"], row["mean"])
         if not self.trainer.is_global_zero or not records:
             return
         (out_dir / "summary.md").write_text(markdown_table(table))
         for m in sorted({r["map"] for r in records}):
             recs = [r for r in records if r["map"] == m]
-            group = "L" if takes_depth(m) else "d"
+            group = "L" if self.takes_depth(m) else "d"
             self.add_figure(f"ws/{m}", plot_ws_curves(recs, m, group=group), f"ws_{m}")
             if m in SQRT_N_MAPS:
                 self.add_figure(f"ws/{m}_sqrt_n", plot_ws_curves(recs, m, group=group, scaled=True), f"ws_{m}_sqrt_n")

@@ -1,10 +1,23 @@
 """Frozen random feature maps of a text sample X (B, n, d): plain nn.Modules, no Lightning import.
 
 `make_map(name, n, d, seed, ...)` builds a registered map by name; `register_map` adds one (see the README's example).
+`resolve_map` turns a sweep's `maps` entry (a name, a dotted path `module.Class` or a class_path dict) into its class.
 """
 
 from .attention import RandomAttentionFeatures, ReLUAttentionFeatures
-from .base import MAPS, FeatureMap, TokenwiseMap, make_map, map_dims, map_name, output_dim, register_map
+from .base import (
+    MAPS,
+    FeatureMap,
+    MapEntry,
+    TokenwiseMap,
+    make_map,
+    map_dims,
+    map_name,
+    output_dim,
+    register_map,
+    resolve_map,
+    resolve_maps,
+)
 from .deep_rf import DeepRandomFeatures
 from .elementwise import LinearAttentionFeatures as LinearAttentionFeatures
 from .elementwise import SigmoidAttentionFeatures as SigmoidAttentionFeatures
@@ -20,6 +33,7 @@ __all__ = [
     "MAPS",
     "DeepRandomFeatures",
     "FeatureMap",
+    "MapEntry",
     "TokenwiseMap",
     "FreshMaps",
     "RandomAttentionFeatures",
@@ -30,4 +44,6 @@ __all__ = [
     "map_name",
     "output_dim",
     "register_map",
+    "resolve_map",
+    "resolve_maps",
 ]

@@ -4,19 +4,26 @@ A map is any `nn.Module` that takes token embeddings X (B, n, d) to features (B,
 built for one length). Subclassing `FeatureMap` and registering a name (`@register_map("name")`) makes a map buildable
 by name from a config; a subclass may also provide its own single-token algebra (`token_class`) and a float64
 forward (`forward64`), otherwise the estimators differentiate its full forward
-(`wslight.features.single_token.GenericToken`) and recompute final values on a float64 copy.
+(`wslight.features.single_token.GenericToken`) and recompute final values on a float64 copy. A sweep's `maps` entry
+may also be a dotted import path or a `{class_path, init_args}` dict, as elsewhere in LightningCLI (`resolve_map`).
 """
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import inspect
-from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 from torch import nn
 
 from .. import validate
+
+if TYPE_CHECKING:
+    from .fresh import FreshMaps
 
 MAPS: dict[str, type[FeatureMap]] = {}
 
@@ -83,9 +90,17 @@ class FeatureMap(nn.Module):
         **options: Any,
     ) -> FeatureMap:
         """The map of one sweep cell; the default passes on the arguments the constructor takes."""
-        given = {"n": n, "d": d, "seed": seed, "depth": depth, "dtype": dtype, **options}
-        params = inspect.signature(cls.__init__).parameters
-        return cls(**{k: v for k, v in given.items() if k in params})
+        return _construct(cls, n=n, d=d, seed=seed, depth=depth, dtype=dtype, **options)
+
+
+# what make_map offers the constructor of a map that does not define its own for_cell (FeatureMap's default)
+CELL_ARGS = ("n", "d", "seed", "depth", "dtype")
+
+
+def _construct(cls: Any, **given: Any) -> Any:
+    """`cls` built from the arguments of `given` that its constructor takes."""
+    params = inspect.signature(cls.__init__).parameters
+    return cls(**{k: v for k, v in given.items() if k in params})
 
 
 class TokenwiseMap(FeatureMap):
@@ -112,7 +127,7 @@ class TokenwiseMap(FeatureMap):
 
 
 def make_map(
-    name: str,
+    name: str | type[nn.Module],
     n: int,
     d: int,
     seed: int = 0,
@@ -121,11 +136,12 @@ def make_map(
     dtype: Literal["float32", "float64"] = "float32",
     device: str | torch.device | None = None,
     **options: Any,
-) -> FeatureMap:
-    """Build the registered map `name` for n tokens of dimension d, on `device`.
+) -> nn.Module:
+    """Build the map `name` for n tokens of dimension d, on `device`.
 
     Args:
-        name: a registered map ("rf", "deep_rf", "raf", "relu_raf", or one added with `register_map`).
+        name: a registered map ("rf", "deep_rf", "raf", "relu_raf", or one added with `register_map`), a dotted
+            import path `module.Class` (see `resolve_map`), or a map class.
         n: context length.
         d: embedding dimension.
         seed: seed of the map's own generator.
@@ -136,11 +152,171 @@ def make_map(
             pass through the CPU), any other is built on the CPU and moved.
         options: further constructor arguments of that map.
     """
-    cls = MAPS[validate.choice("map", name, sorted(MAPS))]
+    cls = _map_class(name, name, "map") if isinstance(name, str) else name
     if device is not None and "device" in inspect.signature(cls.__init__).parameters:
         options["device"] = device
-    fmap = cls.for_cell(n=n, d=d, seed=seed, depth=depth, width_ratio=width_ratio, dtype=dtype, **options)
+    if issubclass(cls, FeatureMap):
+        fmap = cls.for_cell(n=n, d=d, seed=seed, depth=depth, width_ratio=width_ratio, dtype=dtype, **options)
+    else:  # any other nn.Module: FeatureMap's default for_cell
+        fmap = _construct(cls, n=n, d=d, seed=seed, depth=depth, dtype=dtype, **options)
     return fmap if device is None else fmap.to(device)
+
+
+@dataclass(frozen=True)
+class MapEntry:
+    """One entry of a sweep's `maps`, resolved by `resolve_map`.
+
+    Attributes:
+        name: the name its records carry (`map`): the registered name of the class when it has one, else the dotted
+            path as written.
+        cls: the map class.
+        init_args: further constructor arguments (the `init_args` of a `{class_path, init_args}` entry).
+    """
+
+    name: str
+    cls: type[nn.Module]
+    init_args: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def by_name(self) -> bool:
+        """A registered map without init_args: `FreshMaps` draws it by name (RF and DeepRF from their law)."""
+        return MAPS.get(self.name) is self.cls and not self.init_args
+
+    @property
+    def record_fields(self) -> dict[str, Any]:
+        """Extra results fields: `map_args` (the init_args) for an entry with init_args, else none."""
+        return {"map_args": dict(self.init_args)} if self.init_args else {}
+
+    def takes(self, arg: str) -> bool:
+        """Whether the constructor takes `arg` (e.g. "depth": the sweep crosses its `depths`)."""
+        return arg in inspect.signature(self.cls.__init__).parameters
+
+    def build(self, n: int, d: int, seed: int = 0, **kwargs: Any) -> nn.Module:
+        """The map for n tokens of dimension d (`make_map` with the entry's init_args)."""
+        return make_map(self.cls, n, d, seed, **kwargs, **self.init_args)
+
+    def trial_maps(self, seeds: Sequence[int], n: int, d: int, **kwargs: Any) -> FreshMaps | list[nn.Module]:
+        """One fresh map per trial, trial t's seeded by seeds[t]: `FreshMaps` for a registered name, else built.
+
+        Args:
+            seeds: one map seed per trial.
+            n: context length.
+            d: embedding dimension.
+            kwargs: depth, width_ratio, dtype, device (as `make_map`).
+        """
+        if self.by_name:
+            from .fresh import FreshMaps  # fresh.py builds on this module
+
+            return FreshMaps(self.name, seeds, **kwargs)
+        return [self.build(n, d, s, **kwargs) for s in seeds]
+
+
+def resolve_map(entry: Any, key: str = "maps") -> MapEntry:
+    """A sweep's map entry: a registered name, a dotted import path or a `{class_path, init_args}` dict.
+
+    A dotted path `module.Class` is imported as LightningCLI imports a `class_path`; importing the module also runs its
+    `@register_map` decorators. The class must be a `FeatureMap` subclass or an `nn.Module` whose required constructor
+    arguments make_map gives (n, d, seed, depth, dtype) or init_args does. Records carry the class's registered name
+    when it has one (`wslight.features.RandomAttentionFeatures` is "raf"), else the path as written.
+
+    Args:
+        entry: the entry as written in the config.
+        key: the config key, named in errors.
+
+    Raises:
+        ValueError: `<key>: <entry>: <why>` for a name that is not registered, a module that does not import, a
+            missing attribute, something that is not a map class, or init_args its constructor does not take.
+    """
+    init_args: dict[str, Any] = {}
+    if isinstance(entry, dict):
+        extra = sorted(set(entry) - {"class_path", "init_args"})
+        path, init_args = entry.get("class_path"), entry.get("init_args") or {}
+        if extra or not isinstance(path, str) or not isinstance(init_args, dict):
+            raise ValueError(
+                f"{key}: {entry!r}: a dict entry takes class_path (a dotted path or a registered name) and optionally "
+                f"init_args (a dict){f', got {extra[0]!r}' if extra else ''}"
+            )
+    elif isinstance(entry, str):
+        path = entry
+    else:
+        raise ValueError(f"{key}: {entry!r}: expected a map name, a dotted path module.Class or a class_path dict")
+    cls = _map_class(path, entry, key)
+    _check_init_args(cls, init_args, entry, key)
+    name = getattr(cls, "map_name", "")
+    return MapEntry(name if name and MAPS.get(name) is cls else path, cls, dict(init_args))
+
+
+def resolve_maps(entries: Any, key: str = "maps") -> list[MapEntry]:
+    """Every entry of a non-empty list resolved (`resolve_map`), in order; two different maps under one record name
+    are refused (the records could not tell them apart)."""
+    if isinstance(entries, (str, dict)) or not isinstance(entries, (list, tuple)) or not entries:
+        raise ValueError(f"{key} must be a non-empty list of values in {sorted(MAPS)} or dotted paths, got {entries!r}")
+    out = [resolve_map(entry, key) for entry in entries]
+    named: dict[str, MapEntry] = {}
+    for entry, resolved in zip(entries, out):
+        if named.setdefault(resolved.name, resolved) != resolved:
+            raise ValueError(
+                f"{key}: {entry!r}: another entry also records as map {resolved.name!r}; sweep it in a separate run"
+            )
+    return out
+
+
+def _map_class(path: str, entry: Any, key: str) -> type[nn.Module]:
+    """The class of a registered name or a dotted path, or one clear error."""
+    if "." not in path:
+        if path not in MAPS:
+            raise ValueError(f"{key} must be one of {sorted(MAPS)} or a dotted path module.Class, got {path!r}")
+        return MAPS[path]
+    cls = _import_object(path, entry, key)
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        what = f"the class {cls.__qualname__}" if isinstance(cls, type) else f"a {type(cls).__name__}"
+        raise ValueError(f"{key}: {entry!r}: {path} is {what}, not a map class (a FeatureMap or nn.Module subclass)")
+    return cls
+
+
+def _import_object(path: str, entry: Any, key: str) -> Any:
+    """The object at the dotted path `module.attribute`, or one clear error."""
+    module_name, attr = path.rsplit(".", 1)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (module_name == e.name or module_name.startswith(e.name + ".")):
+            raise ValueError(f"{key}: {entry!r}: no module named {e.name!r} (is its folder on PYTHONPATH?)") from None
+        raise ValueError(f"{key}: {entry!r}: importing {module_name!r} failed: {e}") from e
+    except Exception as e:  # the user's module raised while importing
+        raise ValueError(f"{key}: {entry!r}: importing {module_name!r} failed: {type(e).__name__}: {e}") from e
+    if not hasattr(module, attr):
+        classes = [k for k, v in vars(module).items() if isinstance(v, type) and issubclass(v, nn.Module)]
+        close = difflib.get_close_matches(attr, classes, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise ValueError(f"{key}: {entry!r}: module {module_name!r} has no attribute {attr!r}{hint}")
+    return getattr(module, attr)
+
+
+def _check_init_args(cls: type, init_args: dict[str, Any], entry: Any, key: str) -> None:
+    """Refuse init_args the constructor does not take or the sweep sets, and required arguments nobody gives."""
+    params = inspect.signature(cls).parameters  # the constructor's, without self
+    kinds = {p.kind for p in params.values()}
+    swept = sorted(set(init_args) & {*CELL_ARGS, "width_ratio", "device"})
+    if swept:
+        raise ValueError(f"{key}: {entry!r}: init_args {swept[0]!r} is set by the sweep")
+    if inspect.Parameter.VAR_KEYWORD not in kinds:
+        unknown = [k for k in init_args if k not in params]
+        if unknown:
+            raise ValueError(f"{key}: {entry!r}: {cls.__qualname__}() takes no argument {unknown[0]!r}")
+    # FeatureMap's default for_cell (and any plain module) passes only CELL_ARGS; a map's own for_cell fills the rest
+    if next((c for c in cls.__mro__ if "for_cell" in vars(c)), FeatureMap) is FeatureMap:
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        needed = [
+            k
+            for k, p in params.items()
+            if p.kind in named and p.default is p.empty and k not in (*CELL_ARGS, *init_args)
+        ]
+        if needed:
+            raise ValueError(
+                f"{key}: {entry!r}: {cls.__qualname__}() needs {needed[0]!r}, which the sweep does not give (it gives "
+                f"{', '.join(CELL_ARGS)}); give it a default or set it in init_args"
+            )
 
 
 def map_name(feature_map: nn.Module) -> str:
