@@ -254,3 +254,21 @@ def test_finished_ddp_runs_exit_0_every_time(tmp_path, squares):
             out = proc.stdout + proc.stderr
             assert proc.returncode == 0 and "terminate called" not in out, (name, attempt, out[-3000:])
     assert len(list((tmp_path / "fit_logs").rglob("attack_results.jsonl"))) == 3
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 32 KiB tmpfs (root only; skipped where mounting is not allowed): a disk that is full for a run."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(disk)], capture_output=True)
+    if mount.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_a_full_disk_output_folder_fails_before_any_trial(tiny_disk, squares, cli_fails):
+    err = cli_fails(["test", "--config", str(squares()), "--model.init_args.output_dir", str(tiny_disk)], evaluate=True)
+    assert f"model.init_args.output_dir={tiny_disk}" in err and "No space left on device" in err
+    assert not list(tiny_disk.iterdir())

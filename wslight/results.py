@@ -24,6 +24,7 @@ from typing import Any
 
 RESULTS_NAME = "results.jsonl"
 LOCK_NAME = "results.lock"
+PROBE_BYTES = 64 * 1024  # what the writability probe writes (and removes) before a run: a few records' worth
 # Fields that say how long a record took to make, not what it is: records are compared without them.
 TIMING_FIELDS = frozenset({"seconds"})
 # The stable fields of design.md that every record of an experiment carries (extra fields are welcome).
@@ -46,8 +47,10 @@ def unwritable_reason(folder: str | os.PathLike, target: Path | None = None) -> 
     if not probe.is_dir():
         return f"cannot create {out}: {probe} is not a directory"
     try:
-        with tempfile.TemporaryFile(dir=probe):  # anonymous: nothing left behind
-            pass
+        with tempfile.TemporaryFile(dir=probe) as f:  # anonymous: nothing left behind
+            f.write(bytes(PROBE_BYTES))  # a full disk takes an empty file, not a block of data
+            f.flush()
+            os.fsync(f.fileno())
         if target is not None and target.exists():
             with open(target, "ab"):
                 pass
