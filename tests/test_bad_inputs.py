@@ -309,7 +309,7 @@ def test_unwritable_output_dir_fails_before_any_trial(tmp_path, monkeypatch, wri
     assert not list(tmp_path.rglob("results.jsonl"))
 
 
-def test_disk_full_fails_clearly_and_leaves_no_partial_line(tmp_path, monkeypatch, write):
+def test_disk_full_fails_clearly_and_leaves_no_partial_line(tmp_path, monkeypatch, write, capsys):
     cfg = write(WS)
     args = ["test", "--config", str(cfg), "--model.init_args.trials", "3"]
     real_open = open
@@ -344,8 +344,12 @@ def test_disk_full_fails_clearly_and_leaves_no_partial_line(tmp_path, monkeypatc
         return f
 
     monkeypatch.setattr(results_mod, "open", fake_open, raising=False)
-    with pytest.raises(OSError, match=r"could not append 1 record\(s\) to .*results.jsonl \(No space left on device\)"):
+    with pytest.raises(SystemExit) as exc:  # one block, exit 1: the run failed, not the command
         main(args, evaluate=True)
+    assert exc.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 2, err
+    assert re.search(r"error: could not append 1 record\(s\) to .*results.jsonl \(No space left on device\)", err)
     (path,) = tmp_path.rglob("results.jsonl")
     data = path.read_bytes()
     assert data.endswith(b"\n") and data.count(b"\n") == 2  # the two finished trials, no partial third line
