@@ -165,3 +165,24 @@ def test_saved_pngs_are_at_least_1000_px_wide(tmp_path):
     png, _ = save_figure(fig, tmp_path, "f")
     height, width = mpimg.imread(png).shape[:2]
     assert width >= 1000 and height >= 700
+
+
+def test_a_sweep_titles_its_figures_with_its_tokens(tmp_path, monkeypatch):
+    """The sweep hands its embeddings to the figures: the S(n) title says which tokens the trials read."""
+    from pathlib import Path
+
+    from wslight.cli import main
+    from wslight.evaluations.base import Evaluation
+
+    titles = {}
+
+    def keep_title(self, tag, fig, stem):
+        suptitle = fig._suptitle.get_text() if fig._suptitle is not None else ""
+        titles[stem] = " ".join([suptitle, *(ax.get_title() for ax in fig.axes)])
+        plt.close(fig)
+
+    monkeypatch.setattr(Evaluation, "add_figure", keep_title)
+    conf = Path(__file__).parent / "conf" / "ws" / "raf.yaml"
+    main(["test", "--config", str(conf), "--trainer.logger.init_args.save_dir", str(tmp_path),
+          "--model.init_args.d_values", "[8]", "--model.init_args.trials", "1"], evaluate=True)
+    assert "synthetic tokens" in titles["ws_raf"]

@@ -194,7 +194,7 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
 
     # --- the summary ------------------------------------------------------------------------------------------------
     def summarize(self, records: list[dict], out_dir: Path) -> None:
-        from ..plots.ws import plot_ws_curves, plot_ws_maps
+        from ..plots.ws import embeddings_label, plot_ws_curves, plot_ws_maps
         from .summary import slope_table
 
         records = trusted(records, "word sensitivity", ("ws",))
@@ -205,14 +205,16 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         if not self.trainer.is_global_zero or not records:
             return
         (out_dir / "summary.md").write_text(markdown_table(table))
+        label = embeddings_label(self.embeddings)  # the titles name the tokens
         for m in sorted({r["map"] for r in records}):
             recs = [r for r in records if r["map"] == m]
             group = "L" if self.takes_depth(m) else "d"
-            self.add_figure(f"ws/{m}", plot_ws_curves(recs, m, group=group), f"ws_{m}")
+            self.add_figure(f"ws/{m}", plot_ws_curves(recs, m, group=group, encoder=label), f"ws_{m}")
             if m in SQRT_N_MAPS:
-                self.add_figure(f"ws/{m}_sqrt_n", plot_ws_curves(recs, m, group=group, scaled=True), f"ws_{m}_sqrt_n")
+                scaled = plot_ws_curves(recs, m, group=group, scaled=True, encoder=label)
+                self.add_figure(f"ws/{m}_sqrt_n", scaled, f"ws_{m}_sqrt_n")
         if len({r["map"] for r in records}) >= 2:  # every map on one figure, and the slope of log S against log n
-            self.add_figure("ws/maps", plot_ws_maps(records), "ws_maps")
+            self.add_figure("ws/maps", plot_ws_maps(records, encoder=label), "ws_maps")
             slopes = slope_table(records)
             (out_dir / "slopes.md").write_text(
                 "Slope of log S against log n per map (least squares over every trial, 95% confidence interval; "
