@@ -214,8 +214,9 @@ def test_bad_probe_fails_before_any_forward_and_writes_no_results(
         (lambda: RandomFeatures(4, 8, activation="sigmoid"), "activation must be one of .*got 'sigmoid'"),
         (lambda: RandomFeatures(4, 8, dtype="float16"), "dtype must be one of .*got 'float16'"),
         (lambda: DeepRandomFeatures(4, 8, depth=0), "depth must be a positive integer, got 0"),
-        # a negative seed: the sweeps' message, from the one place every map draws its weights (wslight.seeding)
+        # a negative seed: the sweeps' message, checked by every map when it is built
         (lambda: RandomFeatures(4, 8, seed=-1), r"^seed must be an integer >= 0, got -1$"),
+        (lambda: RandomFeatures(4, 8, seed=-1, max_stored_bytes=0), r"^seed must be an integer >= 0, got -1$"),
         (lambda: DeepRandomFeatures(4, 8, seed=-1), r"^seed must be an integer >= 0, got -1$"),
         (lambda: RandomAttentionFeatures(8, seed=-2), r"^seed must be an integer >= 0, got -2$"),
         (lambda: RandomAttentionFeatures(0), "d must be a positive integer, got 0"),

@@ -21,7 +21,7 @@ class _RandomAttentionBase(TokenwiseMap):
     ) -> None:
         super().__init__()
         self.set_dims(d, n)
-        self.seed = int(seed)
+        self.seed = validate.integer("seed", seed, low=0)  # as every map and sweep: a seed is >= 0
         g = generator(self.seed, "attention.W")
         # Paper: Eq. (raf), W_ij ~ N(0, 1/d); W stands for W_Q^T W_K, no value matrix
         self.register_buffer("W", (torch.randn(d, d, generator=g) / d**0.5).to(validate.dtype("dtype", dtype)))

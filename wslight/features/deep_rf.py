@@ -86,7 +86,7 @@ class DeepRandomFeatures(FeatureMap):
         self.depth = validate.positive_int("depth", depth)
         self.D = n * d
         self.width = self.D if width is None else validate.positive_int("width", width)
-        self.seed = int(seed)
+        self.seed = validate.integer("seed", seed, low=0)  # as every map and sweep: a seed is >= 0
         dt = validate.dtype("dtype", dtype)
         dev = torch.device("cpu") if device is None else torch.device(device)
         layers = []

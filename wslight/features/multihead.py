@@ -51,7 +51,7 @@ class MultiHeadRAF(TokenwiseMap):
         super().__init__()
         self.set_dims(d, n)
         self.heads = validate.heads(heads, self.d)
-        self.seed = int(seed)
+        self.seed = validate.integer("seed", seed, low=0)  # as every map and sweep: a seed is >= 0
         self.dh = d // heads
         g = generator(self.seed, "attention.W")  # RAF's stream: H = 1 draws RAF's W
         W = torch.randn(heads, self.dh, self.dh, generator=g) / self.dh**0.5  # (H, d_h, d_h), N(0, 1/d_h)

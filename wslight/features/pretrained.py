@@ -66,7 +66,7 @@ class PretrainedAttention(TokenwiseMap):
         self.encoder = encoder or self.default_encoder
         if not isinstance(self.encoder, str):
             raise ValueError(f"encoder must be a name or path, got {self.encoder!r}")
-        self.seed = int(seed)
+        self.seed = validate.integer("seed", seed, low=0)  # as every map and sweep: a seed is >= 0
         model, _, info = load_encoder(self.encoder)
         self.layer = validate.integer("layer", layer, low=0, high=info.num_layers - 1)
         if d != info.hidden_size:

@@ -76,7 +76,7 @@ class RandomFeatures(FeatureMap):
         self.k = self.D if k is None else validate.positive_int("k", k)
         self.activation = validate.choice("activation", activation, sorted(ACTIVATIONS))
         self.phi = ACTIVATIONS[activation]
-        self.seed = int(seed)
+        self.seed = validate.integer("seed", seed, low=0)  # as every map and sweep: a seed is >= 0
         self.block_rows = validate.positive_int("block_rows", block_rows)
         dt = validate.dtype("dtype", dtype)
         self.stored = self.k * self.D * dt.itemsize <= max_stored_bytes

@@ -85,7 +85,7 @@ class RandomTransformerBlock(TokenwiseMap):
         self.heads = validate.heads(heads, self.d)
         self.ffn_ratio = validate.integer("ffn_ratio", ffn_ratio, low=0)
         self.eps = validate.number("eps", eps, low=0, strict=True)
-        self.seed = int(seed)
+        self.seed = validate.integer("seed", seed, low=0)  # as every map and sweep: a seed is >= 0
         dt = validate.dtype("dtype", dtype)
         g = generator(self.seed, "transformer.W")
         self.register_buffer("W", (torch.randn(4, d, d, generator=g) / d**0.5).to(dt))  # Wq, Wk, Wv, Wo
