@@ -196,6 +196,10 @@ def check_command(args: list[str], evaluate: bool) -> list[str]:
     subcommand = next((a for a in args if not a.startswith("-")), None) if args else None
     for path in _config_files(args):
         tree = read_config(path)
+        for key in tree if isinstance(tree, dict) else ():
+            # a misspelt top-level key first: jsonargparse would report the block it leaves missing instead
+            if key not in TOP_KEYS and difflib.get_close_matches(str(key), TOP_KEYS, n=1, cutoff=0.6):
+                raise UsageError(f"{path}: unknown key {key}{_top_key_hint(str(key), list(TOP_KEYS))}")
         kind = _entry_point_of(tree)
         if evaluate and kind == "train":
             raise UsageError(
