@@ -32,7 +32,7 @@ test-slow: env
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
 
 reproduce: env
-	$(if $(filter 0,$(FULL)),HF_HUB_OFFLINE=1 ,)$(PY) -m wslight.reproduce --full $(FULL)
+	$(if $(filter 0,$(FULL)),HF_HUB_OFFLINE=1 ,)$(PY) -m wslight reproduce --full $(FULL)
 
 lint: env
 	$(VENV)/bin/ruff check .

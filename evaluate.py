@@ -5,7 +5,7 @@ The last line printed is `results: <path to results.jsonl>`. Re-running the same
 
 import sys
 
-from wslight.__main__ import run_verb
+from wslight.app.verbs import run_verb
 
 if __name__ == "__main__":
     sys.exit(run_verb("evaluate", sys.argv[1:], prog="evaluate.py"))

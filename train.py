@@ -2,7 +2,7 @@
 
 import sys
 
-from wslight.__main__ import main
+from wslight.app.verbs import main
 
 if __name__ == "__main__":
     sys.exit(main(prog="train.py"))

@@ -43,7 +43,7 @@ import yaml
 from wslight.features import FreshMaps, make_map
 from wslight.features.rf import fresh_preactivations
 from wslight.seeding import derive_seed, generator
-from wslight.sensitivity import single_token_objective, word_sensitivity
+from wslight.sensitivity import moved_token_objective, word_sensitivity
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Data and maps (deterministic: both sides rebuild the same ones from the seed)
@@ -252,7 +252,7 @@ def part_step(a) -> dict:
         fm = make_map("raf", n, a.d, a.seed)  # one map for all chains (a per-step cost)
         phi = dense_phi("raf", n, a.d, a.seed, X[0])
         # structured: all trials x restarts chains in one call, reported per chain
-        obj = single_token_objective(fm, X.float(), [0])
+        obj = moved_token_objective(fm, X.float(), [0])
         delta = torch.randn(a.trials, 1, a.restarts, a.d, generator=generator(a.seed, "bench.ws.step"))
         delta = (delta / delta.norm(dim=-1, keepdim=True) * a.d**0.5).requires_grad_(True)
 
@@ -269,7 +269,7 @@ def part_step(a) -> dict:
             (g,) = torch.autograd.grad(loss, xt)
             return g
 
-        obj1 = single_token_objective(fm, X[:1].float(), [0])
+        obj1 = moved_token_objective(fm, X[:1].float(), [0])
         d1 = delta[:1, :, :1].detach().clone().requires_grad_(True)
 
         def structured_one(obj1=obj1, d1=d1):

@@ -106,9 +106,9 @@ def cpu_trainer() -> CPUTrainer:
 
 @pytest.fixture
 def cli_fails(capsys):
-    """`cli_fails(args, evaluate=False)`: run `wslight.cli.main(args)`, expect exit status 2 and one short block on
+    """`cli_fails(args, evaluate=False)`: run `wslight.app.cli.main(args)`, expect exit status 2 and one short block on
     stderr (the message and the line saying how to see the traceback, no traceback, no value dump); returns stderr."""
-    from wslight.cli import main
+    from wslight.app.cli import main
 
     def run(args: list[str], evaluate: bool = False) -> str:
         with pytest.raises(SystemExit) as exc:

@@ -20,11 +20,11 @@ import pytest
 import torch
 
 import wslight.evaluations  # noqa: F401  imported before any monkeypatch: the probes bind the real load_encoder
-from wslight import results as results_mod
+from wslight.app.cli import main
 from wslight.attack import delta_attack
-from wslight.cli import main
 from wslight.features import DeepRandomFeatures, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
 from wslight.models import FeatureMapClassifier
+from wslight.records import results as results_mod
 from wslight.sensitivity import word_sensitivity
 
 WS = """
@@ -154,7 +154,7 @@ CLI_CASES = [
 def test_bad_sweep_config_fails_at_parse_time_naming_the_key(
     tmp_path, capsys, monkeypatch, write, sweep, settings, patterns
 ):
-    from wslight import encoders
+    from wslight.data import encoders
 
     def no_encoder(*a, **k):
         raise AssertionError("the encoder must not load for a bad config")

@@ -11,12 +11,12 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 
 import wslight.evaluations.attack_sweep as attack_sweep
-from wslight import results
 from wslight.callbacks import DeltaAttack
 from wslight.data import EmbeddingDataModule, EmbeddingSpec
 from wslight.features import RandomAttentionFeatures, RandomFeatures
 from wslight.models import FeatureMapClassifier
-from wslight.results import read_records
+from wslight.records import results
+from wslight.records.results import read_records
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTACK_FIELDS = results.ATTACK_FIELDS | {"sample_id"}
@@ -207,7 +207,7 @@ def test_rf_keeps_its_sign(tmp_path):
 
 
 def test_config_parses():
-    from wslight.cli import WSLightCLI
+    from wslight.app.cli import WSLightCLI
 
     with pytest.raises(SystemExit) as info:
         WSLightCLI(args=["fit", "--config", str(ROOT / "configs/attack/callback_raf.yaml"), "--print_config"], run=True)
@@ -249,7 +249,8 @@ trainer:
 @pytest.mark.slow
 def test_ddp_two_processes_give_the_records_of_one(tmp_path):
     script = tmp_path / "run.py"
-    script.write_text("import sys, torch\ntorch.set_num_threads(1)\nfrom wslight.cli import main\nmain(sys.argv[1:])\n")
+    lines = ["import sys, torch", "torch.set_num_threads(1)", "from wslight.app.cli import main", "main(sys.argv[1:])"]
+    script.write_text("\n".join(lines) + "\n")
     results = {}
     for devices in (1, 2):
         logs = tmp_path / f"logs{devices}"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from wslight.cli import main
-from wslight.cli_messages import check_command, read_config
+from wslight.app.cli import main
+from wslight.app.messages import check_command, read_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -147,7 +147,7 @@ def test_no_lightning_warning_about_args_on_a_run():
     """The CLI passes the command line to LightningCLI as args; Lightning's warning about that is not shown."""
     import warnings
 
-    from wslight.cli import main
+    from wslight.app.cli import main
 
     with warnings.catch_warnings(record=True) as caught, pytest.raises(SystemExit):
         warnings.simplefilter("always")

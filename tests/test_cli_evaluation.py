@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from wslight.cli import main
+from wslight.app.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

@@ -12,8 +12,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from wslight.cli import main
-from wslight.run_summary import log_run_hparams
+from wslight.app.cli import main
+from wslight.app.run_summary import log_run_hparams
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -40,12 +40,12 @@ def test_a_log_folder_under_a_file_names_the_key_and_the_path(cli_fails, tmp_pat
 
 def test_a_read_only_log_folder_names_the_key_and_the_path(cli_fails, tmp_path, monkeypatch):
     """A folder where no file can be created (simulated: the tests may run as root, who writes anywhere)."""
-    import wslight.results
+    import wslight.records.results
 
     def refuse(*a, **k):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(wslight.results.tempfile, "TemporaryFile", refuse)
+    monkeypatch.setattr(wslight.records.results.tempfile, "TemporaryFile", refuse)
     err = cli_fails(["fit", "--config", TRAIN, "--trainer.logger.init_args.save_dir", str(tmp_path / "ro")])
     assert f"trainer.logger.init_args.save_dir={tmp_path / 'ro'}: cannot write" in err
     assert "Permission denied" in err and "OSError" not in err
@@ -139,6 +139,7 @@ def test_a_training_run_logs_hparams_and_its_config(tmp_path, capsys):
     assert len(events.Scalars("test/acc")) == 1  # listed in the tab, not logged a second time
     assert params["map"] == "raf" and params["n"] == 5 and params["d"] == 16 and params["N"] == 28
     assert params["seed"] == 0 and params["model/fit_mode"] == "closed_form"
+    assert params["feature_dim"] == 5 * 16 and "p" not in params  # p names the attack's penalty weight only
     assert "fit_mode: closed_form" in text and "RandomAttentionFeatures" in text
     saved = yaml.safe_load((log_dir / "hparams.yaml").read_text())
     assert "_instantiator" not in saved and saved["map"] == "raf" and saved["N"] == 28
@@ -232,7 +233,9 @@ def test_the_wheel_carries_every_config(tmp_path):
     configs = ROOT / "configs"
     shipped = {f"wslight/configs/{p.relative_to(configs).as_posix()}" for p in configs.rglob("*.yaml")}
     assert shipped and shipped <= names
-    assert {"wslight/py.typed", "wslight/config_files.py"} <= names
+    package = ROOT / "wslight"
+    modules = {f"wslight/{p.relative_to(package).as_posix()}" for p in package.rglob("*.py")}
+    assert "wslight/py.typed" in names and modules <= names, sorted(modules - names)  # every subpackage is listed
 
 
 # ------------------------------------------------------------------------------------------------ feature_map type
@@ -271,7 +274,7 @@ def test_lightning_tip_lines_are_not_shown(caplog):
 
     from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-    import wslight.cli  # noqa: F401 (installs the filter)
+    import wslight.app.cli  # noqa: F401 (installs the filter)
 
     with caplog.at_level(logging.INFO, logger="lightning.pytorch.utilities.rank_zero"):
         rank_zero_info("💡 Tip: For seamless cloud logging, try installing [litlogger]")

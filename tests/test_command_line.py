@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from wslight.cli import EXIT_BUSY, main, run_key
-from wslight.results import RunLock
+from wslight.app.cli import EXIT_BUSY, main, run_key
+from wslight.records.results import RunLock
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

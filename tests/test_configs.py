@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from wslight.cli import WSLightCLI, main
-from wslight.results import ATTACK_FIELDS, WS_FIELDS
+from wslight.app.cli import WSLightCLI, main
+from wslight.records.results import ATTACK_FIELDS, WS_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = Path(__file__).resolve().parent / "conf"

@@ -12,22 +12,22 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
-from wslight import encoders
 from wslight.data import (
     CacheRebuildWarning,
     EmbeddingDataModule,
     EmbeddingSpec,
     cache_paths,
     cache_root,
+    encoders,
     load_texts,
     load_token_embeddings,
     preprocess,
 )
 from wslight.data import build as build_mod
 from wslight.data.__main__ import main as data_main
+from wslight.data.encoders import HubUnreachableError
 from wslight.data.sources import TextCorpus
 from wslight.data.synthetic import planted_direction, synthetic_labels, synthetic_tokens
-from wslight.encoders import HubUnreachableError
 
 M = 20
 

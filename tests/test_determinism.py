@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from wslight.cli import main
-from wslight.interpolation import sum_last
-from wslight.results import without_timing
+from wslight.app.cli import main
+from wslight.numerics import sum_last
+from wslight.records.results import without_timing
 
 ROOT = Path(__file__).resolve().parents[1]
 

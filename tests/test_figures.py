@@ -171,7 +171,7 @@ def test_a_sweep_titles_its_figures_with_its_tokens(tmp_path, monkeypatch):
     """The sweep hands its embeddings to the figures: the S(n) title says which tokens the trials read."""
     from pathlib import Path
 
-    from wslight.cli import main
+    from wslight.app.cli import main
     from wslight.evaluations.base import Evaluation
 
     titles = {}

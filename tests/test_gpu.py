@@ -14,7 +14,7 @@ What "the same on CUDA" means here:
   synthetic embeddings write the same results contract as on the CPU, with the same records.
 
 Sizes are tiny: the whole set takes well under two minutes on one GPU. Class paths are not imported here: the tests go
-through public functions (`make_map`, `word_sensitivity`, `delta_attack`, `wslight.cli.main`) and shipped configs.
+through public functions (`make_map`, `word_sensitivity`, `delta_attack`, `wslight.app.cli.main`) and shipped configs.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from wslight.results import without_timing
+from wslight.records.results import without_timing
 
 ROOT = Path(__file__).resolve().parents[1]
 # WSLIGHT_GPU_TEST_DEVICE=cpu runs this file's logic on the CPU (a dry run of the test code where there is no GPU).
@@ -42,7 +42,7 @@ FWD32, FWD64 = 1e-5, 1e-12
 WS32, WS64 = 2e-2, 1e-6
 ATTACK64 = 1e-6
 
-# results.jsonl fields of design.md (the contract; extra fields are allowed)
+# the stable results.jsonl fields (README, "Evaluations"; extra fields are allowed)
 WS_FIELDS = {"experiment", "map", "d", "n", "L", "trial", "sample_id", "position", "ws", "delta_norm", "phi_norm",
              "steps", "seed"}
 ATTACK_FIELDS = {"experiment", "map", "training", "loss", "p", "d", "n", "N", "trial", "y", "t0", "t1", "D0", "D1",
@@ -252,7 +252,7 @@ TINY_EMB = ["--model.init_args.embeddings.source", "synthetic", "--model.init_ar
 
 
 def _evaluate(config: str, tmp_path: Path, accelerator: str, *extra: str):
-    from wslight.cli import main
+    from wslight.app.cli import main
 
     args = ["test", "--config", str(ROOT / config), "--trainer.logger.init_args.save_dir", str(tmp_path / accelerator),
             "--trainer.enable_progress_bar", "false", "--trainer.accelerator", accelerator, "--trainer.devices", "1",
@@ -293,7 +293,7 @@ def test_evaluate_attack_on_gpu_writes_the_contract_and_the_cpu_records(tmp_path
 
 
 def _fit(save_dir: Path, accelerator: str, config: str = "configs/attack/callback_raf.yaml"):
-    from wslight.cli import main
+    from wslight.app.cli import main
 
     args = ["fit", "--config", str(ROOT / config), "--trainer.logger.init_args.save_dir", str(save_dir / accelerator),
             "--trainer.accelerator", accelerator, "--trainer.devices", "1",

@@ -8,7 +8,7 @@ import pytest
 import torch
 import yaml
 
-from wslight.cli import main
+from wslight.app.cli import main
 from wslight.data import EmbeddingDataModule, EmbeddingSpec
 from wslight.features import RandomAttentionFeatures, RandomFeatures
 from wslight.models import FeatureMapClassifier
@@ -205,7 +205,7 @@ def test_ddp_two_processes_gives_the_same_closed_form_head(tmp_path):
     out = tmp_path / "ddp.pt"
     script = tmp_path / "fit_ddp.py"  # DDP re-launches the script for rank 1, so it must be a file
     script.write_text(
-        "import torch\nfrom wslight.cli import main\n"
+        "import torch\nfrom wslight.app.cli import main\n"
         f"cli = main(['fit', '--config', r'{cfg}', '--trainer.devices', '2', '--trainer.strategy', 'ddp', "
         f"'--trainer.logger.init_args.save_dir', r'{tmp_path / 'logs'}'])\n"
         f"if cli.trainer.is_global_zero:\n    torch.save(cli.model.theta.detach(), r'{out}')\n"
@@ -280,7 +280,7 @@ def test_ddp_three_processes_count_each_held_out_sample_once(tmp_path):
     out = tmp_path / "ddp.json"
     script = tmp_path / "fit_ddp.py"  # DDP re-launches the script for the other ranks, so it must be a file
     script.write_text(
-        "import json\nfrom wslight.cli import main\n"
+        "import json\nfrom wslight.app.cli import main\n"
         f"cli = main({args!r} + ['--trainer.devices', '3', '--trainer.strategy', 'ddp'])\n"
         "if cli.trainer.is_global_zero:\n"
         "    m = {k: float(v) for k, v in cli.trainer.callback_metrics.items() if k.startswith('test/')}\n"

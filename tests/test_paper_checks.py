@@ -2,7 +2,7 @@
 
 import math
 
-from wslight.paper_checks import (
+from wslight.records.paper_checks import (
     all_checks,
     check_closed_forms,
     check_raf_flat,

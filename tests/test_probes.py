@@ -7,7 +7,7 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from wslight.encoders import load_encoder
+from wslight.data.encoders import load_encoder
 from wslight.probes import (
     attention_edit,
     attention_mass,

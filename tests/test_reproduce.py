@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from wslight import reproduce
+from wslight.app import reproduce
 
 SYNTH = {"source": "synthetic", "synthetic_dim": 16, "num_samples": 60}
 TINY = {
@@ -117,7 +117,7 @@ def test_bad_plan_file_is_rejected_naming_the_stage(tmp_path, capsys):
 
 def test_the_plan_and_its_stages_resolve_from_any_directory(tmp_path, monkeypatch):
     """`wslight reproduce` from another working directory (or an installed wheel) finds the shipped plan and configs."""
-    from wslight.reproduce import PLAN, load_plan
+    from wslight.app.reproduce import PLAN, load_plan
 
     monkeypatch.chdir(tmp_path)
     stages = load_plan("offline", PLAN)

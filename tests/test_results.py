@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from wslight.results import ResultsFile, config_key, read_records
+from wslight.records.results import ResultsFile, config_key, read_records
 
 
 def test_append_skips_finished_and_duplicate_trials(tmp_path):

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from wslight.cli import main
-from wslight.results import without_timing
+from wslight.app.cli import main
+from wslight.records.results import without_timing
 
 ROOT = Path(__file__).resolve().parents[1]
 TRIALS = 16  # 2 maps x 2 n x 4 trials

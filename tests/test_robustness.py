@@ -15,11 +15,11 @@ import torch
 
 import wslight.evaluations.attack_sweep as attack_mod
 import wslight.evaluations.ws_sweep as sweeps_mod
+from wslight.app.cli import main
 from wslight.attack import delta_attack
-from wslight.cli import main
 from wslight.data import EmbeddingSpec, TokenEmbeddings, preprocess
 from wslight.features import FreshMaps, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
-from wslight.features.single_token import map_features
+from wslight.features.move import map_features
 from wslight.sensitivity import word_sensitivity
 
 n, d = 6, 8

@@ -8,11 +8,11 @@ import torch
 
 from wslight.features import RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
 from wslight.features import make_map as package_make_map
-from wslight.features.single_token import map_features
+from wslight.features.move import map_features
 from wslight.plots.ws import plot_ws_curves, ws_curves
 from wslight.sensitivity import (
     WSResult,
-    single_token_objective,
+    moved_token_objective,
     word_sensitivity,
     ws_bound_rf,
 )
@@ -36,7 +36,7 @@ def full_change(fm, X, position, delta):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Structured single-token paths equal the full map
+# Structured token-move paths equal the full map
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -48,7 +48,7 @@ def test_structured_objective_equals_full_map(rows, name):
     positions = [0, 3, 6]
     g = torch.Generator().manual_seed(5)
     delta = torch.randn(B, len(positions), 2, d, generator=g, dtype=torch.float64) * 2
-    f = single_token_objective(fm, X, positions)(delta)  # (B, P, R)
+    f = moved_token_objective(fm, X, positions)(delta)  # (B, P, R)
     phi0 = fm(X)
     for b in range(B):
         for j, p in enumerate(positions):
@@ -65,14 +65,14 @@ def test_attention_structured_path_edge_cases():
         fm = cls(4, seed=0, dtype="float64")
         X = torch.randn(2, 1, 4, dtype=torch.float64)
         delta = torch.randn(2, 1, 3, 4, dtype=torch.float64)
-        f = single_token_objective(fm, X, [0])(delta)
+        f = moved_token_objective(fm, X, [0])(delta)
         ref = torch.stack([(fm(X + delta[:, 0, r, None]) - fm(X)).pow(2).sum(1) for r in range(3)], dim=1)
         assert torch.allclose(f[:, 0], ref, rtol=1e-9, atol=1e-12)
     relu = ReLUAttentionFeatures(4, seed=0, dtype="float64")
     relu.W.copy_(-torch.eye(4, dtype=torch.float64))
     X = torch.ones(1, 3, 4, dtype=torch.float64)  # every score is negative: all rows of A are zero
     delta = torch.tensor([[[[-3.0, 0.5, 0.0, 0.0], [0.1, 0.2, 0.3, 0.4]]]], dtype=torch.float64)
-    f = single_token_objective(relu, X, [1])(delta)
+    f = moved_token_objective(relu, X, [1])(delta)
     for r in range(2):
         Xp = X.clone()
         Xp[0, 1] += delta[0, 0, r]

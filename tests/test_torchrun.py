@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from wslight.results import without_timing
+from wslight.records.results import without_timing
 
 ROOT = Path(__file__).resolve().parents[1]
 

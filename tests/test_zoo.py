@@ -8,15 +8,15 @@ import random
 import pytest
 import torch
 
-from wslight.evaluations.summary import slope_table
 from wslight.features import MAPS, RandomAttentionFeatures, make_map
-from wslight.features.single_token import GenericToken, single_token, token_class_for
+from wslight.features.move import GenericMove, move_class_for, token_move
+from wslight.records.summary import slope_table
 from wslight.seeding import generator
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 RANDOM = ["raf_mh", "raf_mh12", "linear_raf", "sigmoid_raf", "transformer"]
-FAST = ["raf_mh", "raf_mh12", "linear_raf", "sigmoid_raf"]  # the maps with their own single-token algebra
+FAST = ["raf_mh", "raf_mh12", "linear_raf", "sigmoid_raf"]  # the maps with their own token-move algebra
 D = 24  # divisible by 4 and 12
 
 
@@ -69,9 +69,9 @@ def test_fast_path_equals_generic_path(rows, name):
     maps = [make_map(name, n, D, seed=s, dtype="float64") for s in range(T)]
     X = rows(T * B, n, D, seed=4, dtype=torch.float64).reshape(T, B, n, D)
     delta = 2 * torch.randn(T, B, len(positions), R, D, generator=generator(0, "test.delta"), dtype=torch.float64)
-    fast = single_token(maps, X, positions, torch.float64)
-    generic = GenericToken(maps, X, positions, torch.float64)
-    assert type(fast) is not GenericToken and type(fast) is token_class_for(maps)
+    fast = token_move(maps, X, positions, torch.float64)
+    generic = GenericMove(maps, X, positions, torch.float64)
+    assert type(fast) is not GenericMove and type(fast) is move_class_for(maps)
     assert torch.allclose(fast.phi0, generic.phi0, rtol=1e-6, atol=1e-6)
     assert torch.allclose(fast.features(delta), generic.features(delta), rtol=1e-6, atol=1e-6)
     assert torch.allclose(fast.change_sq(delta), generic.change_sq(delta), rtol=1e-6, atol=1e-6)
@@ -87,7 +87,7 @@ def test_fast_path_equals_generic_path(rows, name):
 
 def test_mixed_head_counts_fall_back_to_the_generic_path():
     maps = [make_map("raf_mh", 5, D, heads=4), make_map("raf_mh", 5, D, heads=2)]
-    assert token_class_for(maps) is GenericToken
+    assert move_class_for(maps) is GenericMove
 
 
 def test_transformer_block_output_is_layer_normed(rows):
@@ -100,7 +100,7 @@ def test_transformer_block_output_is_layer_normed(rows):
 
 
 def test_pretrained_layer_is_the_encoders_first_attention_sublayer():
-    from wslight.encoders import load_encoder
+    from wslight.data.encoders import load_encoder
 
     model, tokenizer, info = load_encoder("bundled-minilm")
     enc = tokenizer(["a film that one word can change"], return_tensors="pt")
@@ -209,7 +209,7 @@ def test_zoo_twin_writes_the_figure_and_the_slope_table(tmp_path):
     import json
     from pathlib import Path
 
-    from wslight.cli import main
+    from wslight.app.cli import main
 
     conf = Path(__file__).resolve().parent / "conf" / "ws" / "zoo.yaml"
     args = ["test", "--config", str(conf), "--trainer.logger.init_args.save_dir", str(tmp_path)]

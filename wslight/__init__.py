@@ -11,7 +11,7 @@ Where to start:
 - Word sensitivity of any map: `wslight.sensitivity.word_sensitivity(map, X)`; the attack:
   `wslight.attack.delta_attack`; the heads: `wslight.interpolation`.
 - Lightning pieces: `wslight.models.FeatureMapClassifier`, `wslight.data.EmbeddingDataModule`,
-  `wslight.callbacks.DeltaAttack`, `wslight.evaluations`, `wslight.cli.main`.
+  `wslight.callbacks.DeltaAttack`, `wslight.evaluations`, `wslight.app.cli.main`.
 """
 
 __version__ = "0.1.0"

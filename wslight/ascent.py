@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import validate
-from .features.single_token import SingleToken, project_ball
+from .features.move import TokenMove, project_ball
 from .seeding import generator
 
 # Elements (of the working dtype) one chunk of positions/restarts may hold; bounds the memory of the search.
@@ -22,7 +22,7 @@ DEFAULT_CHUNK_ELEMENTS = 2**25
 class WSResult:
     """Per-sample word sensitivity and its maximiser (all tensors on the CPU).
 
-    Fields are (B,) for one map and (T, B) for T trials (`fresh_word_sensitivity`, or a list of maps).
+    Fields are (B,) for one map and (T, B) for T trials (`FreshMaps`, or a list of maps).
 
     Attributes:
         ws: (B,) float64, S_phi(X) recomputed in float64 with the full map at the returned Delta.
@@ -108,7 +108,7 @@ def _ascend(
     tol: float,
     window: int,
     value_and_grad: Callable[[Tensor], tuple[Tensor, Tensor]] | None = None,
-    select: Callable[[Tensor], SingleToken | None] | None = None,
+    select: Callable[[Tensor], TokenMove | None] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Monotone projected normalised-gradient ascent with a per-chain adaptive step, all chains at once.
 
@@ -123,7 +123,7 @@ def _ascend(
 
     Args:
         value_and_grad: x -> (f(x), grad f(x)) detached, if the objective has a cheaper closed form; else autograd.
-        select: trial indices (long) -> the token of those trials only (`SingleToken.select_trials`), whose
+        select: trial indices (long) -> the token of those trials only (`TokenMove.select_trials`), whose
             `value_and_grad` takes inputs (T', ...) for T' trials; None from it: no restriction.
 
     Returns:
@@ -220,7 +220,7 @@ class Search:
 
     def run(
         self,
-        build: Callable[[list[int]], SingleToken],
+        build: Callable[[list[int]], TokenMove],
         exact: Callable[[Tensor], Tensor] | None,
         X: Tensor,
         seeds: list[int],
@@ -232,7 +232,7 @@ class Search:
         """Ascend every (trial, sample, position, restart) chain; positions (then restarts) chunked for memory.
 
         Args:
-            build: positions -> the single-token algebra of the T trials for them.
+            build: positions -> the token-move algebra of the T trials for them.
             exact: (T, 2B, n, d) float64 -> (T, 2B, p) float64 features, for the final value when the algebra has
                 no `exact64`.
             X: (T, B, n, d) samples on the maps' device.

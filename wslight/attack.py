@@ -10,7 +10,7 @@ sqrt(d) around the clean token and is chosen by projected descent on one of the 
     penalized         err + penalty (phi(X')^T theta*)^2                       (working definition, docs/theory.md §6.1)
 
 The heads only enter through inner products with phi(X'): phi(X')^T theta*, phi(X')^T phi(X), phi(X')^T P phi(X).
-phi(X') comes from the map's single-token algebra (`wslight.features.single_token`, the same engine as the
+phi(X') comes from the map's token-move algebra (`wslight.features.move`, the same engine as the
 word-sensitivity estimator): for RF, act(z + V^(i) Delta); for RAF / ReLU-RAF only the scores in row and column i
 change, so one step costs O(n d + d^2) per sample instead of O(n^2 d + n d^2); any other module through its forward.
 Pure maths: no Lightning import.
@@ -29,9 +29,11 @@ from torch import Tensor, nn
 
 from . import validate
 from .features import FreshMaps, map_dims, map_name
-from .features.single_token import project_ball, single_token, trial_features
-from .interpolation import TRAININGS, Heads, fit_heads, sum_last
+from .features.move import project_ball, token_move, trial_features
+from .interpolation import Heads, fit_heads
+from .numerics import sum_last
 from .seeding import generator
+from .vocabulary import TRAININGS
 
 LOSSES = ("err", "align", "align_proj", "penalized")
 # Authors' fixed-step schedules (docs/theory.md §6.5), per map: (lr, steps, steps per token); steps = fixed + per
@@ -279,7 +281,7 @@ def delta_attacks(
     if per_trial_seeds and len(seed) != T:
         raise ValueError(f"seed: expected one seed or {T} (one per trial), got {len(seed)}")
 
-    # ---- closed-form heads, float64 (docs/theory.md §5.2), and the contexts' single-token algebra
+    # ---- closed-form heads, float64 (docs/theory.md §5.2), and the contexts' token-move algebra
     X_train, Y = X_train[:, :N], Y[:, :N]
     key = (id(feature_map), X_train.data_ptr(), X_ctx.data_ptr(), tuple(X_train.shape), tuple(X_ctx.shape), position,
            dtype)
@@ -290,7 +292,7 @@ def delta_attacks(
             Phi, phi, token = fresh.attack_inputs(X_train, X_ctx, position, dtype)
         else:
             Phi, phi = trial_features(maps, X_train), trial_features(maps, X_ctx)  # (T, N, p), (T, B, p)
-            token = single_token(maps, X_ctx, [position], dtype)
+            token = token_move(maps, X_ctx, [position], dtype)
         heads = fit_heads(Phi, Y, phi, y_ctx)
         del Phi  # heads.Phi keeps the float64 copy for P
         hv = torch.stack([heads.theta_star.unsqueeze(1).expand_as(heads.phi), heads.phi, heads.Pphi], -1).to(dtype)

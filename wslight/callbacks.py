@@ -23,11 +23,12 @@ from . import validate
 from .attack import LOSSES
 from .evaluations.attack_sweep import attack_objectives, run_attacks
 from .evaluations.base import gather_records, one_cpu_thread
-from .evaluations.summary import ATTACK_REQUIRED, attack_figures, attack_scalars, save_figure, trusted
+from .evaluations.figures import attack_figures, save_figure
 from .features import map_name, output_dim
-from .interpolation import TRAININGS
-from .results import ResultsFile, config_key
+from .records.results import ResultsFile, config_key
+from .records.summary import ATTACK_REQUIRED, attack_scalars, trusted
 from .seeding import derive_seed, generator
+from .vocabulary import TRAININGS
 
 ATTACK_RESULTS_NAME = "attack_results.jsonl"
 

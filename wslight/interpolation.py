@@ -22,35 +22,15 @@ import torch
 from torch import Tensor
 
 from . import validate
+from .numerics import sum_last
+from .vocabulary import TRAININGS
 
-TRAININGS = ("finetune", "retrain")
 # A Gram condition number above this is reported: the normal equations lose about log10(cond) of float64's 16 digits.
 GRAM_COND_WARN = 1e10
 # Above this condition number (or when the factorisation fails) G is treated as singular and jittered.
 GRAM_COND_SINGULAR = 1e15
 # Relative jitter (times mean(diag G)) tried, in this order, when the Cholesky factorisation of G fails.
 _JITTERS = (1e-14, 1e-12, 1e-10, 1e-8, 1e-6)
-# Elements per chunk of `sum_last`: below torch's parallel grain size (32768), so a chunk is summed by one thread.
-_SUM_CHUNK = 1024
-
-
-def sum_last(x: Tensor) -> Tensor:
-    """x.sum(-1) whose value does not depend on the number of CPU threads, (..., p) -> (...).
-
-    On the CPU torch sums a reduction with a single output element and more than 32768 inputs in per-thread partial
-    sums, so (phi * theta).sum(-1) for one sample gives different last bits with 1 or 2 threads (a 2-device DDP run
-    uses half the threads of a 1-device run). Here the last dim is summed in chunks of 1024 (a reduction with several
-    outputs is split over outputs only, each summed by one thread in a fixed order), then the chunk sums serially.
-    """
-    p = x.shape[-1]
-    m = p // _SUM_CHUNK
-    if m == 0:
-        return x.sum(-1)
-    head = x[..., : m * _SUM_CHUNK].unflatten(-1, (m, _SUM_CHUNK)).sum(-1)  # (..., m) chunk sums
-    tail = x[..., m * _SUM_CHUNK :]  # (..., p mod 1024)
-    return torch.cat([head, tail], dim=-1).sum(-1)  # fewer than 32768 + 1024 elements per output
-
-
 @dataclass
 class Heads:
     """The min-norm interpolator of a training set and its fine-tuned / re-trained updates for B context samples.

@@ -4,7 +4,7 @@
 
 with r = sqrt(d) by default (docs/theory.md §1.3). `word_sensitivity` maximises the inner sup for a batch of samples,
 several positions and several restarts at once, in one tensor program per chunk of positions (no Python loop over
-samples or restarts). Each evaluation goes through the map's single-token algebra (`wslight.features.single_token`): RF
+samples or restarts). Each evaluation goes through the map's token-move algebra (`wslight.features.move`): RF
 and DeepRF move only z + V^{(i)} Delta (O(k d) per step; the memory-bounded RF never holds V), RAF / ReLU-RAF recompute
 only row and column i of the scores (O(n d + d^2) per step), and any other module is differentiated through its full
 forward.
@@ -23,8 +23,8 @@ from torch import Tensor, nn
 from . import validate
 from .ascent import DEFAULT_CHUNK_ELEMENTS, Search, WSResult
 from .features import FreshMaps, RandomFeatures, map_dims
+from .features.move import map_features, move_class_for, token_move
 from .features.rf import LIPSCHITZ
-from .features.single_token import map_features, single_token, token_class_for
 
 
 def word_sensitivity(
@@ -125,18 +125,18 @@ def word_sensitivity(
     if fresh is not None:
         per_chain, per_pos = fresh.chain_elements(B, n, d)
         return search.run(lambda pos: fresh.token(X4, pos), None, X4, seeds, dt, per_chain, per_pos, True)
-    per_chain, per_pos = token_class_for(maps).chain_elements(maps, B, n, d)
+    per_chain, per_pos = move_class_for(maps).chain_elements(maps, B, n, d)
 
     def exact(Xp: Tensor) -> Tensor:  # (T, 2B, n, d) float64 -> (T, 2B, p): the full maps in float64
         return torch.stack([map_features(m, x, exact=True, chunk=x.shape[0]) for m, x in zip(maps, Xp)])
 
-    res = search.run(lambda pos: single_token(maps, X4, pos, dt), exact, X4, seeds, dt, per_chain, per_pos)
+    res = search.run(lambda pos: token_move(maps, X4, pos, dt), exact, X4, seeds, dt, per_chain, per_pos)
     if trials:
         return res
     return WSResult(**{k: None if v is None else v[0] for k, v in vars(res).items()})  # the one trial's (B,) values
 
 
-def single_token_objective(
+def moved_token_objective(
     feature_map: nn.Module, X: Tensor, positions: Sequence[int], dtype: str | torch.dtype | None = None
 ) -> Callable[[Tensor], Tensor]:
     """The objective Delta -> ||phi(X^i(Delta)) - phi(X)||^2 of one map for a batch, positions and chains.
@@ -153,7 +153,7 @@ def single_token_objective(
     d, n = map_dims(feature_map)
     X = validate.samples("X", X, d, n)
     pos = validate.positions("positions", list(positions), X.shape[1])
-    token = single_token([feature_map], X[None].to(_device(feature_map)), pos, working_dtype(feature_map, dtype))
+    token = token_move([feature_map], X[None].to(_device(feature_map)), pos, working_dtype(feature_map, dtype))
     return lambda delta: token.change_sq(delta[None])[0]
 
 

@@ -8,7 +8,7 @@ Modules, one job each:
 - `build`: the cache key, the build and `load_token_embeddings`;
 - `store`: `TokenEmbeddings` (reading an entry) and `preprocess`;
 - `datamodule`: `EmbeddingDataModule` for training, imported lazily so the pure data functions do not import Lightning.
-The encoder itself is described once, in `wslight.encoders` (`EncoderInfo`, `encoder_info`, `load_encoder`).
+The encoder itself is described once, in `wslight.data.encoders` (`EncoderInfo`, `encoder_info`, `load_encoder`).
 """
 
 from wslight.data.build import cache_paths, load_token_embeddings

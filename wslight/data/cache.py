@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..fingerprints import file_fingerprint
+
 ENV_CACHE = "WSLIGHT_CACHE"
 # safetensors dtype codes <-> numpy dtypes.
 ST_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32, "I8": np.int8}
@@ -47,22 +49,6 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
         return Path(cache_dir)
     env = os.environ.get(ENV_CACHE)
     return Path(env) if env else user_cache_dir()
-
-
-def file_fingerprint(path: Path, full: bool = True, chunk: int = 1 << 22) -> str:
-    """sha256 of a file (full), or of its size plus first and last `chunk` bytes (full=False, for large files)."""
-    h = hashlib.sha256()
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        if full or size <= 2 * chunk:
-            for block in iter(lambda: f.read(1 << 24), b""):
-                h.update(block)
-        else:
-            h.update(str(size).encode())
-            h.update(f.read(chunk))
-            f.seek(size - chunk)
-            h.update(f.read(chunk))
-    return h.hexdigest()
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from wslight import encoders
-from wslight.data.cache import file_fingerprint
+from wslight.data import encoders
+from wslight.fingerprints import file_fingerprint
 from wslight.seeding import generator
 from wslight.validate import choice
 

@@ -11,7 +11,7 @@ from typing import Literal
 
 import numpy as np
 
-from wslight import encoders
+from wslight.data import encoders
 from wslight.data.sources import SELECTIONS, SOURCE_ROWS, SOURCES, TEXT_SOURCES
 from wslight.validate import choice, integer, positive_int
 

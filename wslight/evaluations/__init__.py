@@ -4,13 +4,13 @@
 - `ws_sweep`: `WordSensitivitySweep`, S over map x d x n x L (Figures 2-3).
 - `attack_sweep`: `DeltaAttackSweep` (Figures 4-5) and the attack records shared with `wslight.callbacks.DeltaAttack`.
 - `probes`: the encoder probes (Figures 1 and 3) as evaluations.
-- `summary`: cell tables, markdown tables, trusted/nonfinite filtering, the attack summary and `save_figure`.
+- `figures`: the attack figures and `save_figure` (the tables and filters they read live in `wslight.records.summary`).
 """
 
 from .attack_sweep import AttackCase, DeltaAttackSweep, attack_objectives, attack_records, run_attacks
 from .base import EmbeddingsEvaluation, Evaluation, gather_records
+from .figures import save_figure
 from .probes import AttentionEditProbe, AttentionUnderDeltaProbe, LayerwiseChangeProbe
-from .summary import save_figure
 from .ws_sweep import WordSensitivitySweep
 
 __all__ = [

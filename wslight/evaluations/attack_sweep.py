@@ -17,11 +17,12 @@ import torch
 from .. import validate
 from ..attack import LOSSES, delta_attacks, output_records
 from ..data import EmbeddingSpec
-from ..features import resolve_maps
-from ..interpolation import TRAININGS
+from ..features import resolve_maps, trial_maps
+from ..records.summary import ATTACK_REQUIRED, attack_scalars, attack_table, markdown_table, trusted
 from ..seeding import derive_seed, generator
+from ..vocabulary import TRAININGS
 from .base import EmbeddingsEvaluation
-from .summary import ATTACK_REQUIRED, attack_figures, attack_scalars, attack_table, markdown_table, trusted
+from .figures import attack_figures
 
 
 def attack_objectives(trainings: list[str], losses: list[str], penalties: list[float]) -> list[tuple[str, str, float]]:
@@ -43,7 +44,7 @@ def attack_records(
         trial: the trial's identity: `trial_key`, `map` and any further fields to record (d, n, N, L, trial, seeds...).
         training: "finetune" or "retrain".
         loss: the Delta objective.
-        penalty: the penalty weight (recorded as the design.md field `p`).
+        penalty: the penalty weight (recorded as the stable field `p`).
         out: the output of `delta_attack` for B context samples.
         sample_ids: the B context samples' ids.
     """
@@ -117,12 +118,12 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
     """The single-token Delta attack on fine-tuned and re-trained heads (docs/theory.md §6, Figures 4-5).
 
     One trial = a case (map, n), a training-set size N and a trial index: N + `contexts` distinct reviews drawn at
-    random from the embeddings (the first `contexts` are the context samples, never in the training set), a fresh
-    random map, the closed-form heads, then one attack per (training, loss, penalty). Each record has the results.jsonl
-    fields of design.md (experiment="attack", map, training, loss, p (the penalty), d, n, N, trial, y, t0, t1, D0, D1,
-    err, sign_err, gamma, proj_ratio, seed: the sweep's seed) plus trial_seed, map_seed, attack_seed, abs_t0, abs_D0,
-    delta_norm, steps, gram_cond, gram_ill_conditioned (a flag: do not trust that trial's heads) and nonfinite (a
-    flag: a NaN or infinite value, stored as null; left out of the summary).
+    random from the embeddings (the first `contexts` are the context samples, never in the training set), a fresh random
+    map, the closed-form heads, then one attack per (training, loss, penalty). Each record has the results.jsonl stable
+    fields (README, "Evaluations": experiment="attack", map, training, loss, p (the penalty), d, n, N, trial, y, t0, t1,
+    D0, D1, err, sign_err, gamma, proj_ratio, seed: the sweep's seed) plus trial_seed, map_seed, attack_seed, abs_t0,
+    abs_D0, delta_norm, steps, gram_cond, gram_ill_conditioned (a flag: do not trust that trial's heads) and nonfinite
+    (a flag: a NaN or infinite value, stored as null; left out of the summary).
 
     Args:
         cases: the (map, n) panels.
@@ -258,8 +259,8 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
             )
         X, y, ids = torch.stack(Xs).to(self.device), torch.stack(ys).to(self.device), torch.stack(ids)
         seeds = [t["map_seed"] for t in trials]
-        maps = self.map_entries[m].trial_maps(
-            seeds, n, self.d, depth=L, width_ratio=self.rf_width_ratio, device=self.device
+        maps = trial_maps(
+            self.map_entries[m], seeds, n, self.d, depth=L, width_ratio=self.rf_width_ratio, device=self.device
         )
         records = run_attacks(
             maps,

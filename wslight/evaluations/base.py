@@ -21,8 +21,8 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from .. import validate
-from ..results import RESULTS_NAME, ResultsFile, RunFolderBusy, RunLock, unwritable_reason
-from .summary import save_figure
+from ..records.results import RESULTS_NAME, ResultsFile, RunFolderBusy, RunLock, unwritable_reason
+from .figures import save_figure
 
 
 def _first(batch: list) -> list:
@@ -119,14 +119,14 @@ class Evaluation(pl.LightningModule):
         return self.results.path if self._trainer is not None else None
 
     def output_dir_problem(self) -> str | None:
-        """Why results.jsonl cannot be written in `out_dir` (`wslight.results.unwritable_reason`), or None."""
+        """Why results.jsonl cannot be written in `out_dir` (`wslight.records.results.unwritable_reason`), or None."""
         out = self.out_dir.absolute()
         return unwritable_reason(out, out / RESULTS_NAME)
 
     def check_output_dir(self) -> None:
         """Fail before any trial runs when results.jsonl cannot be written in `out_dir`.
 
-        The checks of `wslight.results.unwritable_reason`; nothing is left behind.
+        The checks of `wslight.records.results.unwritable_reason`; nothing is left behind.
 
         Raises:
             PermissionError: naming output_dir, the path and the reason.

@@ -11,11 +11,11 @@ import torch
 
 from .. import validate
 from ..data import EmbeddingSpec
-from ..features import resolve_maps
+from ..features import resolve_maps, trial_maps
+from ..records.summary import cell_table, markdown_table, nonfinite, trusted
 from ..seeding import derive_seed, generator
 from ..sensitivity import word_sensitivity
 from .base import EmbeddingsEvaluation
-from .summary import cell_table, markdown_table, nonfinite, trusted
 
 # Maps whose S the paper proves to decay as 1/sqrt(n): their S sqrt(n) figure shows that law as a flat line.
 SQRT_N_MAPS = ("rf", "deep_rf")
@@ -26,8 +26,9 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
 
     One trial = one sample drawn at random from the embeddings (seeded by `seed` and the trial index, so trial t uses
     the same review in every cell) and, by default, a fresh random map (seeded by `seed`, the cell and the trial):
-    the paper's "independent trials". Each trial records the results.jsonl fields of design.md (experiment="ws", map,
-    d, n, L, trial, sample_id, position, ws, delta_norm, phi_norm, steps, seed: the sweep's seed) plus `map_seed` (the
+    the paper's "independent trials". Each trial records the stable results.jsonl fields (README, "Evaluations":
+    experiment="ws", map, d, n, L, trial, sample_id, position, ws, delta_norm, phi_norm, steps, seed: the sweep's
+    seed) plus `map_seed` (the
     seed of the trial's map), `radius`, `bound` (RF: the operator-norm bound of docs/theory.md §8.3 at the realised
     ||Delta||), `ws_sqrt_n` and `nonfinite` (a flag: S is not a finite number, e.g. phi(X) = 0 for a ReLU-RAF sample
     whose scores are all <= 0; such records are left out of the summary).
@@ -161,7 +162,8 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
             res = word_sensitivity(fmap, X, seed=restart_seed, dtype=self.map_dtype, **options)
         else:  # the paper's protocol: trial t has its own map, all trials searched together
             map_seeds = [self.map_seed(m, d, n, L, s["trial"]) for s in specs]
-            fresh = self.map_entries[m].trial_maps(
+            fresh = trial_maps(
+                self.map_entries[m],
                 map_seeds, n, d, depth=L, width_ratio=self.rf_width_ratio, dtype=self.map_dtype, device=self.device
             )
             restart_seeds = [derive_seed(ms, "ws.restarts") for ms in map_seeds]
@@ -195,7 +197,7 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
     # --- the summary ------------------------------------------------------------------------------------------------
     def summarize(self, records: list[dict], out_dir: Path) -> None:
         from ..plots.ws import embeddings_label, plot_ws_curves, plot_ws_maps
-        from .summary import slope_table
+        from ..records.summary import slope_table
 
         records = trusted(records, "word sensitivity", ("ws",))
         table = cell_table(records, ("map", "d", "n", "L"), "ws")

@@ -21,7 +21,7 @@ from .base import (
 from .deep_rf import DeepRandomFeatures
 from .elementwise import LinearAttentionFeatures as LinearAttentionFeatures
 from .elementwise import SigmoidAttentionFeatures as SigmoidAttentionFeatures
-from .fresh import FreshMaps
+from .fresh import FreshMaps, trial_maps
 from .multihead import MultiHeadRAF as MultiHeadRAF
 from .multihead import MultiHeadRAF12 as MultiHeadRAF12
 from .pretrained import PretrainedAttention as PretrainedAttention
@@ -36,6 +36,7 @@ __all__ = [
     "MapEntry",
     "TokenwiseMap",
     "FreshMaps",
+    "trial_maps",
     "RandomAttentionFeatures",
     "RandomFeatures",
     "ReLUAttentionFeatures",

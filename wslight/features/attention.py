@@ -10,7 +10,7 @@ from torch import Tensor
 from .. import validate
 from ..seeding import generator
 from .base import TokenwiseMap, register_map
-from .single_token import SingleToken, per_trial, stack_trials
+from .move import TokenMove, per_trial, stack_trials
 
 
 class _RandomAttentionBase(TokenwiseMap):
@@ -102,7 +102,7 @@ def _rows_dot(M: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (y.reshape(T, B, P * R, d) @ M.transpose(-1, -2)).reshape(T, B, P, R, -1)  # (T, B, PR, d) @ (T, B, d, n)
 
 
-class AttentionToken(SingleToken):
+class AttentionMove(TokenMove):
     """RAF / ReLU-RAF with one token moved: only row i and column i of the scores change (docs/theory.md §3).
 
     For a query row l != i, key i's new score is t_l = x_l^T W y / sqrt(d) with y = x_i + Delta, and
@@ -114,7 +114,7 @@ class AttentionToken(SingleToken):
     """
 
     # tensors with a leading trial axis (what `select_trials` keeps of the trials still searched)
-    _per_trial = ("Ws", "Xw", "phi0", "U", "c", "m", "xi", "Oi", "K", "ee", "eu", "uu")
+    _per_trial = ("Ws", "X0", "phi0", "U", "c", "m", "xi", "Oi", "K", "ee", "eu", "uu")
 
     def __init__(self, maps, X, positions, dtype) -> None:
         super().__init__(maps, X, positions, dtype)
@@ -126,12 +126,12 @@ class AttentionToken(SingleToken):
             W = stack_trials([m.W.to(dtype) for m in maps])  # (T, d, d)
             # y^T W y = y^T Ws y: one d x d product per chain gives the score r_ii and its gradient 2 Ws y
             self.Ws = (W + W.transpose(1, 2)) / 2  # (T, d, d)
-            Xw = self.Xw = X.to(dtype)  # (T, B, n, d)
+            X0 = self.X0 = X.to(dtype)  # (T, B, n, d)
             # rows x_l^T W (scores of the moved key) and (W x_j)^T (scores of the moved query)
-            XW = per_trial(Xw, W)  # (T, B, n, d)
-            XWt = per_trial(Xw, W.transpose(1, 2))  # (T, B, n, d)
-            S = XW @ Xw.transpose(-1, -2) / self.sq  # (T, B, n, d) @ (T, B, d, n) -> (T, B, n, n)
-            out0 = maps[0].attention(S) @ Xw  # (T, B, n, n) @ (T, B, n, d) -> (T, B, n, d), the clean output
+            XW = per_trial(X0, W)  # (T, B, n, d)
+            XWt = per_trial(X0, W.transpose(1, 2))  # (T, B, n, d)
+            S = XW @ X0.transpose(-1, -2) / self.sq  # (T, B, n, d) @ (T, B, d, n) -> (T, B, n, n)
+            out0 = maps[0].attention(S) @ X0  # (T, B, n, n) @ (T, B, n, d) -> (T, B, n, d), the clean output
             self.phi0 = out0.flatten(-2)  # (T, B, n d)
             pos_t = torch.tensor(positions, device=X.device)
             self.onehot = onehot = torch.arange(n, device=X.device)[None, :] == pos_t[:, None]  # (P, n)
@@ -144,12 +144,12 @@ class AttentionToken(SingleToken):
                 Sm = S[:, :, None].masked_fill(col_mask, -torch.inf)  # (T, B, P, n, n)
                 m = torch.logsumexp(Sm, dim=-1)  # (T, B, P, n)
                 Am = torch.softmax(Sm, dim=-1)
-            U = Am @ Xw[:, :, None]  # (T, B, P, n, n) @ (T, B, 1, n, d) -> (T, B, P, n, d)
+            U = Am @ X0[:, :, None]  # (T, B, P, n, n) @ (T, B, 1, n, d) -> (T, B, P, n, d)
             row_i = onehot[None, None, :, :, None]  # (1, 1, P, n, 1): row i is recomputed; zero it (n = 1: NaN)
             self.U = torch.where(row_i, torch.zeros_like(U), U)
             self.c = torch.where(onehot[None, None], torch.zeros_like(c), c) if self.relu else None
             self.m = None if self.relu else torch.where(onehot[None, None], torch.zeros_like(m), m)
-            self.xi = Xw[:, :, pos_t]  # (T, B, P, d), the clean token i
+            self.xi = X0[:, :, pos_t]  # (T, B, P, d), the clean token i
             self.Oi = out0[:, :, pos_t]  # (T, B, P, d), clean output row i
             # ||(1 - a) u + a y - o||^2 = e.e + 2 a (e.y - e.u) + a^2 (y.y - 2 u.y + u.u) with e = u - o: O(n) per
             # chain once e.y and u.y are known, so the (T, B, P, R, n, d) perturbed output is never formed
@@ -172,10 +172,10 @@ class AttentionToken(SingleToken):
         """Structured starts (docs/theory.md §4): attract every query onto key i, or steer query i onto one key m.
         W (T, d, d) the maps' weights, XWt (T, B, n, d) the rows (W x_j)^T."""
         d = W.shape[-1]
-        xbar = self.Xw.mean(dim=2)  # (T, B, d)
+        xbar = self.X0.mean(dim=2)  # (T, B, d)
         attract = per_trial(xbar, W)  # (T, B, d) = (W^T xbar)^T
         attract = attract / attract.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-        gain = (self.Xw[:, :, None] - self.Oi[:, :, :, None]).norm(dim=-1) * XWt.norm(dim=-1)[:, :, None]
+        gain = (self.X0[:, :, None] - self.Oi[:, :, :, None]).norm(dim=-1) * XWt.norm(dim=-1)[:, :, None]
         gain = gain.masked_fill(self.onehot[None, None], -1.0)  # (T, B, P, n)
         target = gain.argmax(dim=-1)  # (T, B, P), the key m whose capture changes row i most
         steer = torch.gather(XWt, 2, target[..., None].expand(-1, -1, -1, d))  # (T, B, P, d) = (W x_m)^T
@@ -214,7 +214,7 @@ class AttentionToken(SingleToken):
         attention row w, Ws y and (ReLU) 1 / row sum: (T, B, P, R, n), (T, B, P, R, d) x 2 -> (T, B, P, R, d),
         (T, B, P, R, n), (T, B, P, R, d), (T, B, P, R, 1) or None."""
         T, B, P, R, d = y.shape
-        n = self.Xw.shape[2]
+        n = self.X0.shape[2]
         h = per_trial(y, self.Ws)  # (T, B, P, R, d) @ (T, d, d) -> (T, B, P, R, d)
         r_ii = (h * y).sum(-1) / self.sq  # (T, B, P, R)
         onehot = self.onehot[None, None, :, None, :]  # (1, 1, P, 1, n)
@@ -227,7 +227,7 @@ class AttentionToken(SingleToken):
         else:
             w, inv_s = torch.softmax(r, dim=-1), None  # (T, B, P, R, n)
         w_i = (w * onehot).sum(-1, keepdim=True)  # (T, B, P, R, 1)
-        out = (w.reshape(T, B, -1, n) @ self.Xw).reshape(delta.shape) + w_i * delta  # (T, B, PR, n) @ (T, B, n, d)
+        out = (w.reshape(T, B, -1, n) @ self.X0).reshape(delta.shape) + w_i * delta  # (T, B, PR, n) @ (T, B, n, d)
         return out, w, h, inv_s
 
     def _parts(self, delta: torch.Tensor):
@@ -255,7 +255,7 @@ class AttentionToken(SingleToken):
         # row i: out_i = sum_j w_j x'_j, x'_i = y; dL/dw_j = g_o . x'_j with g_o = 2 e_i
         onehot = self.onehot[None, None, :, None, :]
         g_o = 2 * e_i
-        q = _rows_dot(self.Xw, g_o) + onehot * (g_o * delta).sum(-1, keepdim=True)  # (T, B, P, R, n)
+        q = _rows_dot(self.X0, g_o) + onehot * (g_o * delta).sum(-1, keepdim=True)  # (T, B, P, R, n)
         dr = self._weights_back(w, inv_s, q)
         # rows l != i reach y through t_l, e.y, u.y and y.y; row i through r_j (j != i), r_ii = y^T Ws y / sqrt(d)
         # and the value x'_i = y
@@ -282,9 +282,9 @@ class AttentionToken(SingleToken):
         # row i: J_i v = X^T (M dr) + w_i v with dr the change of its scores; then J_i^T along the scores
         dr = torch.where(onehot, 2 * (h * v).sum(-1, keepdim=True) / self.sq, rv)
         w_i = (w * onehot).sum(-1, keepdim=True)
-        s_i = (self._weights_forward(w, inv_s, dr).reshape(*w.shape[:2], -1, w.shape[-1]) @ self.Xw).reshape(v.shape)
+        s_i = (self._weights_forward(w, inv_s, dr).reshape(*w.shape[:2], -1, w.shape[-1]) @ self.X0).reshape(v.shape)
         s_i = s_i + w_i * v
-        dq = self._weights_back(w, inv_s, _rows_dot(self.Xw, s_i))
+        dq = self._weights_back(w, inv_s, _rows_dot(self.X0, s_i))
         coef = torch.cat([dt, torch.zeros_like(dt), -keep * a * c, dq.masked_fill(onehot, 0.0)], dim=-1)
         Hv = self._back(coef) + y * (keep * a * c).sum(-1, keepdim=True)
         Hv = Hv + (keep * a.pow(2)).sum(-1, keepdim=True) * v + w_i * s_i
@@ -304,12 +304,12 @@ class AttentionToken(SingleToken):
         centred = q - (w * q).sum(-1, keepdim=True)
         return torch.where(w > 0, centred * inv_s, torch.zeros_like(w)) if self.relu else w * centred
 
-    def select_trials(self, idx: torch.Tensor) -> AttentionToken:
+    def select_trials(self, idx: torch.Tensor) -> AttentionMove:
         """The same algebra for the trials idx only (their tensors copied), for a search that has finished the
         others."""
-        token = AttentionToken.__new__(AttentionToken)
+        token = AttentionMove.__new__(AttentionMove)
         token.__dict__.update(self.__dict__)
-        idx = idx.to(self.Xw.device)
+        idx = idx.to(self.X0.device)
         for name in self._per_trial:
             value = getattr(self, name)
             setattr(token, name, None if value is None else value[idx])
@@ -320,7 +320,7 @@ class AttentionToken(SingleToken):
         """phi(X^i(Delta))^T h without forming the features: row l != i gives u_l.h_l + a_l (y.h_l - u_l.h_l), row i
         its new output . h_i (docs/theory.md §3.4): (T, B, P, R, d), H (T, B, n d, C) -> (T, B, P, R, C)."""
         T, B, P, R, d = delta.shape
-        n, C = self.Xw.shape[2], H.shape[-1]
+        n, C = self.X0.shape[2], H.shape[-1]
         cached = getattr(self, "_readout_of", None)
         if cached is None or cached[0] is not H:  # an attack reads out the same H at every step
             Hl = H.reshape(T, B, n, d, C)
@@ -346,4 +346,4 @@ class AttentionToken(SingleToken):
         return out.flatten(-2)  # (T, B, P, R, n d), row-major as the map's forward
 
 
-_RandomAttentionBase.token_class = AttentionToken
+_RandomAttentionBase.move_class = AttentionMove

@@ -2,9 +2,9 @@
 
 A map is any `nn.Module` that takes token embeddings X (B, n, d) to features (B, p) and exposes `d` (and `n` when it is
 built for one length). Subclassing `FeatureMap` and registering a name (`@register_map("name")`) makes a map buildable
-by name from a config; a subclass may also provide its own single-token algebra (`token_class`) and a float64
+by name from a config; a subclass may also provide its own token-move algebra (`move_class`) and a float64
 forward (`forward64`), otherwise the estimators differentiate its full forward
-(`wslight.features.single_token.GenericToken`) and recompute final values on a float64 copy. A sweep's `maps` entry
+(`wslight.features.move.GenericMove`) and recompute final values on a float64 copy. A sweep's `maps` entry
 may also be a dotted import path or a `{class_path, init_args}` dict, as elsewhere in LightningCLI (`resolve_map`).
 """
 
@@ -13,17 +13,14 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
 
 from .. import validate
-
-if TYPE_CHECKING:
-    from .fresh import FreshMaps
 
 MAPS: dict[str, type[FeatureMap]] = {}
 
@@ -74,9 +71,9 @@ class FeatureMap(nn.Module):
             return t.device
         return torch.device("cpu")
 
-    # the map family's single-token algebra (a wslight.features.single_token.SingleToken subclass); None: the
+    # the map family's token-move algebra (a wslight.features.move.TokenMove subclass); None: the
     # generic autograd path through the full forward
-    token_class: ClassVar[type | None] = None
+    move_class: ClassVar[type | None] = None
 
     @classmethod
     def for_cell(
@@ -194,21 +191,6 @@ class MapEntry:
     def build(self, n: int, d: int, seed: int = 0, **kwargs: Any) -> nn.Module:
         """The map for n tokens of dimension d (`make_map` with the entry's init_args)."""
         return make_map(self.cls, n, d, seed, **kwargs, **self.init_args)
-
-    def trial_maps(self, seeds: Sequence[int], n: int, d: int, **kwargs: Any) -> FreshMaps | list[nn.Module]:
-        """One fresh map per trial, trial t's seeded by seeds[t]: `FreshMaps` for a registered name, else built.
-
-        Args:
-            seeds: one map seed per trial.
-            n: context length.
-            d: embedding dimension.
-            kwargs: depth, width_ratio, dtype, device (as `make_map`).
-        """
-        if self.by_name:
-            from .fresh import FreshMaps  # fresh.py builds on this module
-
-            return FreshMaps(self.name, seeds, **kwargs)
-        return [self.build(n, d, s, **kwargs) for s in seeds]
 
 
 def resolve_map(entry: Any, key: str = "maps") -> MapEntry:

@@ -10,7 +10,7 @@ from torch import nn
 from .. import validate
 from ..seeding import derive_seed, generator
 from .base import FeatureMap, register_map
-from .single_token import SingleToken, matmul64, per_trial, stack_trials
+from .move import TokenMove, matmul64, per_trial, stack_trials
 
 
 class _Frozen(nn.Module):
@@ -133,7 +133,7 @@ class DeepRandomFeatures(FeatureMap):
         return f"n={self.n}, d={self.d}, depth={self.depth}, width={self.width}, seed={self.seed}"
 
 
-class DeepRFToken(SingleToken):
+class DeepRFMove(TokenMove):
     """DeepRF with one token moved: the first layer by the RF identity z1 + V1^(i) Delta, deeper layers dense."""
 
     def __init__(self, maps, X, positions, dtype) -> None:
@@ -159,11 +159,11 @@ class DeepRFToken(SingleToken):
     @classmethod
     def from_preactivations(
         cls, z1_64: torch.Tensor, blocks: torch.Tensor, deeper: list[torch.Tensor], dtype: torch.dtype
-    ) -> DeepRFToken:
+    ) -> DeepRFMove:
         """The algebra of T maps known through their first layer's z1 (T, B, width) float64 and blocks
         (T, P, width, d), and their deeper layers [(T, width, width)] (e.g. `fresh_deeper_layers`)."""
         token = cls.__new__(cls)
-        SingleToken.__init__(token, [], z1_64, [], dtype)
+        TokenMove.__init__(token, [], z1_64, [], dtype)
         with torch.no_grad():
             token._setup(z1_64.to(dtype), blocks.to(dtype), [V.to(dtype) for V in deeper], z1_64)
         return token
@@ -198,7 +198,7 @@ class DeepRFToken(SingleToken):
         T, B, P, R, d = delta.shape
         flat = delta.permute(0, 2, 1, 3, 4).reshape(T, P, B * R, d)  # (T, P, B R, d)
         moved = (flat @ self.V1.transpose(-1, -2)).reshape(T, P, B, R, -1).permute(0, 2, 1, 3, 4)  # (T, B, P, R, w)
-        # first layer: the single-token identity of RF; deeper layers: full matrices
+        # first layer: the token-move identity of RF; deeper layers: full matrices
         return self._deeper_layers(torch.relu(self.z1[:, :, None, None] + moved))
 
 
@@ -227,4 +227,4 @@ def deeper_forward64(h: torch.Tensor, deeper: list[torch.Tensor]) -> torch.Tenso
     return h
 
 
-DeepRandomFeatures.token_class = DeepRFToken
+DeepRandomFeatures.move_class = DeepRFMove

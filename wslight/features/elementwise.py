@@ -13,7 +13,7 @@ import torch
 
 from .attention import _RandomAttentionBase, _rows_dot
 from .base import register_map
-from .single_token import SingleToken, per_trial
+from .move import TokenMove, per_trial
 
 
 class _ElementwiseAttention(_RandomAttentionBase):
@@ -53,7 +53,7 @@ class SigmoidAttentionFeatures(_ElementwiseAttention):
         return torch.sigmoid(S - math.log(n))
 
 
-class ElementwiseToken(SingleToken):
+class ElementwiseMove(TokenMove):
     """Element-wise attention with one token moved: only row i and column i of f(S) change (docs/theory.md §12.2).
 
     Row l != i: out'_l = u_l + f(t_l) y with u_l = out_l - f(s_li) x_i, t_l = x_l^T W y / sqrt(d), y = x_i + Delta.
@@ -67,15 +67,15 @@ class ElementwiseToken(SingleToken):
         self.fmap, self.sq = maps[0], d**0.5
         with torch.no_grad():
             self.W = torch.stack([m.W.to(dtype) for m in maps])  # (T, d, d)
-            Xw = self.Xw = X.to(dtype)  # (T, B, n, d)
-            self.XW = per_trial(Xw, self.W)  # (T, B, n, d): rows x_l^T W
-            self.XWt = per_trial(Xw, self.W.transpose(1, 2))  # (T, B, n, d): rows (W x_j)^T
-            A = self.fmap.score(self.XW @ Xw.transpose(-1, -2) / self.sq, n)  # (T, B, n, n)
-            out0 = A @ Xw  # (T, B, n, d)
+            X0 = self.X0 = X.to(dtype)  # (T, B, n, d)
+            self.XW = per_trial(X0, self.W)  # (T, B, n, d): rows x_l^T W
+            self.XWt = per_trial(X0, self.W.transpose(1, 2))  # (T, B, n, d): rows (W x_j)^T
+            A = self.fmap.score(self.XW @ X0.transpose(-1, -2) / self.sq, n)  # (T, B, n, n)
+            out0 = A @ X0  # (T, B, n, d)
             self.phi0 = out0.flatten(-2)  # (T, B, n d)
             pos_t = torch.tensor(positions, device=X.device)
             self.onehot = torch.arange(n, device=X.device)[None, :] == pos_t[:, None]  # (P, n)
-            xi = self.xi = Xw[:, :, pos_t]  # (T, B, P, d)
+            xi = self.xi = X0[:, :, pos_t]  # (T, B, P, d)
             a_i = A[:, :, :, pos_t].permute(0, 1, 3, 2)  # (T, B, P, n): column i, the weight of key i per row
             self.U = out0[:, :, None] - a_i[..., None] * xi[:, :, :, None]  # (T, B, P, n, d)
 
@@ -89,7 +89,7 @@ class ElementwiseToken(SingleToken):
 
     def features(self, delta: torch.Tensor) -> torch.Tensor:
         T, B, P, R, d = delta.shape
-        n = self.Xw.shape[2]
+        n = self.X0.shape[2]
         y = self.xi[:, :, :, None] + delta  # (T, B, P, R, d)
         f_t = self.fmap.score(_rows_dot(self.XW, y) / self.sq, n)  # (T, B, P, R, n): key i's new weight per row
         rows = self.U[:, :, :, None] + f_t[..., None] * y[..., None, :]  # (T, B, P, R, n, d)
@@ -99,10 +99,10 @@ class ElementwiseToken(SingleToken):
         w = self.fmap.score(torch.where(onehot, r_ii[..., None], r), n)  # (T, B, P, R, n), row i's weights
         w_i = (w * onehot).sum(-1, keepdim=True)  # (T, B, P, R, 1)
         w_rest = w.masked_fill(onehot, 0.0)
-        row_i = (w_rest.reshape(T, B, P * R, n) @ self.Xw).reshape(T, B, P, R, d) + w_i * y  # (T, B, P, R, d)
+        row_i = (w_rest.reshape(T, B, P * R, n) @ self.X0).reshape(T, B, P, R, d) + w_i * y  # (T, B, P, R, d)
         out = torch.where(self.onehot[None, None, :, None, :, None], row_i[..., None, :], rows)
         return out.flatten(-2)  # (T, B, P, R, n d)
 
 
-LinearAttentionFeatures.token_class = ElementwiseToken
-SigmoidAttentionFeatures.token_class = ElementwiseToken
+LinearAttentionFeatures.move_class = ElementwiseMove
+SigmoidAttentionFeatures.move_class = ElementwiseMove

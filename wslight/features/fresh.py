@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from .. import validate
-from .base import MAPS, FeatureMap, make_map
-from .deep_rf import DeepRFToken, deeper_forward64, fresh_deeper_layers
-from .rf import ACTIVATIONS, RFToken, fresh_preactivations
-from .single_token import SingleToken, single_token, token_class_for, trial_features
+from .base import MAPS, FeatureMap, MapEntry, make_map
+from .deep_rf import DeepRFMove, deeper_forward64, fresh_deeper_layers
+from .move import TokenMove, move_class_for, token_move, trial_features
+from .rf import ACTIVATIONS, RFMove, fresh_preactivations
 
 # kinds drawn from the law of (z, V^(i)) instead of being built
 LAW_MAPS = ("rf", "deep_rf")
@@ -91,37 +91,53 @@ class FreshMaps:
             return 6 * w, w * d
         if self.name == "deep_rf":
             return 4 * w * self.depth, w * d + (self.depth - 1) * w * w
-        return token_class_for(self.maps(n, d)).chain_elements(self.maps(n, d), B, n, d)
+        return move_class_for(self.maps(n, d)).chain_elements(self.maps(n, d), B, n, d)
 
-    def token(self, X: Tensor, positions: list[int]) -> SingleToken:
-        """The single-token algebra of the T maps for X (T, B, n, d), drawn for exactly these positions."""
+    def token(self, X: Tensor, positions: list[int]) -> TokenMove:
+        """The token-move algebra of the T maps for X (T, B, n, d), drawn for exactly these positions."""
         T, B, n, d = X.shape
         dt = self.working_dtype
         if not self.drawn_from_law:
-            return single_token(self.maps(n, d), X, positions, dt)
+            return token_move(self.maps(n, d), X, positions, dt)
         z64, blocks = fresh_preactivations(X, positions, self.width(n, d), self.seeds, self.variance)
         if self.name == "rf":
-            return RFToken.from_preactivations("relu", z64, blocks, dt)
+            return RFMove.from_preactivations("relu", z64, blocks, dt)
         deeper = fresh_deeper_layers(self.seeds, self.depth, self.width(n, d), X.device)
-        return DeepRFToken.from_preactivations(z64, blocks, deeper, dt)
+        return DeepRFMove.from_preactivations(z64, blocks, deeper, dt)
 
     def attack_inputs(
         self, X_train: Tensor, X_ctx: Tensor, position: int, dt: torch.dtype
-    ) -> tuple[Tensor, Tensor, SingleToken]:
+    ) -> tuple[Tensor, Tensor, TokenMove]:
         """Training features Phi (T, N, p) and context features phi (T, B, p), float64, and the contexts' algebra in
         the working dtype dt, from one draw of each trial's map (the training and context samples share it)."""
         T, B, n, d = X_ctx.shape
         if not self.drawn_from_law:
             maps = self.maps(n, d)
             Phi, phi = trial_features(maps, X_train), trial_features(maps, X_ctx)
-            return Phi, phi, single_token(maps, X_ctx, [position], dt)
+            return Phi, phi, token_move(maps, X_ctx, [position], dt)
         X_all = torch.cat([X_ctx, X_train], dim=1)  # (T, B + N, n, d): one draw of z for every sample
         z64, blocks = fresh_preactivations(X_all, [position], self.width(n, d), self.seeds, self.variance)
         if self.name == "rf":
             feats = ACTIVATIONS["relu"](z64)  # (T, B + N, k)
-            token = RFToken.from_preactivations("relu", z64[:, :B], blocks, dt)
+            token = RFMove.from_preactivations("relu", z64[:, :B], blocks, dt)
         else:
             deeper = fresh_deeper_layers(self.seeds, self.depth, self.width(n, d), X_ctx.device)
             feats = deeper_forward64(torch.relu(z64), deeper)  # (T, B + N, width)
-            token = DeepRFToken.from_preactivations(z64[:, :B], blocks, deeper, dt)
+            token = DeepRFMove.from_preactivations(z64[:, :B], blocks, deeper, dt)
         return feats[:, B:], feats[:, :B], token
+
+
+def trial_maps(entry: MapEntry, seeds: Sequence[int], n: int, d: int, **kwargs: Any) -> FreshMaps | list[nn.Module]:
+    """One fresh map per trial of a sweep's map entry, trial t's seeded by seeds[t]: `FreshMaps` for a registered name
+    (RF and DeepRF drawn from their law), else the entry built once per seed.
+
+    Args:
+        entry: the map entry (`resolve_map`).
+        seeds: one map seed per trial.
+        n: context length.
+        d: embedding dimension.
+        kwargs: depth, width_ratio, dtype, device (as `make_map`).
+    """
+    if entry.by_name:
+        return FreshMaps(entry.name, seeds, **kwargs)
+    return [entry.build(n, d, s, **kwargs) for s in seeds]

@@ -1,6 +1,6 @@
 """Multi-head random attention features: H RAF heads on the d/H-column blocks of X, concatenated (docs/theory.md §12.1).
 
-Its single-token algebra is RAF's (`AttentionToken`) applied to every head: a move of token i moves block h of the
+Its token-move algebra is RAF's (`AttentionMove`) applied to every head: a move of token i moves block h of the
 token in head h and nothing else, so T maps of H heads are T H RAF maps of dimension d/H.
 """
 
@@ -11,11 +11,11 @@ from typing import Literal
 import torch
 
 from .. import validate
-from ..interpolation import sum_last
+from ..numerics import sum_last
 from ..seeding import generator
-from .attention import AttentionToken
+from .attention import AttentionMove
 from .base import TokenwiseMap, register_map
-from .single_token import SingleToken
+from .move import TokenMove
 
 
 @register_map("raf_mh")
@@ -92,7 +92,7 @@ class MultiHeadRAF12(MultiHeadRAF):
 
 
 class _Head:
-    """One head as AttentionToken reads a map: its W (d_h, d_h) and the softmax."""
+    """One head as AttentionMove reads a map: its W (d_h, d_h) and the softmax."""
 
     def __init__(self, W: torch.Tensor) -> None:
         self.W = W
@@ -102,8 +102,8 @@ class _Head:
         return torch.softmax(S, dim=-1)
 
 
-class MultiHeadToken(SingleToken):
-    """Multi-head RAF with one token moved: RAF's closed form (`AttentionToken`) for each of the T H heads.
+class MultiHeadMove(TokenMove):
+    """Multi-head RAF with one token moved: RAF's closed form (`AttentionMove`) for each of the T H heads.
 
     Head h of trial t sees the block X_h and the block Delta_h of the move; its output rows are RAF's on that block.
     Axes: the inner token runs over T H "trials" (trial-major), features are reassembled as (n, H, d_h) per sample.
@@ -115,7 +115,7 @@ class MultiHeadToken(SingleToken):
         self.H, self.dh = maps[0].heads, maps[0].dh
         heads = [_Head(m.W[h]) for m in maps for h in range(self.H)]
         Xh = X.reshape(T, B, n, self.H, self.dh).permute(0, 3, 1, 2, 4).reshape(T * self.H, B, n, self.dh)
-        self.inner = AttentionToken(heads, Xh, positions, dtype)
+        self.inner = AttentionMove(heads, Xh, positions, dtype)
         self.phi0 = self._join(self.inner.phi0.reshape(T * self.H, B, 1, 1, n * self.dh))[:, :, 0, 0]  # (T, B, n d)
         st = self.inner.starts  # (T H, B, P, S, d_h): RAF's directions per head, all heads at once
         if st is not None:
@@ -154,4 +154,4 @@ class MultiHeadToken(SingleToken):
         return sum_last(per_head)
 
 
-MultiHeadRAF.token_class = MultiHeadToken
+MultiHeadRAF.move_class = MultiHeadMove

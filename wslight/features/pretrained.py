@@ -11,7 +11,7 @@ from typing import Literal
 import torch
 
 from .. import validate
-from ..encoders import BUNDLED_MINILM, load_encoder
+from ..data.encoders import BUNDLED_MINILM, load_encoder
 from .base import TokenwiseMap, register_map
 from .transformer import attention_sublayer
 

@@ -9,10 +9,10 @@ import torch
 from torch import nn
 
 from .. import validate
-from ..interpolation import sum_last
+from ..numerics import sum_last
 from ..seeding import generator
 from .base import FeatureMap, register_map
-from .single_token import SingleToken, matmul64, stack_trials
+from .move import TokenMove, matmul64, stack_trials
 
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "gelu": nn.functional.gelu}
 # Lipschitz constants of the activations (the RF bound, docs/theory.md §3.2); GELU's derivative peaks at about 1.1289.
@@ -140,7 +140,7 @@ class RandomFeatures(FeatureMap):
     def preactivations_and_token_blocks(
         self, X: torch.Tensor, positions: list[int]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Everything a single-token perturbation needs, in one pass over V.
+        """Everything a token move needs, in one pass over V.
 
         Moving token i by delta changes the pre-activations to z + V^{(i)} delta, so the clean z and the column blocks
         V^{(i)} suffice; the dense V is never held on the memory-bounded path.
@@ -164,7 +164,7 @@ class RandomFeatures(FeatureMap):
         )
 
 
-class RFToken(SingleToken):
+class RFMove(TokenMove):
     """RF with one token moved: phi(V flat(X^i(Delta))) = act(z + V^(i) Delta) (docs/theory.md §3).
 
     Only z = V flat(X) (B, k) and the k x d blocks V^(i) are kept, so an evaluation costs O(k d) per chain. On the
@@ -195,11 +195,11 @@ class RFToken(SingleToken):
     @classmethod
     def from_preactivations(
         cls, activation: str, z64: torch.Tensor, blocks: torch.Tensor, dtype: torch.dtype
-    ) -> RFToken:
+    ) -> RFMove:
         """The algebra of T maps known only through z (T, B, k) float64 and their blocks (T, P, k, d), e.g. drawn
         from their law (`fresh_preactivations`); the reported values are exact in float64."""
         token = cls.__new__(cls)
-        SingleToken.__init__(token, [], z64, [], dtype)
+        TokenMove.__init__(token, [], z64, [], dtype)
         token._setup(activation, z64.to(dtype), blocks.to(dtype), z64)
         return token
 
@@ -240,11 +240,11 @@ class RFToken(SingleToken):
         g = 2 * (w @ self.V)  # (T, P, B R, k) @ (T, P, k, d) -> (T, P, B R, d)
         return f, g.reshape(T, P, B, R, d).permute(0, 2, 1, 3, 4)
 
-    def select_trials(self, idx: torch.Tensor) -> RFToken:
+    def select_trials(self, idx: torch.Tensor) -> RFMove:
         """The same algebra for the trials idx only (their z and blocks copied), for a search that has finished the
         other trials."""
-        token = RFToken.__new__(RFToken)
-        SingleToken.__init__(token, self.maps, self.z, self.positions, self.dtype)
+        token = RFMove.__new__(RFMove)
+        TokenMove.__init__(token, self.maps, self.z, self.positions, self.dtype)
         idx = idx.to(self.z.device)
         token.activation, token.act = self.activation, self.act
         token.z, token.V, token.phi0 = self.z[idx], self.V[idx], self.phi0[idx]
@@ -348,4 +348,4 @@ def _bounded_preactivations(m: RandomFeatures, X: torch.Tensor, positions: list[
     return torch.cat(zs, dim=1), torch.cat(parts, dim=1)
 
 
-RandomFeatures.token_class = RFToken
+RandomFeatures.move_class = RFMove

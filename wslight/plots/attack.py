@@ -1,8 +1,8 @@
 """Scatter figures of the Delta attack: test error against gamma (paper Figures 4 and 5).
 
-Records are the results.jsonl dicts of design.md (experiment, map, training, loss, p, d, n, N, trial, y, t0, t1,
-D0, D1, err, sign_err, gamma, proj_ratio, seed). Working definitions (docs/theory.md §6.1): err = (D1 + y)^2 against the
-flipped label, gamma = max(|t0|, |D0|).
+Records are the results.jsonl dicts (README, "Evaluations"; experiment, map, training, loss, p, d, n, N, trial, y, t0,
+t1, D0, D1, err, sign_err, gamma, proj_ratio, seed). Working definitions (docs/theory.md §6.1): err = (D1 + y)^2 against
+the flipped label, gamma = max(|t0|, |D0|).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import matplotlib.pyplot as plt  # wslight.plots (imported first, as the parent package) selects Agg
 from matplotlib.figure import Figure
 
-from ..interpolation import TRAININGS
+from ..vocabulary import TRAININGS
 from .style import LEGEND_FONTSIZE, colour, set_error_scale, styled
 
 MAP_TITLES = {"rf": "RF", "deep_rf": "DRF", "raf": "RAF", "relu_raf": "ReLU-RAF"}

@@ -11,7 +11,7 @@ from typing import Literal
 import torch
 
 from .. import validate
-from ..encoders import load_encoder
+from ..data.encoders import load_encoder
 from ._common import (
     check_heads,
     check_index,
@@ -39,7 +39,7 @@ def attention_edit(
     rows are not renormalised after the slice.
 
     Args:
-        encoder: encoder name for `wslight.encoders.load_encoder`.
+        encoder: encoder name for `wslight.data.encoders.load_encoder`.
         sentence_a, sentence_b: the two sentences; they must tokenise to the same number of tokens.
         layer: attention layer, 0-based (0 = the first encoder layer, the paper's choice).
         head: one head (0-based) or None for the mean over all heads.
@@ -121,7 +121,7 @@ def attention_under_delta(
     query/key weights of `delta_heads` (default: the head shown), with norm ||x_position|| unless `delta_norm` is set.
 
     Args:
-        encoder: encoder name for `wslight.encoders.load_encoder`.
+        encoder: encoder name for `wslight.data.encoders.load_encoder`.
         text: input text (default: the paper's title).
         position: perturbed token, index in the tokenised sequence ([CLS] at 0).
         layer: layer shown, 0-based (Delta is always injected before the first layer).

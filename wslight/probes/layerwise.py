@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .. import validate
-from ..encoders import load_encoder
+from ..data.encoders import load_encoder
 from ..seeding import generator
 from ._common import (
     check_heads,
@@ -51,7 +51,7 @@ def layerwise_change(
     """Relative change of every hidden layer under the attention-attracting Delta, Gaussian noise and real edits.
 
     Args:
-        encoder: encoder name for `wslight.encoders.load_encoder` ('bundled-minilm' offline, 'bert-base-uncased').
+        encoder: encoder name for `wslight.data.encoders.load_encoder` ('bundled-minilm' offline, 'bert-base-uncased').
         text: input text; None = the bundled probe text (`wslight/assets/probe_text.txt`, ~200 WordPiece tokens).
             Pass the paper's abstract to match the paper's figure.
         position: perturbed token, an index in the tokenised sequence ([CLS] at 0).

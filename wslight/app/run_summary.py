@@ -5,7 +5,7 @@ blocks of the config (`model/...`, `data/...`), against the run's final metrics 
 Runs write no experiment summary, so TensorBoard infers the columns from every run in the log folder (training and
 evaluation runs side by side).
 `hparams.yaml` in the log directory holds the same parameters (LightningCLI's internal `_instantiator` left out).
-Logged by rank 0 after the run (`wslight.cli.WSLightCLI.after_fit` / `after_test`); the config text before it.
+Logged by rank 0 after the run (`wslight.app.cli.WSLightCLI.after_fit` / `after_test`); the config text before it.
 """
 
 from __future__ import annotations
@@ -63,10 +63,10 @@ def run_hparams(config: dict, model: Any = None, datamodule: Any = None) -> dict
     params: dict[str, Any] = sweep_sizes(init_args)
     fmap = getattr(model, "feature_map", None)
     if fmap is not None:
-        from .features import map_name
+        from ..features import map_name
 
         params.update(map=map_name(fmap), n=getattr(model, "n", None), d=getattr(fmap, "d", None))
-        params["p"] = getattr(model, "p", None)
+        params["feature_dim"] = getattr(model, "p", None)  # p is the penalty weight in every record
     train = getattr(datamodule, "train_indices", None)
     if train is not None and len(train):
         params["N"] = len(train)
@@ -92,7 +92,7 @@ def final_metrics(*sources: dict) -> dict[str, float]:
 def record_metrics(records: list[dict]) -> dict[str, float]:
     """Final numbers read from an evaluation's results: `results/records` and, for word sensitivity, the fitted
     slope of log S against log n per map and d (`ws/slope/<map>/d<d>`: -1/2 for 1/sqrt(n) decay, 0 for order 1)."""
-    from .evaluations.summary import slope_table
+    from ..records.summary import slope_table
 
     metrics = {"results/records": float(len(records))}
     ws = [r for r in records if r.get("experiment") == "ws"]

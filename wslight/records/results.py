@@ -27,7 +27,7 @@ LOCK_NAME = "results.lock"
 PROBE_BYTES = 64 * 1024  # what the writability probe writes (and removes) before a run: a few records' worth
 # Fields that say how long a record took to make, not what it is: records are compared without them.
 TIMING_FIELDS = frozenset({"seconds"})
-# The stable fields of design.md that every record of an experiment carries (extra fields are welcome).
+# The stable fields (README, "Evaluations") that every record of an experiment carries (extra fields are welcome).
 WS_FIELDS = frozenset("experiment map d n L trial sample_id position ws delta_norm phi_norm steps seed".split())
 ATTACK_FIELDS = frozenset(
     "experiment map training loss p d n N trial y t0 t1 D0 D1 err sign_err gamma proj_ratio seed".split()

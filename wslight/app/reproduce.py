@@ -27,10 +27,10 @@ from pathlib import Path
 
 import yaml
 
-from . import validate
+from .. import validate
+from ..records.paper_checks import all_checks, checks_markdown
+from ..records.results import read_records
 from .config_files import UnknownConfigError, configs_dir, find_config
-from .paper_checks import all_checks, checks_markdown
-from .results import read_records
 
 PLAN = configs_dir() / "reproduce" / "plan.yaml"
 PLANS = ("offline", "full")

@@ -1,9 +1,9 @@
 """How the command line reads a command before Lightning does, and turns a mistake into one short block.
 
-`main` (wslight.cli) checks the command against the entry point (a training config given to evaluate.py, a linked key
-given a value), reads every `--config` file strictly (a YAML syntax error with its line and column, a key written twice,
-an empty file), checks `seed_everything`, and formats the errors of jsonargparse and of the package's own checks as one
-line naming the config key path, the allowed range and the value, with the closest key for an unknown one.
+`main` (wslight.app.cli) checks the command against the entry point (a training config given to evaluate.py, a linked
+key given a value), reads every `--config` file strictly (a YAML syntax error with its line and column, a key written
+twice, an empty file), checks `seed_everything`, and formats the errors of jsonargparse and of the package's own checks
+as one line naming the config key path, the allowed range and the value, with the closest key for an unknown one.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from . import validate
+from .. import validate
 
 # Training sizes are written once, under data, and linked to the map and the head (target -> source).
 LINKS = {

@@ -1,4 +1,4 @@
-"""The single-token engine: every map family's closed form equals the generic autograd path and the full forward, and
+"""The token-move engine: every map family's closed form equals the generic autograd path and the full forward, and
 any plain module works in the estimator and the attack."""
 
 import re
@@ -10,7 +10,7 @@ from torch import nn
 
 from wslight.attack import delta_attack
 from wslight.features import RandomAttentionFeatures, RandomFeatures, make_map
-from wslight.features.single_token import GenericToken, single_token, token_class_for
+from wslight.features.move import GenericMove, move_class_for, token_move
 from wslight.seeding import generator
 from wslight.sensitivity import word_sensitivity
 
@@ -46,9 +46,9 @@ def case(rows):
 @pytest.mark.parametrize("kind", FAMILIES)
 def test_closed_form_equals_generic_path_and_full_forward(case, kind):
     maps, X, positions, delta = case(kind)
-    fast = single_token(maps, X, positions, torch.float64)
-    generic = GenericToken(maps, X, positions, torch.float64)
-    assert type(fast) is not GenericToken and type(fast) is token_class_for(maps)
+    fast = token_move(maps, X, positions, torch.float64)
+    generic = GenericMove(maps, X, positions, torch.float64)
+    assert type(fast) is not GenericMove and type(fast) is move_class_for(maps)
     f = fast.features(delta)  # (T, B, P, R, p)
     assert torch.allclose(f, generic.features(delta), rtol=1e-9, atol=1e-9)
     assert torch.allclose(fast.phi0, generic.phi0, rtol=1e-9, atol=1e-9)
@@ -65,7 +65,7 @@ def test_closed_form_equals_generic_path_and_full_forward(case, kind):
 def test_closed_form_gradients_equal_autograd_through_the_forward(case, kind):
     maps, X, positions, delta = case(kind, T=1)
     grads = []
-    for token in (single_token(maps, X, positions, torch.float64), GenericToken(maps, X, positions, torch.float64)):
+    for token in (token_move(maps, X, positions, torch.float64), GenericMove(maps, X, positions, torch.float64)):
         x = delta.clone().requires_grad_(True)
         (g,) = torch.autograd.grad(token.change_sq(x).sum(), x)
         grads.append(g)
@@ -91,9 +91,9 @@ def test_hand_written_value_and_grad_equal_the_generic_path(case, kind, scores):
         for m in maps:
             m.W.copy_(-torch.eye(m.d, dtype=m.W.dtype))  # x_l^T W x_j < 0 for positive rows
         X, delta = X.abs(), delta.abs()
-    fast = single_token(maps, X, positions, torch.float64)
+    fast = token_move(maps, X, positions, torch.float64)
     f, g = fast.value_and_grad(delta)
-    f_ref, g_ref = _autograd_value_and_grad(GenericToken(maps, X, positions, torch.float64), delta)
+    f_ref, g_ref = _autograd_value_and_grad(GenericMove(maps, X, positions, torch.float64), delta)
     assert torch.allclose(f, f_ref, rtol=1e-9, atol=1e-9)
     assert torch.allclose(g, g_ref, rtol=1e-8, atol=1e-9)
     # a search that has finished some trials evaluates the others only: the same values and gradients
@@ -107,11 +107,11 @@ def test_hand_written_value_and_grad_equal_the_generic_path(case, kind, scores):
 def test_attention_curvature_product_is_the_hessian_at_zero(case, kind, n):
     """H v = 2 J^T J v in closed form against the double backward of the squared change at Delta = 0."""
     maps, X, positions, delta = case(kind, n=n, positions=(0,) if n == 1 else (0, 3, 6))
-    token = single_token(maps, X, positions, torch.float64)
+    token = token_move(maps, X, positions, torch.float64)
     v = delta / delta.norm(dim=-1, keepdim=True)
     zero = torch.zeros_like(v, requires_grad=True)
     (g,) = torch.autograd.grad(
-        GenericToken(maps, X, positions, torch.float64).change_sq(zero).sum(), zero, create_graph=True
+        GenericMove(maps, X, positions, torch.float64).change_sq(zero).sum(), zero, create_graph=True
     )
     (hv,) = torch.autograd.grad((g * v).sum(), zero)
     assert torch.allclose(token.curvature_product(v), hv, rtol=1e-8, atol=1e-9)
@@ -119,7 +119,7 @@ def test_attention_curvature_product_is_the_hessian_at_zero(case, kind, n):
 
 def test_exact64_of_the_memory_bounded_rf_is_the_float64_forward(case):
     maps, X, positions, delta = case("rf_bounded")
-    token = single_token(maps, X, positions, torch.float64)
+    token = token_move(maps, X, positions, torch.float64)
     j = torch.tensor([[0, 1, 2], [2, 2, 0]])  # index into positions, per trial and sample
     chosen = delta[:, :, 0, 0]  # (T, B, d)
     ws, norm = token.exact64(chosen, j)
@@ -133,8 +133,8 @@ def test_exact64_of_the_memory_bounded_rf_is_the_float64_forward(case):
 
 def test_mixed_maps_fall_back_to_the_generic_path(case):
     maps, X, positions, _ = case("rf")
-    assert token_class_for([maps[0], RandomFeatures(7, 6, activation="tanh")]) is GenericToken
-    assert token_class_for([maps[0], make_map("raf", 7, 6)]) is GenericToken
+    assert move_class_for([maps[0], RandomFeatures(7, 6, activation="tanh")]) is GenericMove
+    assert move_class_for([maps[0], make_map("raf", 7, 6)]) is GenericMove
 
 
 class PlainRAF(nn.Module):

@@ -1,9 +1,9 @@
 """Single-token algebra: phi(X^i(Delta)) for trials x samples x positions x restarts at once (docs/theory.md §3).
 
 Both the word-sensitivity estimator and the Delta attack move one token of a sample, X^i(Delta) = X + e_i Delta^T,
-and evaluate the features many times. A map family gives a `SingleToken` class (`FeatureMap.token_class`) that
+and evaluate the features many times. A map family gives a `TokenMove` class (`FeatureMap.move_class`) that
 precomputes what does not move (RF: z = V flat(X) and the token blocks V^(i); attention: the scores without key i) and
-then costs far less than a full forward per evaluation. Any other module gets `GenericToken`: its full forward on the
+then costs far less than a full forward per evaluation. Any other module gets `GenericMove`: its full forward on the
 perturbed samples, differentiated by autograd.
 
 One axis order everywhere: Delta is (T, B, P, R, d) for T trials (one map each), B samples per trial, P token
@@ -18,10 +18,10 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from ..interpolation import sum_last
+from ..numerics import sum_last
 
 
-class SingleToken:
+class TokenMove:
     """The features of X (T, B, n, d) with token `positions[j]` moved by Delta, for T maps of one family.
 
     Subclasses set `phi0` (T, B, p), the clean features in the working dtype, and implement `features`; they may
@@ -58,7 +58,7 @@ class SingleToken:
         """phi(X^i(Delta)): (T, B, P, R, d) -> (T, B, P, R, p)."""
         raise NotImplementedError
 
-    def select_trials(self, idx: Tensor) -> SingleToken | None:
+    def select_trials(self, idx: Tensor) -> TokenMove | None:
         """The same algebra restricted to the trials idx (long, (T',)), so a search can leave out the trials it has
         finished; None when the family cannot (then every trial is evaluated to the end)."""
         return None
@@ -84,7 +84,7 @@ def _out_dim(m: nn.Module, n: int) -> int:
     return out_dim(n) if callable(out_dim) else n * m.d
 
 
-class GenericToken(SingleToken):
+class GenericMove(TokenMove):
     """Any module: its full forward on X + e_i Delta^T, differentiated by autograd (no closed form needed)."""
 
     def __init__(self, maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype: torch.dtype) -> None:
@@ -121,17 +121,17 @@ def _weight_dtype(m: nn.Module, default: torch.dtype) -> torch.dtype:
     return t.dtype if t is not None else default
 
 
-def token_class_for(maps: Sequence[nn.Module]) -> type[SingleToken]:
-    """The maps' own closed form when they share one (`token_class` of one map type that `supports` all of them),
+def move_class_for(maps: Sequence[nn.Module]) -> type[TokenMove]:
+    """The maps' own closed form when they share one (`move_class` of one map type that `supports` all of them),
     else the generic autograd path."""
     kinds = {type(m) for m in maps}
-    cls = getattr(next(iter(kinds)), "token_class", None) if len(kinds) == 1 else None
-    return cls if cls is not None and cls.supports(maps) else GenericToken
+    cls = getattr(next(iter(kinds)), "move_class", None) if len(kinds) == 1 else None
+    return cls if cls is not None and cls.supports(maps) else GenericMove
 
 
-def single_token(maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype: torch.dtype) -> SingleToken:
-    """The single-token algebra of T maps for X (T, B, n, d) with the tokens `positions` moved."""
-    return token_class_for(maps)(maps, X, positions, dtype)
+def token_move(maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype: torch.dtype) -> TokenMove:
+    """The token-move algebra of T maps for X (T, B, n, d) with the tokens `positions` moved."""
+    return move_class_for(maps)(maps, X, positions, dtype)
 
 
 def project_ball(delta: Tensor, radius: float) -> Tensor:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from .cli_messages import UsageError
+from .messages import UsageError
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # wslight/
 
 
 class UnknownConfigError(UsageError):

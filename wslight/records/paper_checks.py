@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .evaluations.summary import attack_stats, cell_means
+from .summary import attack_stats, cell_means
 
 
 @dataclass
@@ -181,7 +181,7 @@ def check_closed_forms(att: list[dict]) -> Check:
 
 
 def _flip_summary(recs: list[dict]) -> tuple[float, float, float]:
-    """(flip rate, mean y*D1, median Err) of attack records (`wslight.evaluations.summary.attack_stats`)."""
+    """(flip rate, mean y*D1, median Err) of attack records (`wslight.records.summary.attack_stats`)."""
     stats = attack_stats(recs)
     return stats["flip_rate"], stats["mean_yD1"], stats["median_err"]
 

@@ -25,7 +25,10 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from .cli_messages import (
+from ..models import TrainingDiverged
+from ..records.results import LOCK_NAME, RunFolderBusy, RunLock, config_key, unwritable_reason
+from .config_files import resolve_config_args
+from .messages import (
     DEBUG_ENV,
     ParseError,
     UsageError,
@@ -35,9 +38,6 @@ from .cli_messages import (
     parse_error_message,
     value_error_message,
 )
-from .config_files import resolve_config_args
-from .models import TrainingDiverged
-from .results import LOCK_NAME, RunFolderBusy, RunLock, config_key, unwritable_reason
 from .run_summary import final_metrics, log_config_text, log_run_hparams, record_metrics, run_hparams
 
 # Settings that change where or how fast a run happens, not what it computes: left out of the run key, so that the
@@ -367,7 +367,7 @@ def main(
     """The LightningCLI of wslight from Python: `main(["fit", "--config", "raf"])` returns the finished CLI.
 
     `evaluate=True` runs an evaluation config: `main(["test", "--config", "ws/raf"], evaluate=True)` (a first
-    argument `evaluate` does the same). The command line reaches it through the verb table of `wslight.__main__`
+    argument `evaluate` does the same). The command line reaches it through the verb table of `wslight.app.verbs`
     (`wslight`, `python -m wslight`, train.py, evaluate.py), which turns a finished run into exit status 0.
 
     A mistake in the command or config (a value out of range, an unknown key, a config given to the other entry point)

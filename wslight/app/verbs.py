@@ -1,0 +1,85 @@
+"""The `wslight` command: one table of verbs behind `wslight`, `python -m wslight`, train.py and evaluate.py.
+
+    wslight fit --config raf              train a linear head (LightningCLI `fit`; also validate, test)
+    wslight evaluate --config ws/raf      run the evaluation a config describes (= python evaluate.py --config ...)
+    wslight reproduce                     the reproduction plan and its report (= make reproduce)
+
+`main` returns the exit status (0 when the run did what it was asked), so the console script, `python -m wslight`
+and the two scripts all exit with it; a mistake exits 2 with one block on stderr, an interrupted run 130.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Verb:
+    help: str
+    run: Callable[[list[str], str], None]  # (arguments after the verb, program name for messages)
+
+
+def _lightning(subcommand: str) -> Callable[[list[str], str], None]:
+    def run(args: list[str], prog: str) -> None:
+        from .cli import main as cli_main
+
+        cli_main([subcommand, *args], prog=prog)
+
+    return run
+
+
+def _evaluate(args: list[str], prog: str) -> None:
+    from .cli import main as cli_main
+
+    cli_main(["test", *args], evaluate=True, prog=prog)
+
+
+def _reproduce(args: list[str], prog: str) -> None:
+    from .reproduce import main as reproduce_main
+
+    reproduce_main(args, prog=prog)
+
+
+VERBS: dict[str, Verb] = {
+    "fit": Verb("train a linear head on a frozen feature map, then test it (a training config)", _lightning("fit")),
+    "validate": Verb("validate a head (a training config and --ckpt_path)", _lightning("validate")),
+    "test": Verb("test a head (a training config and --ckpt_path)", _lightning("test")),
+    "evaluate": Verb("run an evaluation config: word sensitivity, the attack, the probes", _evaluate),
+    "reproduce": Verb("run the reproduction plan (configs/reproduce/plan.yaml) and write its report", _reproduce),
+}
+
+
+def usage(prog: str) -> str:
+    width = max(map(len, VERBS))
+    lines = [f"usage: {prog} <verb> [options]   ({prog} <verb> --help: every option of a verb)", "", "verbs:"]
+    lines += [f"  {name:<{width}}  {verb.help}" for name, verb in VERBS.items()]
+    lines += ["", "configs by name from any directory: --config raf, --config ws/raf, --config attack/fig4"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None, prog: str = "wslight") -> int:
+    """Run `<verb> [options]` and return its exit status (0 on success).
+
+    A mistake raises SystemExit(2) after one block on stderr; an interrupted run SystemExit(130).
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(usage(prog), file=sys.stdout if args else sys.stderr)
+        return 0 if args else 2
+    verb = args[0]
+    if verb not in VERBS:
+        close = difflib.get_close_matches(verb, VERBS, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        print(f"{prog}: error: unknown verb {verb!r}{hint} (verbs: {', '.join(VERBS)})", file=sys.stderr)
+        print(f"(every verb: {prog} --help)", file=sys.stderr)
+        return 2
+    return run_verb(verb, args[1:], f"{prog} {verb}")
+
+
+def run_verb(verb: str, args: list[str], prog: str) -> int:
+    """Run one verb of the table with its arguments; `prog` names the command in messages and usage lines."""
+    VERBS[verb].run(args, prog)
+    return 0

@@ -1,0 +1,29 @@
+"""Numerics shared by the maps, the searches and the heads: sums whose last bits do not depend on the thread count.
+
+Base floor: imports torch only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+# Elements per chunk of `sum_last`: below torch's parallel grain size (32768), so a chunk is summed by one thread.
+_SUM_CHUNK = 1024
+
+
+def sum_last(x: Tensor) -> Tensor:
+    """x.sum(-1) whose value does not depend on the number of CPU threads, (..., p) -> (...).
+
+    On the CPU torch sums a reduction with a single output element and more than 32768 inputs in per-thread partial
+    sums, so (phi * theta).sum(-1) for one sample gives different last bits with 1 or 2 threads (a 2-device DDP run
+    uses half the threads of a 1-device run). Here the last dim is summed in chunks of 1024 (a reduction with several
+    outputs is split over outputs only, each summed by one thread in a fixed order), then the chunk sums serially.
+    """
+    p = x.shape[-1]
+    m = p // _SUM_CHUNK
+    if m == 0:
+        return x.sum(-1)
+    head = x[..., : m * _SUM_CHUNK].unflatten(-1, (m, _SUM_CHUNK)).sum(-1)  # (..., m) chunk sums
+    tail = x[..., m * _SUM_CHUNK :]  # (..., p mod 1024)
+    return torch.cat([head, tail], dim=-1).sum(-1)  # fewer than 32768 + 1024 elements per output
