@@ -133,8 +133,13 @@ def run_pytest(timeout: float) -> dict:
     lines = [x for x in out.strip().splitlines() if x.strip()]
     summary = next((x for x in reversed(lines) if " passed" in x or " failed" in x or " error" in x), lines[-1:])
     failed = [x for x in lines if x.startswith(("FAILED", "ERROR"))]
-    return {"rc": rc, "summary": str(summary).strip("= "), "failed": failed, "seconds": time.perf_counter() - t,
-            "log": out}
+    return {
+        "rc": rc,
+        "summary": str(summary).strip("= "),
+        "failed": failed,
+        "seconds": time.perf_counter() - t,
+        "log": out,
+    }
 
 
 def ws_trials(name: str, n: int, d: int, trials: int, device: str, seed: int) -> tuple[float, list[float]]:
@@ -164,9 +169,18 @@ def part_ws_raf(args, budget: Budget, gpu: str) -> list[dict]:
         c_s, c_ws = ws_trials("raf", n, args.d, k, "cpu", args.seed)
         c_all = c_s * args.trials / k
         diff = max(abs(a - b) / abs(b) for a, b in zip(g_ws[:k], c_ws))
-        rows.append({**row, "gpu_s": g_s, "cpu_s": c_all, "cpu_trials": k, "ratio": c_all / g_s, "peak_gib": peak,
-                     "note": f"max rel. diff of S, CPU vs GPU: {diff:.1e}; mean S {sum(g_ws) / len(g_ws):.4g}",
-                     "status": "ok"})
+        rows.append(
+            {
+                **row,
+                "gpu_s": g_s,
+                "cpu_s": c_all,
+                "cpu_trials": k,
+                "ratio": c_all / g_s,
+                "peak_gib": peak,
+                "note": f"max rel. diff of S, CPU vs GPU: {diff:.1e}; mean S {sum(g_ws) / len(g_ws):.4g}",
+                "status": "ok",
+            }
+        )
     return rows
 
 
@@ -185,8 +199,16 @@ def part_attack(args, budget: Budget, gpu: str) -> list[dict]:
         y = torch.stack(labels).double() * 2 - 1
         X, y = X.to(device), y.to(device)
         start = clock(device)
-        out = delta_attack(FreshMaps("raf", seeds, device=device), X[:, 1:], y[:, 1:], X[:, :1], y[:, :1],
-                           training="retrain", loss="err", seed=list(range(trials)))
+        out = delta_attack(
+            FreshMaps("raf", seeds, device=device),
+            X[:, 1:],
+            y[:, 1:],
+            X[:, :1],
+            y[:, :1],
+            training="retrain",
+            loss="err",
+            seed=list(range(trials)),
+        )
         return since(device, start), out["err"][:, 0].tolist()
 
     reset_peak(gpu)
@@ -195,8 +217,18 @@ def part_attack(args, budget: Budget, gpu: str) -> list[dict]:
     k = min(args.cpu_trials, args.attack_trials, 1)
     c_s, c_err = run("cpu", k)
     c_all = c_s * args.attack_trials / k
-    return [{**row, "gpu_s": g_s, "cpu_s": c_all, "cpu_trials": k, "ratio": c_all / g_s, "peak_gib": peak,
-             "note": f"err GPU {g_err[0]:.3g} / CPU {c_err[0]:.3g} (trial 0)", "status": "ok"}]
+    return [
+        {
+            **row,
+            "gpu_s": g_s,
+            "cpu_s": c_all,
+            "cpu_trials": k,
+            "ratio": c_all / g_s,
+            "peak_gib": peak,
+            "note": f"err GPU {g_err[0]:.3g} / CPU {c_err[0]:.3g} (trial 0)",
+            "status": "ok",
+        }
+    ]
 
 
 def part_ws_rf(args, budget: Budget, gpu: str) -> list[dict]:
@@ -211,9 +243,19 @@ def part_ws_rf(args, budget: Budget, gpu: str) -> list[dict]:
         k = min(args.cpu_trials, args.trials, 1)
         c_s, c_ws = ws_trials("rf", n, d, k, "cpu", args.seed)
         c_all = c_s * args.trials / k
-        return [{**row, "gpu_s": g_s, "cpu_s": c_all, "cpu_trials": k, "ratio": c_all / g_s, "peak_gib": peak,
-                 "note": f"fresh maps from the law of (z, V^(i)): k x d per trial instead of V's "
-                 f"{(n * d) ** 2 * 4 / 1e9:.0f} GB; S GPU {g_ws[0]:.4g} / CPU {c_ws[0]:.4g} (trial 0)", "status": "ok"}]
+        return [
+            {
+                **row,
+                "gpu_s": g_s,
+                "cpu_s": c_all,
+                "cpu_trials": k,
+                "ratio": c_all / g_s,
+                "peak_gib": peak,
+                "note": f"fresh maps from the law of (z, V^(i)): k x d per trial instead of V's "
+                f"{(n * d) ** 2 * 4 / 1e9:.0f} GB; S GPU {g_ws[0]:.4g} / CPU {c_ws[0]:.4g} (trial 0)",
+                "status": "ok",
+            }
+        ]
     except Exception as e:  # report and go on: the other parts still count
         return [{**row, "status": f"failed: {type(e).__name__}: {str(e)[:200]}"}]
     finally:
@@ -241,8 +283,14 @@ def deep_rf_cell(n: int, L: int, d: int, trials: int, search: dict, gpu: str, se
         res = ws_call(fmap, X, positions="first", seed=0, **search)
         ws_s = since(gpu, start)
         fmap = None
-        cell.update(draw_s=draw_s, ws_s=ws_s, ws=float(res.ws.mean()), steps=int(res.steps.max()),
-                    peak_gib=peak_gib(gpu), status="ok")
+        cell.update(
+            draw_s=draw_s,
+            ws_s=ws_s,
+            ws=float(res.ws.mean()),
+            steps=int(res.steps.max()),
+            peak_gib=peak_gib(gpu),
+            status="ok",
+        )
     except torch.cuda.OutOfMemoryError as e:
         cell.update(status=f"out of memory: {str(e)[:120]}")
     except Exception as e:
@@ -261,8 +309,15 @@ def part_deep_rf(args, budget: Budget, gpu: str, cells: list[tuple[int, int]], d
         rates = [(c["draw_s"] + c["ws_s"]) / c["weights_gb"] for c in done + out if c.get("status") == "ok"]
         estimate = 1.25 * max(rates) * gb if rates else 30.0
         if not budget.allows(estimate + args.reserve_s):
-            out.append({"n": n, "L": L, "width": n * d, "weights_gb": gb,
-                        "status": f"skipped (time budget: ~{estimate:.0f} s needed, {budget.left():.0f} s left)"})
+            out.append(
+                {
+                    "n": n,
+                    "L": L,
+                    "width": n * d,
+                    "weights_gb": gb,
+                    "status": f"skipped (time budget: ~{estimate:.0f} s needed, {budget.left():.0f} s left)",
+                }
+            )
             continue
         out.append(deep_rf_cell(n, L, d, args.deep_rf_trials, search, gpu, args.seed))
     return out
@@ -274,12 +329,20 @@ def part_deep_rf(args, budget: Budget, gpu: str, cells: list[tuple[int, int]], d
 
 
 def environment(gpu: str) -> dict:
-    env = {"torch": torch.__version__, "python": platform.python_version(), "cpu_cores": os.cpu_count(),
-           "torch_threads": torch.get_num_threads()}
+    env = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu_cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+    }
     if gpu.startswith("cuda"):
         p = torch.cuda.get_device_properties(0)
-        env.update(device=p.name, gpu_memory_gib=round(p.total_memory / GiB, 1), cuda=torch.version.cuda,
-                   multiprocessors=p.multi_processor_count)
+        env.update(
+            device=p.name,
+            gpu_memory_gib=round(p.total_memory / GiB, 1),
+            cuda=torch.version.cuda,
+            multiprocessors=p.multi_processor_count,
+        )
     else:
         env.update(device="cpu (smoke run: the 'GPU' column is the CPU)")
     return env
@@ -304,19 +367,30 @@ def render(env: dict, tests: dict | None, rows: list[dict], deep: list[dict], ar
             lines.append(f"| {r['part']} | {r.get('trials', '-')} | - | - | - | - | {r['status']} |")
             continue
         cpu = f"{r['cpu_s']:.3g}" + (f" (from {r['cpu_trials']}, scaled)" if r["cpu_trials"] != r["trials"] else "")
-        lines.append(f"| {r['part']} | {r['trials']} | {r['gpu_s']:.3g} | {cpu} | {r['ratio']:.1f}x | "
-                     f"{fmt(r['peak_gib'])} | {r['note']} |")
+        lines.append(
+            f"| {r['part']} | {r['trials']} | {r['gpu_s']:.3g} | {cpu} | {r['ratio']:.1f}x | "
+            f"{fmt(r['peak_gib'])} | {r['note']} |"
+        )
     grid = DEEP_RF_CONFIG.relative_to(ROOT)
-    lines += ["", f"DeepRF at the paper's width (d = {deep_rf_grid(args)[0]}, width D = n d, weights drawn on the "
-              f"device, {args.deep_rf_trials} trial(s) per cell, GPU only; grid of {grid}):",
-              "", "| n | L | width | weights GB | draw s | WS s | S | steps | peak GPU GiB | status |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"DeepRF at the paper's width (d = {deep_rf_grid(args)[0]}, width D = n d, weights drawn on the "
+        f"device, {args.deep_rf_trials} trial(s) per cell, GPU only; grid of {grid}):",
+        "",
+        "| n | L | width | weights GB | draw s | WS s | S | steps | peak GPU GiB | status |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for c in sorted(deep, key=lambda c: (c["L"], c["n"])):
-        lines.append(f"| {c['n']} | {c['L']} | {c['width']} | {c['weights_gb']:.1f} | {fmt(c.get('draw_s'))} | "
-                     f"{fmt(c.get('ws_s'))} | {fmt(c.get('ws'), 4)} | {fmt(c.get('steps'))} | "
-                     f"{fmt(c.get('peak_gib'))} | {c['status']} |")
-    lines += ["", "Tokens: synthetic Gaussian rows of norm sqrt(d). CPU times cover fewer trials where the column says "
-              "so and are scaled per trial. Times include drawing the fresh maps (DeepRF: its draw is listed apart)."]
+        lines.append(
+            f"| {c['n']} | {c['L']} | {c['width']} | {c['weights_gb']:.1f} | {fmt(c.get('draw_s'))} | "
+            f"{fmt(c.get('ws_s'))} | {fmt(c.get('ws'), 4)} | {fmt(c.get('steps'))} | "
+            f"{fmt(c.get('peak_gib'))} | {c['status']} |"
+        )
+    lines += [
+        "",
+        "Tokens: synthetic Gaussian rows of norm sqrt(d). CPU times cover fewer trials where the column says "
+        "so and are scaled per trial. Times include drawing the fresh maps (DeepRF: its draw is listed apart).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -376,8 +450,14 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "gpu_check.md").write_text(report)
-        data = {"environment": env, "tests": None if tests is None else {k: v for k, v in tests.items() if k != "log"},
-                "parts": rows, "deep_rf": deep, "total_s": total, "args": vars(args)}
+        data = {
+            "environment": env,
+            "tests": None if tests is None else {k: v for k, v in tests.items() if k != "log"},
+            "parts": rows,
+            "deep_rf": deep,
+            "total_s": total,
+            "args": vars(args),
+        }
         (out / "gpu_check.json").write_text(json.dumps(data, indent=1, default=str))
         if tests is not None:
             (out / "pytest_gpu.log").write_text(tests["log"])

@@ -128,8 +128,10 @@ def test_a_busy_run_folder_stops_a_second_run_before_any_trial(tmp_path, squares
 def test_two_processes_on_one_run_folder_write_each_trial_once(tmp_path, squares):
     cfg = squares(trials=6, sleep=0.3)
     cmd = [sys.executable, str(ROOT / "evaluate.py"), "--config", str(cfg)]
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
+    procs = [
+        subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     codes = sorted(p.returncode for p in procs)
     assert codes in ([0, 0], [0, EXIT_BUSY]), [o[1][-2000:] for o in outs]
@@ -194,8 +196,9 @@ def test_a_gpu_accelerator_without_a_gpu_is_one_block(cli_fails, tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    err = cli_fails(["fit", "--config", TRAIN, "--trainer.logger.init_args.save_dir", str(tmp_path),
-                     "--trainer.accelerator", "gpu"])
+    err = cli_fails(
+        ["fit", "--config", TRAIN, "--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.accelerator", "gpu"]
+    )
     assert "error: trainer.accelerator:" in err
 
 
@@ -204,8 +207,17 @@ def test_an_unwritable_cache_folder_is_one_block_with_status_1(tmp_path, capsys)
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     with pytest.raises(SystemExit) as exc:
-        main(["fit", "--config", "raf", "--trainer.logger.init_args.save_dir", str(tmp_path),
-              "--data.init_args.embeddings.cache_dir", str(blocker / "cache")])
+        main(
+            [
+                "fit",
+                "--config",
+                "raf",
+                "--trainer.logger.init_args.save_dir",
+                str(tmp_path),
+                "--data.init_args.embeddings.cache_dir",
+                str(blocker / "cache"),
+            ]
+        )
     assert exc.value.code == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and f"cannot write {blocker / 'cache'} (Not a directory)" in err
@@ -216,9 +228,14 @@ def test_an_unwritable_cache_folder_is_one_block_with_status_1(tmp_path, capsys)
 
 
 def test_ckpt_path_last_resumes_the_newest_last_checkpoint_or_says_there_is_none(tmp_path, cli_fails, capsys):
-    logs = ["--trainer.logger.init_args.save_dir", str(tmp_path), "--trainer.enable_checkpointing", "true",
-            "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
-            "--trainer.callbacks.save_last=true"]
+    logs = [
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path),
+        "--trainer.enable_checkpointing",
+        "true",
+        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+        "--trainer.callbacks.save_last=true",
+    ]
     err = cli_fails(["fit", "--config", TRAIN, *logs, "--ckpt_path", "last"])
     assert "ckpt_path=last: no last.ckpt in" in err and str(tmp_path) in err
     first = main(["fit", "--config", TRAIN, *logs])

@@ -70,6 +70,7 @@ model:
     embeddings: {source: synthetic, synthetic_dim: 384, num_samples: 12, max_length: 100}
 """
 
+
 @pytest.fixture
 def write_config(tmp_path, cpu_trainer):
     def write(body, save_dir):

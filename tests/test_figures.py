@@ -183,6 +183,18 @@ def test_a_sweep_titles_its_figures_with_its_tokens(tmp_path, monkeypatch):
 
     monkeypatch.setattr(Evaluation, "add_figure", keep_title)
     conf = Path(__file__).parent / "conf" / "ws" / "raf.yaml"
-    main(["test", "--config", str(conf), "--trainer.logger.init_args.save_dir", str(tmp_path),
-          "--model.init_args.d_values", "[8]", "--model.init_args.trials", "1"], evaluate=True)
+    main(
+        [
+            "test",
+            "--config",
+            str(conf),
+            "--trainer.logger.init_args.save_dir",
+            str(tmp_path),
+            "--model.init_args.d_values",
+            "[8]",
+            "--model.init_args.trials",
+            "1",
+        ],
+        evaluate=True,
+    )
     assert "synthetic tokens" in titles["ws_raf"]

@@ -43,10 +43,42 @@ WS32, WS64 = 2e-2, 1e-6
 ATTACK64 = 1e-6
 
 # the stable results.jsonl fields (README, "Evaluations"; extra fields are allowed)
-WS_FIELDS = {"experiment", "map", "d", "n", "L", "trial", "sample_id", "position", "ws", "delta_norm", "phi_norm",
-             "steps", "seed"}
-ATTACK_FIELDS = {"experiment", "map", "training", "loss", "p", "d", "n", "N", "trial", "y", "t0", "t1", "D0", "D1",
-                 "err", "sign_err", "gamma", "proj_ratio", "seed"}
+WS_FIELDS = {
+    "experiment",
+    "map",
+    "d",
+    "n",
+    "L",
+    "trial",
+    "sample_id",
+    "position",
+    "ws",
+    "delta_norm",
+    "phi_norm",
+    "steps",
+    "seed",
+}
+ATTACK_FIELDS = {
+    "experiment",
+    "map",
+    "training",
+    "loss",
+    "p",
+    "d",
+    "n",
+    "N",
+    "trial",
+    "y",
+    "t0",
+    "t1",
+    "D0",
+    "D1",
+    "err",
+    "sign_err",
+    "gamma",
+    "proj_ratio",
+    "seed",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -247,23 +279,56 @@ def _close_records(gpu: list[dict], cpu: list[dict], rtol: float) -> None:
                 assert a[k] == b[k], (k, a[k], b[k])
 
 
-TINY_EMB = ["--model.init_args.embeddings.source", "synthetic", "--model.init_args.embeddings.synthetic_dim", "16",
-            "--model.init_args.embeddings.num_samples", "40", "--model.init_args.embeddings.max_length", "16"]
+TINY_EMB = [
+    "--model.init_args.embeddings.source",
+    "synthetic",
+    "--model.init_args.embeddings.synthetic_dim",
+    "16",
+    "--model.init_args.embeddings.num_samples",
+    "40",
+    "--model.init_args.embeddings.max_length",
+    "16",
+]
 
 
 def _evaluate(config: str, tmp_path: Path, accelerator: str, *extra: str):
     from wslight.app.cli import main
 
-    args = ["test", "--config", str(ROOT / config), "--trainer.logger.init_args.save_dir", str(tmp_path / accelerator),
-            "--trainer.enable_progress_bar", "false", "--trainer.accelerator", accelerator, "--trainer.devices", "1",
-            *TINY_EMB, *extra]
+    args = [
+        "test",
+        "--config",
+        str(ROOT / config),
+        "--trainer.logger.init_args.save_dir",
+        str(tmp_path / accelerator),
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.accelerator",
+        accelerator,
+        "--trainer.devices",
+        "1",
+        *TINY_EMB,
+        *extra,
+    ]
     return main(args, evaluate=True)
 
 
 def test_evaluate_ws_on_gpu_writes_the_contract_and_the_cpu_records(tmp_path, capsys):
-    extra = ["--model.init_args.maps", "[rf, deep_rf, raf, relu_raf]", "--model.init_args.d_values", "[8]",
-             "--model.init_args.n_values", "[4, 6]", "--model.init_args.depths", "[2]", "--model.init_args.trials", "2",
-             "--model.init_args.max_steps", "60", "--model.init_args.dtype", "float64"]
+    extra = [
+        "--model.init_args.maps",
+        "[rf, deep_rf, raf, relu_raf]",
+        "--model.init_args.d_values",
+        "[8]",
+        "--model.init_args.n_values",
+        "[4, 6]",
+        "--model.init_args.depths",
+        "[2]",
+        "--model.init_args.trials",
+        "2",
+        "--model.init_args.max_steps",
+        "60",
+        "--model.init_args.dtype",
+        "float64",
+    ]
     gpu = _evaluate("configs/ws/raf.yaml", tmp_path, ACC, *extra)
     assert capsys.readouterr().out.strip().splitlines()[-1] == f"results: {gpu.model.results_path}"
     assert gpu.trainer.strategy.root_device.type == DEV
@@ -278,9 +343,20 @@ def test_evaluate_ws_on_gpu_writes_the_contract_and_the_cpu_records(tmp_path, ca
 
 
 def test_evaluate_attack_on_gpu_writes_the_contract_and_the_cpu_records(tmp_path):
-    extra = ["--model.init_args.cases", '[{"map": "rf", "n": 6}, {"map": "raf", "n": 6}]', "--model.init_args.d", "8",
-             "--model.init_args.N_values", "[10]", "--model.init_args.trials", "2", "--model.init_args.steps", "60",
-             "--model.init_args.losses", "[err]"]
+    extra = [
+        "--model.init_args.cases",
+        '[{"map": "rf", "n": 6}, {"map": "raf", "n": 6}]',
+        "--model.init_args.d",
+        "8",
+        "--model.init_args.N_values",
+        "[10]",
+        "--model.init_args.trials",
+        "2",
+        "--model.init_args.steps",
+        "60",
+        "--model.init_args.losses",
+        "[err]",
+    ]
     gpu = _evaluate("configs/attack/fig4.yaml", tmp_path, ACC, *extra)
     assert gpu.trainer.strategy.root_device.type == DEV
     recs = _records(gpu.model.results_path)
@@ -295,10 +371,24 @@ def test_evaluate_attack_on_gpu_writes_the_contract_and_the_cpu_records(tmp_path
 def _fit(save_dir: Path, accelerator: str, config: str = "configs/attack/callback_raf.yaml"):
     from wslight.app.cli import main
 
-    args = ["fit", "--config", str(ROOT / config), "--trainer.logger.init_args.save_dir", str(save_dir / accelerator),
-            "--trainer.accelerator", accelerator, "--trainer.devices", "1",
-            *_data_args(source="synthetic", synthetic_dim=16, num_samples=60, max_length=16, cache_dir=save_dir / "c"),
-            "--data.init_args.n", "6", "--data.init_args.d", "16", "--data.init_args.batch_size", "16"]
+    args = [
+        "fit",
+        "--config",
+        str(ROOT / config),
+        "--trainer.logger.init_args.save_dir",
+        str(save_dir / accelerator),
+        "--trainer.accelerator",
+        accelerator,
+        "--trainer.devices",
+        "1",
+        *_data_args(source="synthetic", synthetic_dim=16, num_samples=60, max_length=16, cache_dir=save_dir / "c"),
+        "--data.init_args.n",
+        "6",
+        "--data.init_args.d",
+        "16",
+        "--data.init_args.batch_size",
+        "16",
+    ]
     return main(args)
 
 

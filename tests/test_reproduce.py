@@ -48,7 +48,12 @@ def write_tiny_plan(root: Path) -> Path:
 def test_shipped_plan_names_complete_configs_that_run_alone_into_the_stage_folder():
     offline, full = reproduce.load_plan("offline"), reproduce.load_plan("full")
     assert [s.name for s in offline][:6] == [
-        "ws_rf", "ws_deep_rf", "ws_raf", "ws_relu_raf", "ws_synthetic_768", "ws_raf_2x_steps"
+        "ws_rf",
+        "ws_deep_rf",
+        "ws_raf",
+        "ws_relu_raf",
+        "ws_synthetic_768",
+        "ws_raf_2x_steps",
     ]
     assert not any(s.shares_maps() for s in offline)  # the paper's protocol: a fresh map per trial everywhere
     assert len(offline) == 11 and len(full) == 9

@@ -45,10 +45,17 @@ def _records(path: Path) -> list[dict]:
 def _run(cmd: list[str], save_dir: Path, *extra: str) -> Path:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     save_dir.mkdir(parents=True)
-    args = ["--config", str(ROOT / "configs/ws/raf.yaml"), "--trainer.logger.init_args.save_dir", str(save_dir), *TINY,
-            *extra]
-    proc = subprocess.run([*cmd, str(ROOT / "evaluate.py"), *args], cwd=save_dir, env=env, capture_output=True,
-                          text=True, timeout=180)
+    args = [
+        "--config",
+        str(ROOT / "configs/ws/raf.yaml"),
+        "--trainer.logger.init_args.save_dir",
+        str(save_dir),
+        *TINY,
+        *extra,
+    ]
+    proc = subprocess.run(
+        [*cmd, str(ROOT / "evaluate.py"), *args], cwd=save_dir, env=env, capture_output=True, text=True, timeout=180
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("results: "), proc.stdout[-2000:]

@@ -283,8 +283,15 @@ def delta_attacks(
 
     # ---- closed-form heads, float64 (docs/theory.md §5.2), and the contexts' token-move algebra
     X_train, Y = X_train[:, :N], Y[:, :N]
-    key = (id(feature_map), X_train.data_ptr(), X_ctx.data_ptr(), tuple(X_train.shape), tuple(X_ctx.shape), position,
-           dtype)
+    key = (
+        id(feature_map),
+        X_train.data_ptr(),
+        X_ctx.data_ptr(),
+        tuple(X_train.shape),
+        tuple(X_ctx.shape),
+        position,
+        dtype,
+    )
     if cache is not None and cache.get("key") == key:  # another objective on the same samples and maps
         heads, token, hv = cache["heads"], cache["token"], cache["hv"]
     else:

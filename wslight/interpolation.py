@@ -31,6 +31,8 @@ GRAM_COND_WARN = 1e10
 GRAM_COND_SINGULAR = 1e15
 # Relative jitter (times mean(diag G)) tried, in this order, when the Cholesky factorisation of G fails.
 _JITTERS = (1e-14, 1e-12, 1e-10, 1e-8, 1e-6)
+
+
 @dataclass
 class Heads:
     """The min-norm interpolator of a training set and its fine-tuned / re-trained updates for B context samples.

@@ -54,9 +54,7 @@ def heads(value: Any, d: int) -> int:
     return value
 
 
-def number(
-    key: str, value: Any, low: float | None = None, strict: bool = False, allow_none: bool = False
-) -> Any:
+def number(key: str, value: Any, low: float | None = None, strict: bool = False, allow_none: bool = False) -> Any:
     """`value` as a float if it is a finite number >= low (> low when `strict`)."""
     if allow_none and value is None:
         return None

@@ -320,8 +320,18 @@ def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
 # Exit statuses: 0 the run did what it was asked, 1 it failed (diverged, disk full), 2 a mistake in the command or
 # config, 75 the run folder is busy (try again later, as sysexits' EX_TEMPFAIL), 130 interrupted (resumable).
 EXIT_BUSY = 75
-_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.EIO,
-                 errno.ENOTDIR, errno.EISDIR, errno.EEXIST}  # a folder that cannot take a run's files
+_WRITE_ERRNOS = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOENT,
+    errno.EIO,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.EEXIST,
+}  # a folder that cannot take a run's files
 
 
 def trainer_error_message(err: Exception) -> str:
@@ -358,7 +368,6 @@ def failure_message(err: Exception, tree: dict) -> tuple[str, int] | None:
     if isinstance(err, ValueError):
         return value_error_message(err, tree), 2
     return None
-
 
 
 def main(

@@ -164,7 +164,13 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
             map_seeds = [self.map_seed(m, d, n, L, s["trial"]) for s in specs]
             fresh = trial_maps(
                 self.map_entries[m],
-                map_seeds, n, d, depth=L, width_ratio=self.rf_width_ratio, dtype=self.map_dtype, device=self.device
+                map_seeds,
+                n,
+                d,
+                depth=L,
+                width_ratio=self.rf_width_ratio,
+                dtype=self.map_dtype,
+                device=self.device,
             )
             restart_seeds = [derive_seed(ms, "ws.restarts") for ms in map_seeds]
             res = word_sensitivity(fresh, X[:, None], seed=restart_seeds, **options)

@@ -26,8 +26,6 @@ class _RandomAttentionBase(TokenwiseMap):
         # Paper: Eq. (raf), W_ij ~ N(0, 1/d); W stands for W_Q^T W_K, no value matrix
         self.register_buffer("W", (torch.randn(d, d, generator=g) / d**0.5).to(validate.dtype("dtype", dtype)))
 
-
-
     def scores(self, X: torch.Tensor) -> torch.Tensor:
         """S = X W X^T / sqrt(d): (B, n, d) -> (B, n, n); unit variance for rows of norm sqrt(d)."""
         validate.samples("X", X, self.d, self.n)

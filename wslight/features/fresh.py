@@ -77,8 +77,16 @@ class FreshMaps:
         if (n, d) not in self._built:
             self._built = {
                 (n, d): [
-                    make_map(self.name, n, d, seed=s, depth=self.depth, width_ratio=self.width_ratio,
-                             dtype=self.dtype, device=self.device)
+                    make_map(
+                        self.name,
+                        n,
+                        d,
+                        seed=s,
+                        depth=self.depth,
+                        width_ratio=self.width_ratio,
+                        dtype=self.dtype,
+                        device=self.device,
+                    )
                     for s in self.seeds
                 ]
             }

@@ -57,8 +57,6 @@ class MultiHeadRAF(TokenwiseMap):
         W = torch.randn(heads, self.dh, self.dh, generator=g) / self.dh**0.5  # (H, d_h, d_h), N(0, 1/d_h)
         self.register_buffer("W", W.to(validate.dtype("dtype", dtype)))
 
-
-
     def split(self, X: torch.Tensor) -> torch.Tensor:
         """The head blocks: (B, n, d) -> (B, H, n, d_h)."""
         B, n, _ = X.shape

@@ -79,8 +79,6 @@ class PretrainedAttention(TokenwiseMap):
         self.heads = int(block.self.num_attention_heads)
         self.eps = float(block.output.LayerNorm.eps)
 
-
-
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """(B, n, d) -> (B, n d)."""
         validate.samples("X", X, self.d, self.n)

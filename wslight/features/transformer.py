@@ -95,8 +95,6 @@ class RandomTransformerBlock(TokenwiseMap):
             self.register_buffer("W1", (torch.randn(w, d, generator=g) / d**0.5).to(dt))  # (r d, d)
             self.register_buffer("W2", (torch.randn(d, w, generator=g) / w**0.5).to(dt))  # (d, r d)
 
-
-
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """(B, n, d) -> (B, n d)."""
         validate.samples("X", X, self.d, self.n)
