@@ -16,6 +16,8 @@ from .move import TokenMove, per_trial, stack_trials
 class _RandomAttentionBase(TokenwiseMap):
     """Shared part: the buffer W (d x d, entries N(0, 1/d)) and the scores S = X W X^T / sqrt(d)."""
 
+    W: torch.Tensor  # buffer (d, d)
+
     def __init__(
         self, d: int, seed: int = 0, dtype: Literal["float32", "float64"] = "float32", n: int | None = None
     ) -> None:
@@ -113,6 +115,8 @@ class AttentionMove(TokenMove):
 
     # tensors with a leading trial axis (what `select_trials` keeps of the trials still searched)
     _per_trial = ("Ws", "X0", "phi0", "U", "c", "m", "xi", "Oi", "K", "ee", "eu", "uu")
+    # `readout`'s cache for the last H read out: (H, u_l . h_l, H by rows, h_i)
+    _readout_of: tuple[Tensor, Tensor, Tensor, Tensor] | None = None
 
     def __init__(self, maps, X, positions, dtype) -> None:
         super().__init__(maps, X, positions, dtype)
@@ -187,7 +191,8 @@ class AttentionMove(TokenMove):
         T, B, P, R, d = y.shape
         K = self.K.reshape(T * B * P, -1, d)
         proj = (y.reshape(T * B * P, R, d) @ K.transpose(1, 2)).reshape(T, B, P, R, 4, -1)
-        return proj.unbind(-2)
+        t, ey, uy, r = proj.unbind(-2)
+        return t, ey, uy, r
 
     def _back(self, coef: torch.Tensor) -> torch.Tensor:
         """sum_rows coef . K, the transpose of `_project`: (T, B, P, R, 4n) -> (T, B, P, R, d)."""
@@ -198,12 +203,14 @@ class AttentionMove(TokenMove):
         """a_l, the weight of the moved key i in every row l != i, and da_l / dt_l, from its scores t_l:
         (T, B, P, R, n) -> (T, B, P, R, n) twice."""
         if self.relu:
+            assert self.c is not None  # set for ReLU-RAF
             c = self.c[:, :, :, None, :]
             rho = torch.relu(t)
             den = c + rho
             den = torch.where(den > 0, den, torch.ones_like(den))
             a = rho / den
             return a, torch.where(t > 0, c / den.pow(2), torch.zeros_like(t))
+        assert self.m is not None  # set for softmax RAF
         a = torch.sigmoid(t - self.m[:, :, :, None, :])
         return a, a * (1 - a)
 
@@ -293,6 +300,7 @@ class AttentionMove(TokenMove):
         """M dr for the Jacobian M = dw/dr of the attention row w: softmax diag(w) - w w^T; ReLU (diag(m) - w m^T) / s
         with m = 1[r > 0] and s the row sum: (..., n) -> (..., n)."""
         if self.relu:
+            assert inv_s is not None  # `_row_i` gives it for ReLU-RAF
             dr = torch.where(w > 0, dr, torch.zeros_like(dr))
             return (dr - w * dr.sum(-1, keepdim=True)) * inv_s
         return w * (dr - (w * dr).sum(-1, keepdim=True))
@@ -300,7 +308,10 @@ class AttentionMove(TokenMove):
     def _weights_back(self, w: Tensor, inv_s: Tensor | None, q: Tensor) -> Tensor:
         """M^T q for the same Jacobian: (..., n) -> (..., n)."""
         centred = q - (w * q).sum(-1, keepdim=True)
-        return torch.where(w > 0, centred * inv_s, torch.zeros_like(w)) if self.relu else w * centred
+        if self.relu:
+            assert inv_s is not None  # `_row_i` gives it for ReLU-RAF
+            return torch.where(w > 0, centred * inv_s, torch.zeros_like(w))
+        return w * centred
 
     def select_trials(self, idx: torch.Tensor) -> AttentionMove:
         """The same algebra for the trials idx only (their tensors copied), for a search that has finished the

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from typing import Literal, cast
 
 import torch
 from torch import nn
@@ -15,6 +16,8 @@ from .move import TokenMove, matmul64, per_trial, stack_trials
 
 class _Frozen(nn.Module):
     """Holds one layer's random weight as a buffer `V` (no gradient, moves with .to, lands in checkpoints)."""
+
+    V: torch.Tensor  # buffer (width, fan_in)
 
     def __init__(self, V: torch.Tensor) -> None:
         super().__init__()
@@ -71,6 +74,8 @@ class DeepRandomFeatures(FeatureMap):
             either device. For CPU-identical weights on a GPU, build on the CPU and move the map with `.to(device)`.
     """
 
+    n: int  # built for one length
+
     def __init__(
         self,
         n: int,
@@ -107,6 +112,10 @@ class DeepRandomFeatures(FeatureMap):
     def out_dim(self, n: int | None = None) -> int:
         return self.width
 
+    def weights(self) -> list[torch.Tensor]:
+        """The layers' weights V_1, ..., V_L: (width, D) then (width, width)."""
+        return [cast(_Frozen, layer).V for layer in self.Vs]
+
     @classmethod
     def for_cell(cls, n, d, seed, depth=2, width_ratio=1.0, dtype="float32", **options) -> DeepRandomFeatures:
         """A sweep cell's DeepRF: depth L, every layer max(1, round(width_ratio * n d)) wide (the paper: D)."""
@@ -116,17 +125,18 @@ class DeepRandomFeatures(FeatureMap):
         """(B, n, d) -> (B, width)."""
         validate.samples("X", X, self.d, self.n)
         h = X.reshape(X.shape[0], self.D).to(self.weight_dtype)  # (B, D)
-        for layer in self.Vs:
-            h = torch.relu(h @ layer.V.T)  # (B, fan_in) @ (fan_in, width) -> (B, width)
+        for V in self.weights():
+            h = torch.relu(h @ V.T)  # (B, fan_in) @ (fan_in, width) -> (B, width)
         return h
 
     @torch.no_grad()
     def forward64(self, X: torch.Tensor) -> torch.Tensor:
         """The forward computed in float64 (each layer's weights cast in row chunks): (B, n, d) -> (B, width)."""
         validate.samples("X", X, self.d, self.n)
-        h = X.reshape(X.shape[0], self.D).to(device=self.Vs[0].V.device, dtype=torch.float64)  # (B, D)
-        for layer in self.Vs:
-            h = torch.relu(matmul64(h, layer.V))  # (B, fan_in) @ (fan_in, width) -> (B, width)
+        weights = self.weights()
+        h = X.reshape(X.shape[0], self.D).to(device=weights[0].device, dtype=torch.float64)  # (B, D)
+        for V in weights:
+            h = torch.relu(matmul64(h, V))  # (B, fan_in) @ (fan_in, width) -> (B, width)
         return h
 
     def extra_repr(self) -> str:
@@ -202,7 +212,9 @@ class DeepRFMove(TokenMove):
         return self._deeper_layers(torch.relu(self.z1[:, :, None, None] + moved))
 
 
-def fresh_deeper_layers(seeds: list[int], depth: int, width: int, device: torch.device | str = "cpu") -> list:
+def fresh_deeper_layers(
+    seeds: Sequence[int], depth: int, width: int, device: torch.device | str = "cpu"
+) -> list[torch.Tensor]:
     """Layers 2..L of T fresh DeepRF maps, N(0, 2 / width) each: [(T, width, width)] * (depth - 1).
 
     On the CPU each layer comes from the generator derive_seed(seed, "deep_rf.fresh", layer); on another device it is

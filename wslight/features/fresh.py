@@ -125,6 +125,7 @@ class FreshMaps:
             return Phi, phi, token_move(maps, X_ctx, [position], dt)
         X_all = torch.cat([X_ctx, X_train], dim=1)  # (T, B + N, n, d): one draw of z for every sample
         z64, blocks = fresh_preactivations(X_all, [position], self.width(n, d), self.seeds, self.variance)
+        token: TokenMove
         if self.name == "rf":
             feats = ACTIVATIONS["relu"](z64)  # (T, B + N, k)
             token = RFMove.from_preactivations("relu", z64[:, :B], blocks, dt)

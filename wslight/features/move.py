@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -81,7 +82,7 @@ class TokenMove:
 
 def _out_dim(m: nn.Module, n: int) -> int:
     out_dim = getattr(m, "out_dim", None)
-    return out_dim(n) if callable(out_dim) else n * m.d
+    return out_dim(n) if callable(out_dim) else n * cast(int, m.d)  # a map exposes d (the FeatureMap contract)
 
 
 class GenericMove(TokenMove):
@@ -116,7 +117,7 @@ def _weight_dtype(m: nn.Module, default: torch.dtype) -> torch.dtype:
     w = getattr(m, "weight_dtype", None)
     if isinstance(w, torch.dtype):
         return w
-    t = next((t for t in m.parameters() if t.is_floating_point()), None)
+    t: Tensor | None = next((t for t in m.parameters() if t.is_floating_point()), None)
     t = t if t is not None else next((t for t in m.buffers() if t.is_floating_point()), None)
     return t.dtype if t is not None else default
 

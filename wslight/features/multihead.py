@@ -40,6 +40,8 @@ class MultiHeadRAF(TokenwiseMap):
         n: number of tokens, checked on input when given; None accepts any n.
     """
 
+    W: torch.Tensor  # buffer (H, d_h, d_h)
+
     def __init__(
         self,
         d: int,

@@ -51,6 +51,7 @@ class PretrainedAttention(TokenwiseMap):
     """
 
     default_encoder = BUNDLED_MINILM
+    Wq: torch.Tensor  # buffer (d, d); the other buffers of _WEIGHTS are read by name
 
     def __init__(
         self,

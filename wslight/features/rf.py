@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 import torch
@@ -58,6 +58,10 @@ class RandomFeatures(FeatureMap):
         max_stored_bytes: largest V stored as a buffer; larger maps use the memory-bounded path.
         block_rows: rows of V generated at a time on the memory-bounded path (memory ~ block_rows * D floats).
     """
+
+    n: int  # built for one length
+    V: torch.Tensor | None  # buffer (k, D), None on the memory-bounded path
+    _dtype_probe: torch.Tensor  # buffer (), the memory-bounded path's dtype and device
 
     def __init__(
         self,
@@ -298,7 +302,7 @@ class RFMove(TokenMove):
 
 
 def fresh_preactivations(
-    X: torch.Tensor, positions: list[int], k: int, seeds: list[int], variance: float = 1.0
+    X: torch.Tensor, positions: list[int], k: int, seeds: Sequence[int], variance: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """z = V flat(X) in float64 and the blocks V^(i) of T fresh maps, drawn from their joint law (docs/theory.md §3.6).
 

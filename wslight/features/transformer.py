@@ -70,6 +70,10 @@ class RandomTransformerBlock(TokenwiseMap):
         eps: LayerNorm epsilon (BERT's 1e-12).
     """
 
+    W: torch.Tensor  # buffer (4, d, d): Wq, Wk, Wv, Wo
+    W1: torch.Tensor  # buffer (r d, d), with a feed-forward sublayer only
+    W2: torch.Tensor  # buffer (d, r d), likewise
+
     def __init__(
         self,
         d: int,
