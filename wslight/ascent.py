@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, cast
 
 import torch
 from torch import Tensor
@@ -16,6 +17,12 @@ from .seeding import generator
 
 # Elements (of the working dtype) one chunk of positions/restarts may hold; bounds the memory of the search.
 DEFAULT_CHUNK_ELEMENTS = 2**25
+
+
+class _ClosedForm(Protocol):
+    """A token-move algebra with its objective's value and gradient in closed form (e.g. RF, attention)."""
+
+    def value_and_grad(self, delta: Tensor) -> tuple[Tensor, Tensor]: ...
 
 
 @dataclass
@@ -133,8 +140,8 @@ def _ascend(
     eta = torch.full(shape, lr, dtype=delta.dtype, device=delta.device)
     steps = torch.zeros(shape, dtype=torch.long, device=delta.device)
     active = torch.ones(shape, dtype=torch.bool, device=delta.device)
-    live = None  # indices of the trials still evaluated (None: all of them)
-    live_eval = None
+    live: Tensor | None = None  # indices of the trials still evaluated (None: all of them)
+    live_eval: Callable[[Tensor], tuple[Tensor, Tensor]] | None = None  # their value_and_grad, set with live
 
     if value_and_grad is None:
 
@@ -155,7 +162,7 @@ def _ascend(
         direction = torch.where(on_sphere, g - radial * unit, g)  # tangential part on the sphere
         direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-300)
         proposal = project_ball(delta + (eta * radius)[..., None] * direction, radius)
-        if live is None:
+        if live is None or live_eval is None:
             f_new, g_new = value_and_grad(proposal)
         else:  # stopped trials keep their state: f_new = f is never accepted
             f_live, g_live = live_eval(proposal[live])
@@ -179,8 +186,8 @@ def _ascend(
             count = shape[0] if live is None else len(live)
             if len(running) <= count - max(1, count // 4):  # restrict (and copy the maps) when a quarter has stopped
                 restricted = select(running)
-                if restricted is not None:
-                    live, live_eval = running, restricted.value_and_grad
+                if restricted is not None:  # the same family as the token `select` came with: it has a value_and_grad
+                    live, live_eval = running, cast(_ClosedForm, restricted).value_and_grad
     return delta, f, steps
 
 
@@ -322,6 +329,7 @@ class Search:
 
         if bool(best_ws.isnan().any()):
             # final value with the full maps in float64 (clean and perturbed samples in one pass per trial)
+            assert exact is not None  # only algebras with an exact64 (which fills best_ws) come without it
             X64 = X.to(torch.float64)
             Xp = X64.clone()
             t_idx, b_idx = torch.meshgrid(torch.arange(T), torch.arange(B), indexing="ij")

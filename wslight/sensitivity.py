@@ -14,8 +14,8 @@ No Lightning import: this is plain maths, called by the Lightning callbacks and 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Literal
+from collections.abc import Callable, Iterable, Sequence, Sized
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -91,7 +91,7 @@ def word_sensitivity(
     fresh = feature_map if isinstance(feature_map, FreshMaps) else None
     trials = fresh is not None or isinstance(feature_map, (list, tuple, nn.ModuleList))
     if trials:
-        T = len(feature_map)
+        T = len(cast(Sized, feature_map))  # FreshMaps or a list of maps
         if not isinstance(X, Tensor) or X.dim() != 4 or X.shape[0] != T:
             shape = tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__
             raise ValueError(f"X: {T} maps (one per trial) take X of shape ({T}, B, n, d), got {shape}")
@@ -102,7 +102,8 @@ def word_sensitivity(
         dt = fresh.working_dtype
         X4 = X.to(fresh.device or X.device)
     else:
-        maps = list(feature_map) if trials else [feature_map]
+        # a list of maps (given, or FreshMaps built in full), else one map
+        maps = list(cast(Iterable[nn.Module], feature_map)) if trials else [cast(nn.Module, feature_map)]
         if not maps:
             raise ValueError("feature_map: expected a map or a non-empty list of maps, got an empty list")
         d, n_map = map_dims(maps[0])
@@ -133,7 +134,8 @@ def word_sensitivity(
     res = search.run(lambda pos: token_move(maps, X4, pos, dt), exact, X4, seeds, dt, per_chain, per_pos)
     if trials:
         return res
-    return WSResult(**{k: None if v is None else v[0] for k, v in vars(res).items()})  # the one trial's (B,) values
+    first: dict[str, Any] = {k: None if v is None else v[0] for k, v in vars(res).items()}  # the one trial's (B,)
+    return WSResult(**first)
 
 
 def moved_token_objective(

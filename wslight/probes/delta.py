@@ -15,7 +15,10 @@ probes inject Delta.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
+from torch import nn
 
 from .. import validate
 from ._common import check_heads, check_index, first_self_attention
@@ -28,14 +31,15 @@ def _qk_params(model, heads: list[int]):
         Wq, bq, Wk, bk: (h, dh, d), (h, dh), (h, dh, d), (h, dh) for the chosen heads; and dh.
     """
     sa = first_self_attention(model)
+    query, key = cast(nn.Linear, sa.query), cast(nn.Linear, sa.key)  # BERT's projections, with biases
     num_heads = int(model.config.num_attention_heads)
-    d = sa.query.weight.shape[1]
-    dh = sa.query.weight.shape[0] // num_heads
+    d = query.weight.shape[1]
+    dh = query.weight.shape[0] // num_heads
     idx = torch.tensor(heads)
-    Wq = sa.query.weight.detach().view(num_heads, dh, d)[idx]  # (h, dh, d)
-    Wk = sa.key.weight.detach().view(num_heads, dh, d)[idx]  # (h, dh, d)
-    bq = sa.query.bias.detach().view(num_heads, dh)[idx]  # (h, dh)
-    bk = sa.key.bias.detach().view(num_heads, dh)[idx]  # (h, dh)
+    Wq = query.weight.detach().view(num_heads, dh, d)[idx]  # (h, dh, d)
+    Wk = key.weight.detach().view(num_heads, dh, d)[idx]  # (h, dh, d)
+    bq = query.bias.detach().view(num_heads, dh)[idx]  # (h, dh)
+    bk = key.bias.detach().view(num_heads, dh)[idx]  # (h, dh)
     return Wq, bq, Wk, bk, dh
 
 
