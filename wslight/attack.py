@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields
 from functools import partial
-from typing import Literal
+from typing import Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -30,12 +30,13 @@ from torch import Tensor, nn
 from . import validate
 from .features import FreshMaps, map_dims, map_name
 from .features.move import project_ball, token_move, trial_features
-from .interpolation import Heads, fit_heads
+from .interpolation import Heads, HeadScalars, fit_heads
 from .numerics import sum_last
 from .seeding import generator
-from .vocabulary import TRAININGS
+from .vocabulary import TRAININGS, Training
 
-LOSSES = ("err", "align", "align_proj", "penalized")
+Loss = Literal["err", "align", "align_proj", "penalized"]
+LOSSES: tuple[Loss, ...] = ("err", "align", "align_proj", "penalized")
 # Authors' fixed-step schedules (docs/theory.md §6.5), per map: (lr, steps, steps per token); steps = fixed + per
 # token * n.
 FAITHFUL_SCHEDULES = {
@@ -55,7 +56,7 @@ def attack_objective(
     s: Tensor,
     a: Tensor,
     ap: Tensor,
-    heads: Heads,
+    heads: HeadScalars,
     training: Literal["finetune", "retrain"],
     loss: Literal["err", "align", "align_proj", "penalized"],
     penalty: float = 0.0,
@@ -97,11 +98,10 @@ def _with_restart_dim(heads: Heads) -> Heads:
     return Heads(**fields)
 
 
-def _trials(heads: Heads, idx: Tensor) -> Heads:
+def _trials(heads: HeadScalars, idx: Tensor) -> HeadScalars:
     """The per-sample scalars of the heads of the trials idx only, all the objective reads; the large matrices
     (Phi, chol, theta*, phi, P phi) are left out rather than copied."""
-    scalars = {k: getattr(heads, k)[idx] for k in ("y", "t0", "phi_sq", "Pphi_sq", "cond", "jitter", "ill_conditioned")}
-    return replace(heads, Phi=None, chol=None, theta_star=None, phi=None, Pphi=None, **scalars)
+    return HeadScalars(**{f.name: getattr(heads, f.name)[idx] for f in fields(HeadScalars)})
 
 
 def _in_ball(seed: int, T: int, R: int, B: int, d: int, radius: float) -> Tensor:
@@ -223,7 +223,7 @@ def delta_attacks(
     # ---- validation, before any heavy work
     if not objectives:
         raise ValueError("objectives: expected at least one (training, loss, penalty), got none")
-    objectives = [
+    attacks: list[tuple[Training, Loss, float]] = [
         (
             validate.choice("training", training, TRAININGS),
             validate.choice("loss", loss, LOSSES),
@@ -249,10 +249,11 @@ def delta_attacks(
     position = validate.integer("position", position, 0, n - 1)
     radius = validate.number("radius", d**0.5 if radius is None else radius, 0.0, strict=True)
     fresh = feature_map if isinstance(feature_map, FreshMaps) else None
-    if fresh is not None:
-        maps, kind = [], fresh.name
-        if len(fresh) != T:
-            raise ValueError(f"feature_map: FreshMaps with {len(fresh)} seeds for {T} trials")
+    maps: list[nn.Module]
+    if isinstance(feature_map, FreshMaps):
+        maps, kind = [], feature_map.name
+        if len(feature_map) != T:
+            raise ValueError(f"feature_map: FreshMaps with {len(feature_map)} seeds for {T} trials")
     else:
         maps = list(feature_map) if isinstance(feature_map, (Sequence, nn.ModuleList)) else [feature_map] * T
         if len(maps) != T:
@@ -278,8 +279,9 @@ def delta_attacks(
     lr = validate.number("lr", DEFAULT_LR if lr is None else lr, 0.0, strict=True)
     _check_ids(train_ids, ctx_ids, T, M, B, N)
     per_trial_seeds = isinstance(seed, (list, tuple))
-    if per_trial_seeds and len(seed) != T:
-        raise ValueError(f"seed: expected one seed or {T} (one per trial), got {len(seed)}")
+    seeds = list(seed) if isinstance(seed, (list, tuple)) else [cast(int, seed)]  # one per trial, or one for all
+    if per_trial_seeds and len(seeds) != T:
+        raise ValueError(f"seed: expected one seed or {T} (one per trial), got {len(seeds)}")
 
     # ---- closed-form heads, float64 (docs/theory.md §5.2), and the contexts' token-move algebra
     X_train, Y = X_train[:, :N], Y[:, :N]
@@ -313,12 +315,16 @@ def delta_attacks(
         """(T, B, R, d) -> (T, B, R, 3): phi(X')^T [theta*, phi, P phi]."""
         return token.readout(delta[:, :, None], hv)[:, :, 0]
 
-    R, n_obj = restarts, len(objectives)
+    R, n_obj = restarts, len(attacks)
 
     def objective(delta: Tensor, token=token, hv=hv, hR=hR) -> Tensor:  # (T, B, n_obj R), objective o on block o
         sap = inner(delta, token, hv).to(torch.float64).unflatten(2, (n_obj, R))  # (T, B, n_obj, R, 3)
+        s, a, ap = sap.unbind(-1)  # (T, B, n_obj, R) each
         return torch.cat(
-            [attack_objective(*sap[:, :, o].unbind(-1), hR, tr, lo, pe) for o, (tr, lo, pe) in enumerate(objectives)],
+            [
+                attack_objective(s[:, :, o], a[:, :, o], ap[:, :, o], hR, tr, lo, pe)
+                for o, (tr, lo, pe) in enumerate(attacks)
+            ],
             dim=2,
         )
 
@@ -326,7 +332,6 @@ def delta_attacks(
     dev = X_ctx.device
     delta = torch.zeros(T, B, R, d, dtype=dtype, device=dev)
     if R > 1:  # one stream for all trials, or one per trial (then a trial's draws do not depend on its batch)
-        seeds = seed if per_trial_seeds else [seed]
         draws = [_in_ball(s, 1 if per_trial_seeds else T, R - 1, B, d, radius) for s in seeds]  # (T, R - 1, B, d)
         delta[:, :, 1:] = torch.cat(draws).transpose(1, 2).to(dtype=dtype, device=dev)
     delta = delta.repeat(1, 1, n_obj, 1)  # (T, B, n_obj R, d): every objective from the same starts
@@ -400,7 +405,7 @@ def delta_attacks(
         delta_k = best_delta.gather(3, r_best[..., None, None].expand(T, B, n_obj, 1, d))[:, :, :, 0]
         sap = inner(delta_k).to(torch.float64)  # (T, B, n_obj, 3)
         outs = []
-        for o, (training, _, _) in enumerate(objectives):
+        for o, (training, _, _) in enumerate(attacks):
             D0 = sap[:, :, o, 0]
             D1 = D0 + heads.coef(training) * (sap[:, :, o, 1] if training == "finetune" else sap[:, :, o, 2])
             t1 = heads.t0 + heads.coef(training) * (

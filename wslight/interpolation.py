@@ -34,7 +34,36 @@ _JITTERS = (1e-14, 1e-12, 1e-10, 1e-8, 1e-6)
 
 
 @dataclass
-class Heads:
+class HeadScalars:
+    """The per-sample scalars of the heads, all the Delta-attack objectives read (`Heads` without its matrices).
+
+    Attributes:
+        y, t0, phi_sq, Pphi_sq, cond, jitter, ill_conditioned: as in `Heads`.
+    """
+
+    y: Tensor
+    t0: Tensor
+    phi_sq: Tensor
+    Pphi_sq: Tensor
+    cond: Tensor
+    jitter: Tensor
+    ill_conditioned: Tensor
+
+    @property
+    def proj_ratio(self) -> Tensor:
+        """||P phi|| / ||phi||, (..., B): reading (a) of the uncertainty assumption (docs/theory.md §5.4)."""
+        return (self.Pphi_sq / self.phi_sq).sqrt()
+
+    def coef(self, training: Literal["finetune", "retrain"]) -> Tensor:
+        """Scalar of the rank-one update, (..., B): (y - t0) / ||phi||^2 or (y - t0) / ||P phi||^2."""
+        validate.choice("training", training, TRAININGS)
+        # Paper (docs/theory.md §5.2): theta_f = theta* + phi (y - phi^T theta*) / ||phi||^2, theta_r with P phi in
+        # place of phi
+        return (self.y - self.t0) / (self.phi_sq if training == "finetune" else self.Pphi_sq)
+
+
+@dataclass
+class Heads(HeadScalars):
     """The min-norm interpolator of a training set and its fine-tuned / re-trained updates for B context samples.
 
     Holds only what the closed forms need (no p x p matrix): the training features, the Cholesky factor of their
@@ -58,30 +87,12 @@ class Heads:
         ill_conditioned: (...) bool, cond > cond_warn or a jitter was needed: the caller can record this flag.
     """
 
+    # y, t0, phi_sq, Pphi_sq, cond, jitter, ill_conditioned: the fields of HeadScalars
     Phi: Tensor
     chol: Tensor
     theta_star: Tensor
     phi: Tensor
     Pphi: Tensor
-    y: Tensor
-    t0: Tensor
-    phi_sq: Tensor
-    Pphi_sq: Tensor
-    cond: Tensor
-    jitter: Tensor
-    ill_conditioned: Tensor
-
-    @property
-    def proj_ratio(self) -> Tensor:
-        """||P phi|| / ||phi||, (..., B): reading (a) of the uncertainty assumption (docs/theory.md §5.4)."""
-        return (self.Pphi_sq / self.phi_sq).sqrt()
-
-    def coef(self, training: Literal["finetune", "retrain"]) -> Tensor:
-        """Scalar of the rank-one update, (..., B): (y - t0) / ||phi||^2 or (y - t0) / ||P phi||^2."""
-        validate.choice("training", training, TRAININGS)
-        # Paper (docs/theory.md §5.2): theta_f = theta* + phi (y - phi^T theta*) / ||phi||^2, theta_r with P phi in
-        # place of phi
-        return (self.y - self.t0) / (self.phi_sq if training == "finetune" else self.Pphi_sq)
 
     def direction(self, training: Literal["finetune", "retrain"]) -> Tensor:
         """Direction of the rank-one update, (..., B, p): phi (fine-tuned) or P phi (re-trained)."""

@@ -8,9 +8,10 @@ map and training set and `attack_records` turns one `delta_attack` output into r
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 
@@ -25,7 +26,9 @@ from .base import EmbeddingsEvaluation
 from .figures import attack_figures
 
 
-def attack_objectives(trainings: list[str], losses: list[str], penalties: list[float]) -> list[tuple[str, str, float]]:
+def attack_objectives(
+    trainings: Sequence[str], losses: Sequence[str], penalties: Sequence[float]
+) -> list[tuple[str, str, float]]:
     """(training, loss, penalty) of every attack on a trial; only the "penalized" loss takes the penalties."""
     return [
         (training, loss, penalty)
@@ -87,8 +90,9 @@ def run_attacks(
     train_ids, ctx_ids).
     """
     batched = X_train.dim() == 4
-    trials = trial if batched else [trial]
-    ids = sample_ids if batched else [sample_ids]
+    # T trial dicts and T lists of ids when batched, else one of each
+    trials = cast(list[dict[str, Any]], trial) if batched else [cast(dict[str, Any], trial)]
+    ids = cast(list[list[int]], sample_ids) if batched else [cast(list[int], sample_ids)]
     records = []
     outs = delta_attacks(fmap, X_train, Y, X_ctx, y_ctx, objectives, **options)  # every objective in one search
     for (training, loss, penalty), out in zip(objectives, outs):
@@ -231,7 +235,7 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
         start = time.perf_counter()
         m, n, L, N = self.batch_key(specs[0])
         c = self.contexts
-        trials, Xs, ys, ids = [], [], [], []
+        trials, Xs, ys, id_rows = [], [], [], []
         for s in specs:
             trial_seed = derive_seed(self.seed, "attack", m, n, L, N, s["trial"])
             order = torch.randperm(len(self.store), generator=generator(trial_seed, "attack.samples"))
@@ -245,7 +249,7 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
             X, y = self.store.samples(index, n, self.d)  # (N + c, n, d), (N + c,)
             Xs.append(X)
             ys.append(y)
-            ids.append(self.store.sample_ids[index])  # (N + c,)
+            id_rows.append(self.store.sample_ids[index])  # (N + c,)
             trials.append(
                 {
                     **s,
@@ -257,7 +261,7 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
                     **self.map_entries[m].record_fields,  # map_args of a {class_path, init_args} entry
                 }
             )
-        X, y, ids = torch.stack(Xs).to(self.device), torch.stack(ys).to(self.device), torch.stack(ids)
+        X, y, ids = torch.stack(Xs).to(self.device), torch.stack(ys).to(self.device), torch.stack(id_rows)
         seeds = [t["map_seed"] for t in trials]
         maps = trial_maps(
             self.map_entries[m], seeds, n, self.d, depth=L, width_ratio=self.rf_width_ratio, device=self.device
