@@ -140,7 +140,7 @@ class DeltaAttack(Callback):
             raise ValueError(
                 f"DeltaAttack: the model must have a `feature_map` (e.g. FeatureMapClassifier), got {type(pl_module)}"
             )
-        dm = trainer.datamodule
+        dm = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning's data connector, unseen by mypy
         needed = ("embeddings", "train_indices", "test_indices", "n", "d")
         if dm is None or any(getattr(dm, k, None) is None for k in needed):
             raise ValueError(
@@ -168,8 +168,8 @@ class DeltaAttack(Callback):
         if self.position >= n:
             raise ValueError(f"position must be an integer in [0, {n - 1}] (n={n} tokens), got {self.position}")
         if N < M:  # a seeded subset of the training split, in split order
-            train_idx = torch.sort(train_idx[torch.randperm(M, generator=generator(self.seed, "callback.train"))[:N]])
-            train_idx = train_idx.values
+            subset = torch.randperm(M, generator=generator(self.seed, "callback.train"))[:N]
+            train_idx = torch.sort(train_idx[subset]).values
         ctx_idx = test_idx[torch.randperm(len(test_idx), generator=generator(self.seed, "callback.contexts"))]
         ctx_idx = ctx_idx[: self.num_contexts]  # context i is the i-th draw, the same on every rank
         return {"fmap": fmap, "dm": dm, "n": n, "d": d, "N": N, "train_idx": train_idx, "ctx_idx": ctx_idx}
@@ -298,5 +298,5 @@ class DeltaAttack(Callback):
         for tag, fig, stem in attack_figures(records):
             save_figure(fig, out_dir, stem, logger=trainer.logger, tag=tag, step=trainer.global_step)
         experiment = getattr(trainer.logger, "experiment", None)
-        if hasattr(experiment, "flush"):
+        if experiment is not None and hasattr(experiment, "flush"):
             experiment.flush()

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, cast
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.core.optimizer import LightningOptimizer
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
-from torchmetrics import MeanSquaredError
+from torchmetrics import MeanSquaredError, Metric
 from torchmetrics.classification import BinaryAccuracy
 
 from .features import FeatureMap, output_dim
@@ -117,11 +118,12 @@ class FeatureMapClassifier(pl.LightningModule):
 
     def _log_stage(self, stage: str, pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         loss = torch.mean((pred - y) ** 2)
-        self.metrics[f"{stage}_acc"](pred > 0, y > 0)
-        self.metrics[f"{stage}_mse"](pred.float(), y.float())
+        acc, mse = (cast(Metric, self.metrics[f"{stage}_{m}"]) for m in ("acc", "mse"))
+        acc(pred > 0, y > 0)
+        mse(pred.float(), y.float())
         self.log(f"{stage}/loss", loss, prog_bar=stage != "test", sync_dist=True, batch_size=len(y))
-        self.log(f"{stage}/acc", self.metrics[f"{stage}_acc"], prog_bar=True, on_epoch=True, on_step=False)
-        self.log(f"{stage}/mse", self.metrics[f"{stage}_mse"], on_epoch=True, on_step=False)
+        self.log(f"{stage}/acc", acc, prog_bar=True, on_epoch=True, on_step=False)
+        self.log(f"{stage}/mse", mse, on_epoch=True, on_step=False)
         return loss
 
     def training_step(self, batch, batch_idx):
@@ -148,7 +150,7 @@ class FeatureMapClassifier(pl.LightningModule):
         if math.isfinite(value) and value <= self.DIVERGENCE_RATIO * max(self._first_loss, 1e-12):
             return
         opt = self.trainer.optimizers[0] if self._trainer is not None and self.trainer.optimizers else None
-        lr = opt.param_groups[0]["lr"] if opt is not None else self.hparams.lr
+        lr = opt.param_groups[0]["lr"] if opt is not None else self.hparams["lr"]
         raise TrainingDiverged(
             f"fit_mode gradient diverged: train/loss = {value:.3g} at epoch {self.current_epoch}, step "
             f"{self.global_step} (first loss {self._first_loss:.3g}); the learning rate {lr:g} is too large for "
@@ -168,7 +170,7 @@ class FeatureMapClassifier(pl.LightningModule):
         self._phi_parts, self._y_parts, self._id_parts = [], [], []
         if self.trainer.world_size > 1:
             # every rank holds the same number of rows (the sampler pads), so all_gather stacks them
-            Phi, Y, ids = (self.all_gather(t).flatten(0, 1) for t in (Phi, Y, ids))
+            Phi, Y, ids = (self._all_gather(t).flatten(0, 1) for t in (Phi, Y, ids))
         # Lightning pads DDP sets with duplicates: keep one row per sample, ordered by id, so 1 and 2 devices agree
         ids, order = torch.sort(ids)
         keep = torch.ones_like(ids, dtype=torch.bool)
@@ -188,7 +190,8 @@ class FeatureMapClassifier(pl.LightningModule):
         the solve runs in the epoch's last training step (the epoch-end calls are then no-ops).
         """
         if self._trainer is not None and self.trainer.training and self.trainer.optimizers:
-            self.optimizers().step()  # no gradients: the parameters do not change
+            # one optimiser (configure_optimizers), so a LightningOptimizer, not a list; no gradients: no change
+            cast(LightningOptimizer, self.optimizers()).step()
 
     def validation_step(self, batch, batch_idx):
         self._collect_eval(batch)
@@ -213,6 +216,10 @@ class FeatureMapClassifier(pl.LightningModule):
         X, y, ids = batch
         self._eval_parts.append((self(X).detach(), y.to(self.feature_map_dtype), ids))
 
+    def _all_gather(self, t: torch.Tensor) -> torch.Tensor:
+        """One tensor gathered from every rank: (...) -> (world_size, ...)."""
+        return cast(torch.Tensor, self.all_gather(t))  # a tensor in, a tensor out
+
     def _gather_unique(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(pred, y) of every held-out sample once: all ranks' rows gathered, duplicates (DDP padding) dropped."""
         dtype = self.feature_map_dtype
@@ -225,12 +232,12 @@ class FeatureMapClassifier(pl.LightningModule):
         if self._trainer is not None and self.trainer.world_size > 1:
             # ranks may hold different counts (a sampler without padding): pad to the largest with id -1
             count = torch.tensor([len(ids)], device=self.device)
-            size = int(self.all_gather(count).max())
+            size = int(self._all_gather(count).max())
             pad = size - len(ids)
             pred = torch.cat([pred, pred.new_zeros(pad)])
             y = torch.cat([y, y.new_zeros(pad)])
             ids = torch.cat([ids.long(), ids.new_full((pad,), -1).long()])
-            pred, y, ids = (self.all_gather(t).flatten(0, 1) for t in (pred, y, ids))
+            pred, y, ids = (self._all_gather(t).flatten(0, 1) for t in (pred, y, ids))
             real = ids >= 0
             pred, y, ids = pred[real], y[real], ids[real]
         ids, order = torch.sort(ids, stable=True)
@@ -254,4 +261,4 @@ class FeatureMapClassifier(pl.LightningModule):
         if self.fit_mode == "closed_form":
             # lr 0 and no gradients: only stepped to count the solve as a training step (_count_solve_as_step)
             return torch.optim.SGD(self.parameters(), lr=0.0)
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+        return torch.optim.SGD(self.parameters(), lr=self.hparams["lr"])
