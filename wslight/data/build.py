@@ -19,7 +19,7 @@ import time
 import warnings
 from importlib import metadata
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -50,7 +50,7 @@ VERSIONED_PACKAGES = (
 
 
 def _versions() -> dict:
-    out = {}
+    out: dict[str, str | None] = {}
     for pkg in VERSIONED_PACKAGES:
         try:
             out[pkg] = metadata.version(pkg)
@@ -61,7 +61,7 @@ def _versions() -> dict:
 
 def cache_request(spec: EmbeddingSpec, info: encoders.EncoderInfo | None) -> dict:
     """The fields a cache entry must match (its manifest's `request`), JSON-serialisable."""
-    req = {
+    req: dict[str, Any] = {
         "format": FORMAT_VERSION,
         "source": spec.source,
         "source_fingerprint": source_fingerprint(spec.source),

@@ -108,7 +108,7 @@ class SafetensorsStreamWriter:
         if self._cur >= len(self._sizes) or self._sizes[self._cur][0] != name:
             expected = self._sizes[self._cur][0] if self._cur < len(self._sizes) else None
             raise RuntimeError(f"safetensors stream: expected bytes of {expected!r}, got {name!r}")
-        data = memoryview(np.ascontiguousarray(array)).cast("B")
+        data = np.ascontiguousarray(array).data.cast("B")  # the array's buffer as bytes
         if self._written + len(data) > self._sizes[self._cur][1]:
             raise RuntimeError(f"safetensors stream: too many bytes for {name!r}")
         self._put(data)
@@ -155,8 +155,9 @@ def read_header(path: Path) -> tuple[dict, int]:
     return header, 8 + n
 
 
-def open_memmap(path: Path, header: dict, start: int, name: str) -> np.memmap:
-    """Read-only numpy memmap of tensor `name` of a safetensors file (no bytes are read until indexed)."""
+def open_memmap(path: Path, header: dict, start: int, name: str) -> np.ndarray:
+    """Read-only numpy memmap of tensor `name` of a safetensors file (no bytes are read until indexed); an empty tensor
+    is a plain empty array."""
     info = header[name]
     a, b = info["data_offsets"]
     shape = tuple(info["shape"])

@@ -284,7 +284,7 @@ def check_encoder_delta(probes: list[dict]) -> Check:
         for r in ad:
             col[r["key"]].append(r["attention_after"])
         means = {k: statistics.fmean(v) for k, v in col.items()}
-        top = max(means, key=means.get)
+        top = max(means, key=means.__getitem__)
         ok &= top == pos
         parts.append(f"attention column {pos} ('{ad[0]['token']}') after Delta = {means[pos]:.2f} (largest: {top})")
     return Check("14", what, "; ".join(parts), expected, _status(ok))

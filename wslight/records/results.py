@@ -18,8 +18,9 @@ import signal
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 RESULTS_NAME = "results.jsonl"
@@ -90,7 +91,10 @@ def deferred_signals() -> Iterator[None]:
         yield
         return
     pending: list[tuple[int, Any]] = []
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    # keyed by int: the handlers are looked up by the signal numbers delivered
+    old: dict[int, Callable[[int, FrameType | None], Any] | int | None] = {
+        s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)
+    }
     for s in old:
         signal.signal(s, lambda signum, frame: pending.append((signum, frame)))
     try:
@@ -163,7 +167,7 @@ class ResultsFile:
         for r in read_records(self.path, repair=repair):
             if r.get("run_key") == self.run_key:
                 by_trial.setdefault(str(r["trial_key"]), {}).setdefault(str(r.get("record_key", r["trial_key"])), r)
-        out = []
+        out: list[dict] = []
         for recs in by_trial.values():
             size = next(iter(recs.values())).get("trial_size", 1)
             if len(recs) >= size:
