@@ -85,11 +85,12 @@ class WSLightArgumentParser(LightningArgumentParser):
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str, ex: Exception | None = None):  # type: ignore[override]
+    def error(self, message: str, ex: Exception | None = None):
         if not self.exit_on_error:  # jsonargparse's own lenient checks catch the ArgumentError
             return super().error(message, ex)
         err = ParseError(message)
-        err.keys = [a.dest for a in self._actions if isinstance(getattr(a, "dest", None), str)]  # type: ignore
+        # the parser's keys, for the message; ParseError does not declare the attribute
+        err.keys = [a.dest for a in self._actions if isinstance(getattr(a, "dest", None), str)]  # type: ignore[attr-defined]
         raise err from ex
 
 
@@ -100,9 +101,11 @@ def fit_report(trainer: pl.Trainer) -> str:
     if ckpt is None:
         lines.append("checkpoints: none (trainer.enable_checkpointing false)")
     else:
-        best = ckpt.best_model_path or "none"
+        # ModelCheckpoint's paths and monitor; the Checkpoint base class declares none of them
+        best = getattr(ckpt, "best_model_path", "") or "none"
         last = getattr(ckpt, "last_model_path", "") or "none"
-        monitor = f" by {ckpt.monitor}" if getattr(ckpt, "monitor", None) else ""
+        monitored = getattr(ckpt, "monitor", None)
+        monitor = f" by {monitored}" if monitored else ""
         lines.append(f"checkpoints: best{monitor} {best}, last {last}")
     return "\n".join(lines)
 
@@ -251,7 +254,8 @@ class WSLightCLI(LightningCLI):
 
     def _callback_metrics(self) -> dict[str, float]:
         """The scalars of the callbacks that log through the logger directly (e.g. DeltaAttack's attack/...)."""
-        return final_metrics(*(getattr(cb, "metrics", {}) for cb in self.trainer.callbacks))
+        callbacks = self.trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning's callback connector
+        return final_metrics(*(getattr(cb, "metrics", {}) for cb in callbacks))
 
     def after_test(self) -> None:
         """An evaluation's HPARAMS row: its sizes and seed against its final scalars and the records it holds."""

@@ -103,9 +103,9 @@ class Evaluation(pl.LightningModule):
     def out_dir(self) -> Path:
         if self.output_dir is not None:
             return Path(self.output_dir)
-        logger = self.logger
-        if logger is not None and getattr(logger, "log_dir", None):
-            return Path(logger.log_dir)
+        log_dir = getattr(self.logger, "log_dir", None)  # None without a logger
+        if log_dir:
+            return Path(log_dir)
         return Path(self.trainer.default_root_dir)
 
     @property
@@ -176,7 +176,9 @@ class Evaluation(pl.LightningModule):
         if self.trainer.is_global_zero:
             total = len(self.trial_specs())
             print(f"{type(self).__name__}: {total - len(remaining)} of {total} trials already in {self.results.path}")
-        return DataLoader(self.step_batches(remaining), batch_size=1, collate_fn=_first, shuffle=False)
+        # a list of steps is a map-style dataset (__getitem__, __len__), which DataLoader's annotation does not admit
+        steps = self.step_batches(remaining)
+        return DataLoader(steps, batch_size=1, collate_fn=_first, shuffle=False)  # type: ignore[arg-type]
 
     def step_batches(self, specs: list[dict]) -> list[list[dict]]:
         """The trials of each step: runs of equal `batch_key`, at most `trials_per_step` each.

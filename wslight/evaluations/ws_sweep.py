@@ -216,7 +216,7 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         label = embeddings_label(self.embeddings)  # the titles name the tokens
         for m in sorted({r["map"] for r in records}):
             recs = [r for r in records if r["map"] == m]
-            group = "L" if self.takes_depth(m) else "d"
+            group: Literal["d", "L"] = "L" if self.takes_depth(m) else "d"
             self.add_figure(f"ws/{m}", plot_ws_curves(recs, m, group=group, encoder=label), f"ws_{m}")
             if m in SQRT_N_MAPS:
                 scaled = plot_ws_curves(recs, m, group=group, scaled=True, encoder=label)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Iterable
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import matplotlib.pyplot as plt
 from cycler import cycler
+
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType
 
 # Okabe & Ito (2008), "Color Universal Design": blue, vermillion, bluish green, reddish purple, orange, sky blue, black
 # (their yellow #F0E442 left out: too pale for markers on white).
@@ -26,7 +29,7 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 LEGEND_FONTSIZE = 8
 # Resolution of every saved PNG: a 6.4 in wide figure is 1280 px (legible when zoomed, sharp on a slide).
 PNG_DPI = 200
-STYLE = {
+STYLE: dict[RcKeyType, Any] = {
     "axes.prop_cycle": cycler(color=PALETTE),
     "legend.fontsize": LEGEND_FONTSIZE,
     "legend.title_fontsize": LEGEND_FONTSIZE,
@@ -80,4 +83,4 @@ def styled(fn: F) -> F:
         with plt.rc_context(STYLE):
             return fn(*args, **kwargs)
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)  # functools.wraps keeps fn's signature

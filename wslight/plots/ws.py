@@ -177,9 +177,9 @@ def plot_ws_maps(records: list[dict], encoder: str | None = None) -> Figure:
         firsts.append((ns[0], means[0]))
     n0 = min(n for n, _ in firsts)
     at_n0 = [s for n, s in firsts if n == n0]
-    c = math.exp(sum(math.log(s) for s in at_n0) / len(at_n0)) * math.sqrt(n0)
+    level = math.exp(sum(math.log(s) for s in at_n0) / len(at_n0)) * math.sqrt(n0)
     n_all = sorted({n for key in cells for n in cells[key]})
-    ax.plot(n_all, [c / math.sqrt(n) for n in n_all], "k--", lw=1, label=r"$\propto 1/\sqrt{n}$")
+    ax.plot(n_all, [level / math.sqrt(n) for n in n_all], "k--", lw=1, label=r"$\propto 1/\sqrt{n}$")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xticks(n_all, [str(n) for n in n_all])  # the grid's n as plain numbers
