@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # evaluate.py); FULL=1 runs that plan's paper-size list (configs/paper/, a GPU machine with hub access).
 FULL ?= 0
 
-.PHONY: env test test-slow reproduce lint bench gpu-check clean
+.PHONY: env test test-slow reproduce lint typecheck bench gpu-check clean
 
 env: $(VENV)/.installed
 
@@ -36,6 +36,9 @@ reproduce: env
 
 lint: env
 	$(VENV)/bin/ruff check .
+
+typecheck: env
+	$(VENV)/bin/mypy wslight
 
 bench: env
 	$(PY) benchmarks/ws.py
