@@ -208,42 +208,23 @@ def test_rf_keeps_its_sign(tmp_path):
 
 def test_config_parses():
     from wslight.app.cli import WSLightCLI
+    from wslight.app.config_files import resolve_config_args
 
+    config = resolve_config_args(["--config", str(ROOT / "configs/attack/callback_raf.yaml")])  # raf.yaml, the overlay
     with pytest.raises(SystemExit) as info:
-        WSLightCLI(args=["fit", "--config", str(ROOT / "configs/attack/callback_raf.yaml"), "--print_config"], run=True)
+        WSLightCLI(args=["fit", *config, "--print_config"], run=True)
     assert info.value.code in (0, None)
 
 
-TINY_YAML = """
-seed_everything: 0
-model:
-  class_path: wslight.models.FeatureMapClassifier
-  init_args:
-    fit_mode: closed_form
-    feature_map:
-      class_path: wslight.features.RandomAttentionFeatures
-      init_args: {{seed: 0}}
-data:
-  class_path: wslight.data.EmbeddingDataModule
-  init_args:
-    embeddings: {{source: synthetic, synthetic_dim: 16, num_samples: 60, cache_dir: {cache}}}
-    n: 6
-    d: 8
-    val_fraction: 0.1
-    test_fraction: 0.2
-    batch_size: 16
-    progress: false
-trainer:
-  max_epochs: 1
-  enable_progress_bar: false
-  enable_checkpointing: false
-  logger:
-    class_path: lightning.pytorch.loggers.TensorBoardLogger
-    init_args: {{save_dir: {logs}, name: tiny, default_hp_metric: false}}
-  callbacks:
-    - class_path: wslight.callbacks.DeltaAttack
-      init_args: {{trainings: [finetune, retrain], losses: [err, align_proj], num_contexts: 5, steps: 40, restarts: 2}}
-"""
+# The tiny test setting of configs/attack/callback_raf.yaml (an overlay of it): synthetic tokens, n = 6, d = 8,
+# 5 held-out contexts, losses err and align_proj.
+TINY = ROOT / "tests" / "conf" / "attack" / "callback_raf.yaml"
+
+
+def tiny_args(cache: Path, logs: Path) -> list[str]:
+    """`--config` of the tiny callback run, with its embedding cache and log folder (no progress output)."""
+    out = ["--config", str(TINY), "--data.init_args.embeddings.cache_dir", str(cache), "--data.init_args.progress"]
+    return [*out, "false", "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir", str(logs)]
 
 
 @pytest.mark.slow
@@ -254,12 +235,10 @@ def test_ddp_two_processes_give_the_records_of_one(tmp_path):
     results = {}
     for devices in (1, 2):
         logs = tmp_path / f"logs{devices}"
-        config = tmp_path / f"tiny{devices}.yaml"
-        config.write_text(TINY_YAML.format(cache=tmp_path / "cache", logs=logs))
         args = ["--trainer.devices", str(devices), "--trainer.accelerator", "cpu"]
         args += ["--trainer.strategy", "ddp" if devices == 2 else "auto"]
         proc = subprocess.run(
-            [sys.executable, str(script), "fit", "--config", str(config), *args],
+            [sys.executable, str(script), "fit", *tiny_args(tmp_path / "cache", logs), *args],
             capture_output=True,
             text=True,
             timeout=600,

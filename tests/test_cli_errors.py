@@ -11,13 +11,16 @@ from pathlib import Path
 import pytest
 
 from wslight.app.cli import main
+from wslight.app.config_files import find_config
 from wslight.app.messages import check_command, read_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 CONF = Path(__file__).resolve().parent / "conf"
-TRAIN = str(CONF / "raf.yaml")
+TRAIN = str(CONF / "raf.yaml")  # the tiny test settings: overlays of the shipped raf and ws/raf
 WS = str(CONF / "ws" / "raf.yaml")
+# The shipped configs themselves, whole files: the tests that write a broken copy start from them.
+TRAIN_FILE, WS_FILE = find_config("raf"), find_config("ws/raf")
 
 
 @pytest.mark.parametrize(
@@ -76,7 +79,7 @@ def test_a_value_on_a_linked_key_is_an_error_naming_the_link(cli_fails, key):
 
 def test_a_linked_key_in_a_config_file_is_an_error_too(cli_fails, tmp_path):
     cfg = tmp_path / "raf_d.yaml"
-    text = Path(TRAIN).read_text().replace("        seed: 0\n", "        seed: 0\n        d: 12\n", 1)
+    text = TRAIN_FILE.read_text().replace("        seed: 0\n", "        seed: 0\n        d: 12\n", 1)
     assert "d: 12" in text
     cfg.write_text(text)
     err = cli_fails(["fit", "--config", str(cfg)])
@@ -177,7 +180,7 @@ def _with(tmp_path, text: str, name: str = "raf.yaml") -> str:
     ids=["tab", "unclosed-bracket"],
 )
 def test_a_yaml_syntax_error_names_the_file_line_and_column(cli_fails, tmp_path, edit, place, problem):
-    text = Path(TRAIN).read_text()
+    text = TRAIN_FILE.read_text()
     assert edit[0] in text
     cfg = _with(tmp_path, text.replace(edit[0], edit[1], 1))
     err = cli_fails(["fit", "--config", cfg])
@@ -195,7 +198,7 @@ def test_an_empty_config_file_says_it_is_empty(cli_fails, tmp_path, text):
 
 def test_a_key_written_twice_in_a_config_file_is_refused(cli_fails, tmp_path):
     """YAML keeps the last of two equal keys without a word; the CLI names the file, the line and the key path."""
-    text = Path(TRAIN).read_text().replace("        seed: 0\n", "        seed: 0\n        seed: 3\n", 1)
+    text = TRAIN_FILE.read_text().replace("        seed: 0\n", "        seed: 0\n        seed: 3\n", 1)
     cfg = _with(tmp_path, text)
     err = cli_fails(["fit", "--config", cfg])
     key = "model.init_args.feature_map.init_args.seed"
@@ -209,7 +212,8 @@ def test_a_key_written_twice_in_a_config_file_is_refused(cli_fails, tmp_path):
 @pytest.mark.parametrize("evaluate", [False, True], ids=["fit", "evaluate"])
 def test_a_misspelt_top_level_key_suggests_the_right_one(cli_fails, tmp_path, evaluate):
     src = WS if evaluate else TRAIN
-    cfg = _with(tmp_path, Path(src).read_text().replace("\nmodel:", "\nmodle:", 1))
+    text = (WS_FILE if evaluate else TRAIN_FILE).read_text()
+    cfg = _with(tmp_path, text.replace("\nmodel:", "\nmodle:", 1))
     sub = "test" if evaluate else "fit"
     err = cli_fails([sub, "--config", cfg], evaluate)
     assert f"error: {cfg}: unknown key modle; did you mean model?" in err  # caught before jsonargparse
@@ -224,19 +228,19 @@ def test_a_misspelt_top_level_key_suggests_the_right_one(cli_fails, tmp_path, ev
 def test_seed_everything_out_of_range_names_the_key(cli_fails, tmp_path):
     err = cli_fails(["fit", "--config", TRAIN, "--seed_everything", "-3"])
     assert "error: seed_everything must be an integer in [0, 4294967295] (or true: a random seed), got -3" in err
-    cfg = _with(tmp_path, Path(TRAIN).read_text().replace("seed_everything: 0", "seed_everything: 4294967296", 1))
+    cfg = _with(tmp_path, TRAIN_FILE.read_text().replace("seed_everything: 0", "seed_everything: 4294967296", 1))
     err = cli_fails(["fit", "--config", cfg])
     assert "seed_everything must be an integer in [0, 4294967295]" in err and "got 4294967296" in err
 
 
 @pytest.mark.parametrize("value", ["true", "false", "7"])
 def test_seed_everything_true_false_and_a_later_value_pass_the_check(tmp_path, value):
-    cfg = _with(tmp_path, Path(TRAIN).read_text().replace("seed_everything: 0", "seed_everything: -1", 1))
+    cfg = _with(tmp_path, TRAIN_FILE.read_text().replace("seed_everything: 0", "seed_everything: -1", 1))
     args = ["fit", "--config", cfg, "--seed_everything", value]  # the command line comes last and wins
     assert check_command(args, evaluate=False) == args
 
 
-@pytest.mark.parametrize("config", [TRAIN, "raf"], ids=["twin", "shipped"])
+@pytest.mark.parametrize("config", [TRAIN, "raf"], ids=["tiny", "shipped"])
 def test_a_negative_map_seed_is_refused_like_the_sweeps_do(cli_fails, config):
     """Training refuses a negative map seed with the sweeps' message (`seed must be an integer >= 0`)."""
     err = cli_fails(["fit", "--config", config, "--model.init_args.feature_map.init_args.seed", "-1"])

@@ -256,13 +256,12 @@ def test_finished_ddp_runs_exit_0_every_time(tmp_path, squares):
     """A 2-process fit with the attack callback and a 2-process evaluation, three times each, through the console's
     verb table: every run exits 0 and no process aborts at exit (`terminate called ...`, a process group or a
     communication thread outliving the interpreter)."""
-    from test_callbacks import TINY_YAML
+    from test_callbacks import tiny_args
 
     ddp = ["--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu"]
-    fit_cfg = tmp_path / "fit.yaml"
-    fit_cfg.write_text(TINY_YAML.format(cache=tmp_path / "cache", logs=tmp_path / "fit_logs"))
+    fit = tiny_args(tmp_path / "cache", tmp_path / "fit_logs")
     runs = {
-        "fit": [sys.executable, "-m", "wslight", "fit", "--config", str(fit_cfg), *ddp],
+        "fit": [sys.executable, "-m", "wslight", "fit", *fit, *ddp],
         "evaluate": [sys.executable, "-m", "wslight", "evaluate", "--config", str(squares(trials=5)), *ddp],
     }
     for attempt in range(3):

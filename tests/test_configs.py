@@ -1,40 +1,169 @@
-"""Every shipped config parses, its tiny twin has the same keys, and evaluate.py honours the results.jsonl contract.
+"""Every shipped config name resolves through the CLI, an overlay holds only what differs from its base, and evaluate.py
+honours the results.jsonl contract on the tiny test settings.
 
-The twins in tests/conf/ are the shipped configs of configs/ with the grid shrunk, synthetic embeddings (no encoder) and
-the CPU; they run through `main([...])` as `evaluate.py` and `train.py` do.
+A shipped name is a whole config (`ws/raf`) or an overlay (`paper/ws/raf`, `reproduce/ws_raf`: first line
+`# overlay of: <name>`), which `--config` reads on top of its base. The tiny test settings in tests/conf/ are overlays
+of the shipped configs of the same name (synthetic tokens, small grids, the CPU); they run through `main([...])` as
+`evaluate.py` and `train.py` do.
 """
 
+import io
 import json
+import re
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
 import yaml
 
-from wslight.app.cli import WSLightCLI, main
+from wslight.app.cli import main
+from wslight.app.config_files import (
+    UnknownConfigError,
+    configs_dir,
+    find_config,
+    overlay_chain,
+    resolve_config_args,
+    shipped_names,
+)
+from wslight.app.messages import UsageError, check_command, given_values
 from wslight.records.results import ATTACK_FIELDS, WS_FIELDS
 
-ROOT = Path(__file__).resolve().parents[1]
 CONF = Path(__file__).resolve().parent / "conf"
-TWINS = sorted(p.relative_to(CONF).as_posix() for d in ("ws", "attack", "probes") for p in (CONF / d).glob("*.yaml"))
-# Keys a twin may add: the size of the synthetic source, meaningless for the shipped (encoder) source.
-TWIN_ONLY = {"model.init_args.embeddings.synthetic_dim", "data.init_args.embeddings.synthetic_dim"}
+SHIPPED = [name for name in shipped_names() if name != "reproduce/plan"]
+TINY = sorted(p.relative_to(CONF).with_suffix("").as_posix() for p in CONF.rglob("*.yaml"))
+# Keys an overlay may write again with its base's value, and why.
+RESTATED = {
+    # benchmarks/gpu_check.py reads the DeepRF grid from this file itself
+    "paper/ws/deep_rf_h200": {"model.init_args.d_values", "model.init_args.n_values", "model.init_args.depths"},
+}
 
 
-def keys(node, prefix=""):
-    """The recursive key set of a YAML tree (list items share their list's prefix)."""
-    if isinstance(node, dict):
-        out = set()
-        for k, v in node.items():
-            out |= {f"{prefix}{k}"} | keys(v, f"{prefix}{k}.")
-        return out
-    if isinstance(node, list):
-        return set().union(*(keys(v, prefix) for v in node)) if node else set()
-    return set()
+def resolved(config: Path | str, *more: str) -> dict:
+    """The config that `--config <config>` (an overlay composed with its bases) resolves to, as the CLI prints it
+    (`--print_config`: parsed and checked by jsonargparse, no class built, nothing run)."""
+    base = yaml.safe_load(overlay_chain(Path(config))[0].read_text())
+    evaluate = "data" not in base
+    out = io.StringIO()
+    with redirect_stdout(out), pytest.raises(SystemExit) as exit_info:
+        main(["test" if evaluate else "fit", "--config", str(config), *more, "--print_config"], evaluate=evaluate)
+    assert exit_info.value.code in (0, None), config
+    return yaml.safe_load(out.getvalue())
 
 
-def run(twin, tmp_path, subcommand="test"):
-    args = [subcommand, "--config", str(CONF / twin), "--trainer.logger.init_args.save_dir", str(tmp_path)]
-    if subcommand == "test":  # the fit twin lists a progress bar among its callbacks, as its shipped config
+def leaves(tree, prefix=""):
+    """{dotted key: value} of a YAML tree; a list is one value (it replaces, never merges)."""
+    if not isinstance(tree, dict):
+        return {prefix.rstrip("."): tree}
+    out = {}
+    for k, v in tree.items():
+        out.update(leaves(v, f"{prefix}{k}."))
+    return out
+
+
+def holds(value, given) -> bool:
+    """`value` (as resolved, every default filled in) holds what a file gives: dicts key by key, lists item by item."""
+    if isinstance(given, dict):
+        return isinstance(value, dict) and all(k in value and holds(value[k], v) for k, v in given.items())
+    if isinstance(given, list):
+        return isinstance(value, list) and len(value) == len(given) and all(map(holds, value, given))
+    return value == given
+
+
+def get(tree, key):
+    """The value at a dotted key, or None where the tree has no such key (a null block above it)."""
+    for k in key.split("."):
+        tree = tree.get(k) if isinstance(tree, dict) else None
+    return tree
+
+
+@pytest.mark.parametrize("name", SHIPPED + [f"tests/conf/{t}" for t in TINY])
+def test_every_config_resolves_and_its_files_win_in_order(name):
+    """Each shipped name and each tiny test setting parses through the CLI; every value its files write is the
+    resolved one unless a later file (the overlay) writes it again, and an overlay writes only what differs."""
+    path = CONF / f"{name.removeprefix('tests/conf/')}.yaml" if name.startswith("tests/conf/") else find_config(name)
+    chain = overlay_chain(path)
+    config = resolved(path)
+    final = {}
+    for file in chain:
+        final.update(leaves(yaml.safe_load(file.read_text())))
+    for key, value in final.items():
+        assert holds(get(config, key), value), (name, key, value)
+    if len(chain) > 1:  # an overlay: each of its keys changes what its base resolves to
+        base = resolved(chain[-2])
+        own = leaves(yaml.safe_load(path.read_text()))
+        same = {k for k, v in own.items() if holds(get(base, k), v)} - RESTATED.get(name, set())
+        assert not same, f"{path} writes its base's value again for {sorted(same)}"
+
+
+def test_shipped_overlays_name_their_base_on_the_first_line():
+    """The paper's settings, the reproduce grid and the variants of raf are overlays; the experiments are whole."""
+    overlays = {name for name in SHIPPED if len(overlay_chain(find_config(name))) > 1}
+    assert {n for n in SHIPPED if n.startswith(("paper/", "reproduce/"))} <= overlays
+    assert {"raf_gradient", "attack/callback_raf"} <= overlays
+    whole = {"rf", "deep_rf", "raf", "relu_raf", "attack/fig4", "attack/fig5", "ws/zoo"}
+    whole |= {f"ws/{m}" for m in ("rf", "deep_rf", "raf", "relu_raf")}
+    whole |= {f"probes/{p}" for p in ("attention_edit", "attention_under_delta", "layerwise_change")}
+    assert whole == set(SHIPPED) - overlays
+    assert {t for t in TINY if len(overlay_chain(CONF / f"{t}.yaml")) > 1} == set(TINY)
+    for t in TINY:  # a tiny setting of each shipped name, composed with it
+        assert find_config(t) == overlay_chain(CONF / f"{t}.yaml")[-2]
+
+
+def test_a_name_expands_into_its_base_and_overlay():
+    root = configs_dir()
+    ws, paper, h200 = root / "ws/deep_rf.yaml", root / "paper/ws/deep_rf.yaml", root / "paper/ws/deep_rf_h200.yaml"
+    args = ["test", "--config", "paper/ws/deep_rf_h200", "--model.init_args.trials", "2"]
+    expanded = ["test", "--config", str(ws), "--config", str(paper), "--config", str(h200)]
+    assert resolve_config_args(args) == [*expanded, "--model.init_args.trials", "2"]
+    assert resolve_config_args(["--config=reproduce/ws_raf"]) == [
+        f"--config={root / 'ws/raf.yaml'}",
+        f"--config={root / 'reproduce/ws_raf.yaml'}",
+    ]
+    given = str(CONF / "ws" / "raf.yaml")  # a path stays as typed, so messages name it so
+    assert resolve_config_args(["-c", given]) == ["-c", str(root / "ws/raf.yaml"), "-c", given]
+    assert resolve_config_args(["--config", "ws/raf"]) == ["--config", str(root / "ws/raf.yaml")]  # a whole config
+
+
+def test_an_overlay_of_an_unknown_or_circular_base_is_one_error(tmp_path, monkeypatch):
+    bad = tmp_path / "mine.yaml"
+    bad.write_text("# overlay of: ws/rff\nmodel:\n  init_args: {trials: 2}\n")
+    unknown = rf"{re.escape(str(bad))}, line 1: overlay of ws/rff: no such file, .*did you mean ws/rf"
+    with pytest.raises(UnknownConfigError, match=unknown):
+        resolve_config_args(["--config", str(bad)])
+    import wslight.app.config_files as config_files
+
+    monkeypatch.setattr(config_files, "configs_dir", lambda: tmp_path)  # two shipped configs naming each other
+    (tmp_path / "a.yaml").write_text("# overlay of: b\nseed_everything: 1\n")
+    (tmp_path / "b.yaml").write_text("# overlay of: a\nseed_everything: 2\n")
+    circle = f"{tmp_path / 'a.yaml'} -> {tmp_path / 'b.yaml'} -> {tmp_path / 'a.yaml'}"
+    with pytest.raises(UsageError, match=f"overlays in a circle \\({re.escape(circle)}\\)"):
+        overlay_chain(tmp_path / "a.yaml")
+
+
+def test_checks_before_parsing_read_the_files_in_order(tmp_path):
+    """seed_everything: the value of the last file that writes it (the overlay's), as jsonargparse keeps it."""
+    overlay = tmp_path / "seed.yaml"
+    overlay.write_text("# overlay of: ws/raf\nseed_everything: 4294967296\n")
+    args = resolve_config_args(["test", "--config", str(overlay)])
+    assert [v for _, v in given_values(args, "seed_everything")] == [0, 4294967296]
+    with pytest.raises(UsageError, match=r"seed_everything must be an integer in \[0, 4294967295\]"):
+        check_command(args, evaluate=True)
+    assert given_values([*args, "--seed_everything", "3"], "seed_everything")[-1] == ("the command line", "3")
+
+
+def test_an_overlay_given_to_the_other_entry_point_is_named_as_given(cli_fails):
+    err = cli_fails(["evaluate", "--config", "paper/raf"])
+    assert f"{configs_dir() / 'paper/raf.yaml'} is a training config" in err
+    assert f"python train.py fit --config {configs_dir() / 'paper/raf.yaml'}" in err
+    tiny = str(CONF / "ws" / "raf.yaml")
+    err = cli_fails(["fit", "--config", tiny])
+    assert f"{tiny} is an evaluation config (wslight.evaluations.WordSensitivitySweep)" in err
+
+
+# ------------------------------------------------------------------------------------------- the results contract
+def run(tiny, tmp_path, subcommand="test"):
+    args = [subcommand, "--config", str(CONF / tiny), "--trainer.logger.init_args.save_dir", str(tmp_path)]
+    if subcommand == "test":  # the fit setting lists a progress bar among its callbacks, as its shipped config
         return main([*args, "--trainer.enable_progress_bar", "false"], evaluate=True)
     return main(args)
 
@@ -43,25 +172,8 @@ def records(cli):
     return [json.loads(x) for x in Path(cli.model.results_path).read_text().splitlines()]
 
 
-@pytest.mark.parametrize("twin", TWINS)
-def test_twin_has_the_keys_of_its_shipped_config(twin):
-    shipped = yaml.safe_load((ROOT / "configs" / twin).read_text())
-    tiny = yaml.safe_load((CONF / twin).read_text())
-    assert keys(shipped) - keys(tiny) == set(), f"keys of configs/{twin} missing from its twin"
-    assert keys(tiny) - keys(shipped) <= TWIN_ONLY, f"keys of the twin missing from configs/{twin}"
-
-
-def test_every_shipped_config_has_a_twin():
-    shipped = {
-        p.relative_to(ROOT / "configs").as_posix()
-        for d in ("ws", "attack", "probes")
-        for p in (ROOT / "configs" / d).glob("*.yaml")
-    }
-    assert shipped == {t for t in TWINS}
-
-
 @pytest.mark.parametrize("name", ["rf", "deep_rf", "raf", "relu_raf"])
-def test_ws_twin_writes_the_contract(tmp_path, capsys, name):
+def test_ws_tiny_setting_writes_the_contract(tmp_path, capsys, name):
     cli = run(f"ws/{name}.yaml", tmp_path)
     recs = records(cli)
     sweep = cli.model
@@ -90,7 +202,7 @@ def test_ws_twin_writes_the_contract(tmp_path, capsys, name):
 
 
 @pytest.mark.parametrize("name", ["fig4", "fig5"])
-def test_attack_twin_writes_the_contract(tmp_path, name):
+def test_attack_tiny_setting_writes_the_contract(tmp_path, name):
     cli = run(f"attack/{name}.yaml", tmp_path)
     recs = records(cli)
     sweep = cli.model
@@ -108,7 +220,7 @@ def test_attack_twin_writes_the_contract(tmp_path, name):
     assert (out_dir / f"{stem}.png").exists() and (out_dir / f"{stem}.pdf").exists()
 
 
-def test_callback_twin_writes_the_records_of_the_attack_sweep(tmp_path):
+def test_callback_tiny_setting_writes_the_records_of_the_attack_sweep(tmp_path):
     cli = run("attack/callback_raf.yaml", tmp_path, subcommand="fit")
     (cb,) = [c for c in cli.trainer.callbacks if type(c).__name__ == "DeltaAttack"]
     assert len(cb.records) == cb.num_contexts * len(cb.trainings) * len(cb.losses)
@@ -121,22 +233,9 @@ def test_callback_twin_writes_the_records_of_the_attack_sweep(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["attention_edit", "attention_under_delta", "layerwise_change"])
-def test_probe_twin_writes_records_and_its_figure(tmp_path, name):
+def test_probe_tiny_setting_writes_records_and_its_figure(tmp_path, name):
     cli = run(f"probes/{name}.yaml", tmp_path)
     recs = records(cli)
     assert recs and all(r["trial_key"] == name and r["probe"] for r in recs)
     out_dir = Path(cli.model.results_path).parent
     assert (out_dir / f"{name}.png").stat().st_size > 1000 and (out_dir / f"{name}.pdf").exists()
-
-
-def test_every_config_parses():
-    """Each shipped config (offline and paper) and each twin is accepted by the CLI (parsed, classes resolved)."""
-    for path in sorted((ROOT / "configs").rglob("*.yaml")) + sorted(CONF.rglob("*.yaml")):
-        tree = yaml.safe_load(path.read_text())
-        if "model" not in tree:  # not a LightningCLI config (e.g. the reproduce plan)
-            continue
-        evaluate = str(tree["model"].get("class_path", "")).startswith("wslight.evaluations.")
-        args = (["test"] if evaluate else ["fit"]) + ["--config", str(path), "--print_config"]
-        with pytest.raises(SystemExit) as exit_info:
-            WSLightCLI(args=args, evaluate=evaluate, run=True)
-        assert exit_info.value.code in (0, None), path

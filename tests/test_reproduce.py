@@ -1,17 +1,21 @@
 """The main job's driver: the shipped plan file, and a tiny plan run end to end (report from results.jsonl, resume).
 
 The tiny plan is made of the shipped stage configs (configs/reproduce/ws_rf.yaml, attack_fig4.yaml) with synthetic data
-and small grids, written as YAML files next to their plan, exactly as a user would write their own.
+and small grids: overlays of them written next to their plan, exactly as a user would write their own.
 """
 
+import io
 import json
 import re
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
 import yaml
 
 from wslight.app import reproduce
+from wslight.app.cli import main
+from wslight.app.config_files import base_of
 
 SYNTH = {"source": "synthetic", "synthetic_dim": 16, "num_samples": 60}
 TINY = {
@@ -28,24 +32,29 @@ TINY = {
 
 
 def write_tiny_plan(root: Path) -> Path:
-    """plan.yaml with the shipped ws_rf and attack_fig4 stages shrunk; returns the plan's path."""
+    """plan.yaml with the shipped ws_rf and attack_fig4 stages shrunk by an overlay each; returns the plan's path."""
     shipped = {s.name: s for s in reproduce.load_plan("offline")}
     entries = []
     for name, changes in TINY.items():
-        cfg = yaml.safe_load(shipped[name].path.read_text())
-        init = cfg["model"]["init_args"]
-        init.update(changes)
-        init["embeddings"].update(SYNTH)
+        overlay = {"model": {"init_args": {**changes, "embeddings": SYNTH}}}
         path = root / "conf" / f"{name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        path.write_text(f"# overlay of: reproduce/{name}\n" + yaml.safe_dump(overlay, sort_keys=False))
         entries.append({"name": name, "config": str(path), "title": shipped[name].title})
     plan = root / "plan.yaml"
     plan.write_text(yaml.safe_dump({"offline": entries}, sort_keys=False))
     return plan
 
 
-def test_shipped_plan_names_complete_configs_that_run_alone_into_the_stage_folder():
+def resolved(stage: reproduce.Stage) -> dict:
+    """The config a stage runs (its overlay read on top of its base), as `evaluate.py --print_config` shows it."""
+    out = io.StringIO()
+    with redirect_stdout(out), pytest.raises(SystemExit):
+        main(["test", "--config", stage.config, "--print_config"], evaluate=True)
+    return yaml.safe_load(out.getvalue())
+
+
+def test_shipped_plan_names_configs_that_run_alone_into_the_stage_folder():
     offline, full = reproduce.load_plan("offline"), reproduce.load_plan("full")
     assert [s.name for s in offline][:6] == [
         "ws_rf",
@@ -60,12 +69,20 @@ def test_shipped_plan_names_complete_configs_that_run_alone_into_the_stage_folde
     assert all(s.config == f"configs/reproduce/{s.name}.yaml" for s in offline)
     assert all(s.config.startswith("configs/paper/") and s.path.is_file() for s in full)
     for stage in offline:
-        cfg = yaml.safe_load(stage.path.read_text())
+        assert base_of(stage.path) is not None  # an overlay: only what differs from a shipped config
+        cfg = resolved(stage)
         logger = cfg["trainer"]["logger"]["init_args"]
         # run alone from the repository root, a stage writes to (and resumes) the folder `make reproduce` uses
         assert (logger["save_dir"], logger["name"]) == ("reports/offline/tensorboard", stage.name)
         assert cfg["seed_everything"] == 0 and cfg["model"]["class_path"].startswith("wslight.evaluations.")
         assert f"python evaluate.py --config {stage.config}" in stage.path.read_text()
+
+
+def test_a_stage_shares_maps_when_its_overlay_says_so(tmp_path):
+    overlay = tmp_path / "shared.yaml"
+    overlay.write_text("# overlay of: reproduce/ws_raf\nmodel:\n  init_args: {shared_weights: true}\n")
+    assert reproduce.Stage("shared", str(overlay)).shares_maps()
+    assert not reproduce.Stage("ws_raf", "reproduce/ws_raf").shares_maps()  # its base leaves the default
 
 
 def test_report_checks_come_from_the_results_and_a_rerun_resumes(tmp_path):
@@ -109,6 +126,11 @@ def test_bad_plan_file_is_rejected_naming_the_stage(tmp_path, capsys):
     with pytest.raises(SystemExit):
         reproduce.main(["--reports", str(tmp_path), "--plan", str(plan)])
     assert "offline[0] (ws_rf): config configs/reproduce/nope.yaml does not exist" in capsys.readouterr().err
+    orphan = tmp_path / "orphan.yaml"  # an overlay of no shipped config: named before any stage runs
+    orphan.write_text("# overlay of: ws/rff\ntrainer: {devices: 1}\n")
+    plan.write_text(f"offline:\n  - {{name: ws_rf, config: {orphan}}}\n")
+    with pytest.raises(ValueError, match=r"offline\[0\] \(ws_rf\): .*overlay of ws/rff: .*did you mean ws/rf"):
+        reproduce.load_plan("offline", plan)
     with pytest.raises(ValueError, match="repeated name"):
         plan.write_text(
             "offline:\n  - {name: a, config: configs/reproduce/ws_rf.yaml}\n"

@@ -4,16 +4,26 @@ The YAML files live in `configs/` at the repository root and are installed as th
 (pyproject.toml maps the folder), so a wheel carries them. A `--config` value that names an existing file (relative to
 the working directory) is used as given; otherwise `ws/raf`, `ws/raf.yaml` or `configs/ws/raf.yaml` resolve to the
 shipped file.
+
+Overlays. A config file whose first line is `# overlay of: <name>` holds only what differs from the shipped config
+`<name>` (the paper's setting, the reproduce grid, a tiny test setting). `--config <overlay>` stands for
+`--config <base> --config <overlay>`: jsonargparse reads them in that order and the later value wins, key by key (a
+list is replaced whole). The base is always a shipped name (never a file of the working directory) and may itself be
+an overlay (`paper/ws/deep_rf_h200` -> `paper/ws/deep_rf` -> `ws/deep_rf`). To put your own files together, give them
+in order: `--config base.yaml --config mine.yaml`.
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
 
 from .messages import UsageError
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # wslight/
+# The first line of an overlay file: `# overlay of: ws/raf`.
+OVERLAY_LINE = re.compile(r"#\s*overlay of:\s*(\S+)\s*$")
 
 
 class UnknownConfigError(UsageError):
@@ -32,6 +42,19 @@ def shipped_names() -> list[str]:
     return sorted(p.relative_to(root).with_suffix("").as_posix() for p in root.rglob("*.yaml"))
 
 
+def _name(value: str) -> str:
+    """`configs/ws/raf.yaml`, `ws/raf.yaml` -> `ws/raf`."""
+    name = value[len("configs/") :] if value.startswith("configs/") else value
+    return name.removesuffix(".yaml").removesuffix(".yml")
+
+
+def _no_shipped(what: str, name: str) -> UnknownConfigError:
+    names = shipped_names()
+    close = difflib.get_close_matches(name, names, n=4, cutoff=0.5)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; shipped configs: {', '.join(names)}"
+    return UnknownConfigError(f"{what}: no such file, and no shipped config named {name!r}{hint}")
+
+
 def find_config(value: str) -> Path:
     """The file a `--config` value means: an existing path as given, else the shipped config of that name.
 
@@ -43,28 +66,68 @@ def find_config(value: str) -> Path:
         return given
     if given.is_absolute() or value.startswith(("./", "../", "~")):  # meant as a file, not a shipped name
         raise UnknownConfigError(f"--config {value}: no such file")
-    name = value[len("configs/") :] if value.startswith("configs/") else value
-    name = name.removesuffix(".yaml").removesuffix(".yml")
-    shipped = configs_dir() / f"{name}.yaml"
+    shipped = configs_dir() / f"{_name(value)}.yaml"
     if shipped.is_file():
         return shipped
-    names = shipped_names()
-    close = difflib.get_close_matches(name, names, n=4, cutoff=0.5)
-    hint = f"; did you mean {', '.join(close)}?" if close else f"; shipped configs: {', '.join(names)}"
-    raise UnknownConfigError(f"--config {value}: no such file, and no shipped config named {name!r}{hint}")
+    raise _no_shipped(f"--config {value}", _name(value))
+
+
+def base_of(path: Path) -> str | None:
+    """The shipped config an overlay file is read on top of (its first line `# overlay of: <name>`), else None."""
+    try:
+        with path.open() as f:
+            first = f.readline()
+    except (OSError, UnicodeDecodeError, ValueError):  # not a readable text file: jsonargparse reports it
+        return None
+    m = OVERLAY_LINE.match(first.strip())
+    return m.group(1) if m else None
+
+
+def overlay_chain(path: Path) -> list[Path]:
+    """The files `path` stands for, in the order jsonargparse reads them: its base (and the base's base, ...), then
+    `path` itself; `[path]` for a whole config.
+
+    Raises:
+        UnknownConfigError: an overlay names no shipped config (the message names the file and lists close names).
+        UsageError: overlays that name each other in a circle.
+    """
+    chain = [path]
+    while (name := base_of(chain[0])) is not None:
+        base = configs_dir() / f"{_name(name)}.yaml"
+        if not base.is_file():
+            raise _no_shipped(f"{chain[0]}, line 1: overlay of {name}", _name(name))
+        if base.resolve() in [p.resolve() for p in chain]:
+            circle = " -> ".join(str(p) for p in [*reversed(chain), base])
+            raise UsageError(f"{chain[0]}, line 1: overlay of {name}: overlays in a circle ({circle})")
+        chain.insert(0, base)
+    return chain
 
 
 def resolve_config_args(args: list[str]) -> list[str]:
-    """`args` with every `--config NAME` / `--config=NAME` replaced by the path of the file it names."""
-    out = list(args)
-    for i, a in enumerate(out):
-        if a in ("--config", "-c") and i + 1 < len(out):
-            out[i + 1] = _as_arg(out[i + 1])
-        elif a.startswith("--config="):
-            out[i] = f"--config={_as_arg(a.split('=', 1)[1])}"
+    """`args` with every `--config NAME` / `--config=NAME` replaced by the path of the file it names, an overlay
+    preceded by its base(s): `--config paper/ws/raf` -> `--config .../ws/raf.yaml --config .../paper/ws/raf.yaml`."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in ("--config", "-c") and i + 1 < len(args):
+            for path in _expand(args[i + 1]):
+                out += [a, path]
+            i += 2
+            continue
+        if a.startswith("--config="):
+            out += [f"--config={path}" for path in _expand(a.split("=", 1)[1])]
+        else:
+            out.append(a)
+        i += 1
     return out
 
 
-def _as_arg(value: str) -> str:
+def _expand(value: str) -> list[str]:
+    """The `--config` values one value stands for: its bases (shipped files), then the file (as given when it is a
+    path, so that messages name it as typed; the shipped path for a name). YAML given inline stays as it is."""
     path = find_config(value)
-    return value if str(path) == value or not path.is_file() else str(path)
+    if not path.is_file():
+        return [value]
+    given = value if str(path) == value else str(path)
+    return [*(str(p) for p in overlay_chain(path)[:-1]), given]

@@ -4,6 +4,12 @@
 key given a value), reads every `--config` file strictly (a YAML syntax error with its line and column, a key written
 twice, an empty file), checks `seed_everything`, and formats the errors of jsonargparse and of the package's own checks
 as one line naming the config key path, the allowed range and the value, with the closest key for an unknown one.
+
+Only what must come before jsonargparse parses is read here, each file on its own (no merging: jsonargparse merges the
+files of an overlay and the overrides, and `main` names keys from that parsed config): the strict reading of a file
+(jsonargparse would keep the last of two equal keys without a word), a misspelt top-level key and the entry point
+(jsonargparse would report the blocks they leave missing instead), a value on a linked key (jsonargparse replaces it
+by the link without a word) and `seed_everything` (Lightning seeds with it right after parsing, before any hook).
 """
 
 from __future__ import annotations
@@ -133,44 +139,6 @@ def read_config(path: Path) -> Any:
     return tree
 
 
-def _merge(base: dict, new: dict) -> dict:
-    for k, v in new.items():
-        base[k] = _merge(base[k], v) if isinstance(v, dict) and isinstance(base.get(k), dict) else v
-    return base
-
-
-def args_tree(args: list[str]) -> dict:
-    """The config files and `--a.b value` overrides as one nested dict, the later one winning as in jsonargparse
-    (only to name keys in messages and to check values before parsing)."""
-    tree: dict = {}
-    for i, a in enumerate(args):
-        if a in ("--config", "-c") or a.startswith("--config="):
-            value = a.partition("=")[2] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
-            loaded = _load_yaml(Path(value)) if value else None
-            if isinstance(loaded, dict):
-                _merge(tree, loaded)
-        elif a.startswith("--"):
-            key, _, value = a[2:].partition("=")
-            if not _ and i + 1 < len(args) and not args[i + 1].startswith("--"):
-                value = args[i + 1]
-            node = tree
-            *parents, last = key.split(".")
-            for k in parents:
-                node = node.setdefault(k, {}) if isinstance(node.get(k, {}), dict) else {}
-            node[last] = value
-    return tree
-
-
-def _entry_point_of(tree: Any) -> str | None:
-    """ "train" for a training config (it has a data block), "evaluate" for an evaluation config, else None."""
-    if not isinstance(tree, dict) or not isinstance(tree.get("model"), dict):
-        return None
-    if "data" in tree:
-        return "train"
-    class_path = str(tree["model"].get("class_path", ""))
-    return "train" if class_path.startswith("wslight.models.") else "evaluate"
-
-
 _MISSING = object()
 
 
@@ -180,6 +148,71 @@ def _get(tree: Any, path: str) -> Any:
             return _MISSING
         tree = tree[k]
     return tree
+
+
+def given_values(args: list[str], key: str) -> list[tuple[str, Any]]:
+    """Every value given for the dotted `key`, in the order jsonargparse reads them (the last one wins): from each
+    `--config` file that holds the key, and from `--key value` / `--key=value`; each with where it was given."""
+    out: list[tuple[str, Any]] = []
+    for i, a in enumerate(args):
+        if a in ("--config", "-c") or a.startswith("--config="):
+            value = a.partition("=")[2] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
+            found = _get(_load_yaml(Path(value)), key) if value else _MISSING
+            if found is not _MISSING:
+                out.append((value, found))
+        elif a == f"--{key}" and i + 1 < len(args):
+            out.append(("the command line", args[i + 1]))
+        elif a.startswith(f"--{key}="):
+            out.append(("the command line", a.partition("=")[2]))
+    return out
+
+
+def args_tree(args: list[str]) -> dict:
+    """The `--a.b value` settings of the command line as a nested dict: what `main` names keys from when a run fails
+    before jsonargparse has parsed the config (after that it uses the parsed config; the files are not merged here)."""
+    tree: dict = {}
+    for i, a in enumerate(args):
+        if not a.startswith("--") or a in ("--config", "-c") or a.startswith("--config="):
+            continue
+        key, eq, value = a[2:].partition("=")
+        if not eq and i + 1 < len(args) and not args[i + 1].startswith("--"):
+            value = args[i + 1]
+        node = tree
+        *parents, last = key.split(".")
+        for k in parents:
+            node = node.setdefault(k, {}) if isinstance(node.get(k, {}), dict) else {}
+        node[last] = value
+    return tree
+
+
+def _entry_point_of(tree: Any) -> str | None:
+    """ "train" for a training config (it has a data block), "evaluate" for an evaluation config, else None (also for
+    an overlay that names no model class: its base says)."""
+    if not isinstance(tree, dict) or not isinstance(tree.get("model"), dict):
+        return None
+    if "data" in tree:
+        return "train"
+    class_path = tree["model"].get("class_path")
+    if not isinstance(class_path, str):
+        return None
+    return "train" if class_path.startswith("wslight.models.") else "evaluate"
+
+
+def _given_as(files: list[Path], i: int) -> Path:
+    """The file the user named for `files[i]`: the overlay that brought it in (`resolve_config_args` puts an overlay's
+    bases right before it), else `files[i]` itself."""
+    from .config_files import overlay_chain  # config_files imports UsageError from here
+
+    shown = files[i]
+    for later in files[i + 1 :]:
+        try:
+            bases = [p.resolve() for p in overlay_chain(later)[:-1]]
+        except UsageError:
+            break
+        if shown.resolve() not in bases:
+            break
+        shown = later
+    return shown
 
 
 def check_command(args: list[str], evaluate: bool) -> list[str]:
@@ -194,32 +227,36 @@ def check_command(args: list[str], evaluate: bool) -> list[str]:
             )
         args = args[1:]  # `evaluate.py test --config ...`: the usage line shows `test`, so accept it once
     subcommand = next((a for a in args if not a.startswith("-")), None) if args else None
-    for path in _config_files(args):
+    files = _config_files(args)
+    for i, path in enumerate(files):
         tree = read_config(path)
         for key in tree if isinstance(tree, dict) else ():
             # a misspelt top-level key first: jsonargparse would report the block it leaves missing instead
             if key not in TOP_KEYS and difflib.get_close_matches(str(key), TOP_KEYS, n=1, cutoff=0.6):
                 raise UsageError(f"{path}: unknown key {key}{_top_key_hint(str(key), list(TOP_KEYS))}")
         kind = _entry_point_of(tree)
-        if evaluate and kind == "train":
-            raise UsageError(
-                f"{path} is a training config (it has a data: block): run it with "
-                f"`python train.py fit --config {path}` (or `wslight fit --config {path}`)"
-            )
-        if not evaluate and kind == "evaluate" and subcommand in ("fit", "validate", "test", "predict"):
-            raise UsageError(
-                f"{path} is an evaluation config ({tree['model'].get('class_path')}): run it with "
-                f"`python evaluate.py --config {path}` (or `wslight evaluate --config {path}`)"
-            )
-    given = args_tree(args)
-    check_seed_everything(_get(given, "seed_everything"))
+        if kind == ("train" if evaluate else "evaluate"):
+            named = _given_as(files, i)  # an overlay's base decides; the message names the overlay
+            if evaluate:
+                raise UsageError(
+                    f"{named} is a training config (it has a data: block): run it with "
+                    f"`python train.py fit --config {named}` (or `wslight fit --config {named}`)"
+                )
+            if subcommand in ("fit", "validate", "test", "predict"):
+                raise UsageError(
+                    f"{named} is an evaluation config ({tree['model'].get('class_path')}): run it with "
+                    f"`python evaluate.py --config {named}` (or `wslight evaluate --config {named}`)"
+                )
+    seeds = given_values(args, "seed_everything")
+    if seeds:
+        check_seed_everything(seeds[-1][1])  # the value jsonargparse keeps
     if not evaluate:
         for target, source in LINKS.items():
-            value = _get(given, target)
-            if value is not _MISSING:
+            given = given_values(args, target)  # in any file or on the command line: the link would replace it
+            if given:
                 raise UsageError(
                     f"{target} is linked from {source} (n and d are written once, under data, and set on the map "
-                    f"and the head); set {source} instead (got {target}={value})"
+                    f"and the head); set {source} instead (got {target}={given[-1][1]})"
                 )
     return args
 

@@ -1,9 +1,11 @@
 """The main job (`make reproduce`): a reduced but faithful offline reproduction of the paper, with a report.
 
-The plan is `configs/reproduce/plan.yaml`: an ordered list of stages, each a complete `evaluate.py` config under
-configs/reproduce/ (the shipped configs with smaller grids, every difference stated in its header) that a user can also
-run alone, so every number in the report traces to a config: word sensitivity of RF, DeepRF, RAF and ReLU-RAF against
-n; a doubled-step-budget check; the Delta attack (Figure 4 style); the three encoder probes. Every stage writes its
+The plan is `configs/reproduce/plan.yaml`: an ordered list of stages, each an `evaluate.py` config under
+configs/reproduce/ that a user can also run alone, so every number in the report traces to a config: word sensitivity
+of RF, DeepRF, RAF and ReLU-RAF against n; a doubled-step-budget check; the Delta attack (Figure 4 style); the three
+encoder probes. A stage's config is an overlay of a shipped config (`# overlay of: ws/rf` on its first line: the grid
+of the reproduction and the log folder, every difference stated in its header), which `--config` composes with its
+base (wslight.app.config_files). Every stage writes its
 results.jsonl as trials finish, in a log directory named by its run key under `reports/<run-id>/tensorboard`, so
 re-running `make reproduce` after an interruption resumes from the finished trials. The report
 (`reports/<run-id>/report.md`) shows the figures, per-cell tables, the checks of docs/theory.md §8 computed from the
@@ -30,7 +32,8 @@ import yaml
 from .. import validate
 from ..records.paper_checks import all_checks, checks_markdown
 from ..records.results import read_records
-from .config_files import UnknownConfigError, configs_dir, find_config
+from .config_files import UnknownConfigError, configs_dir, find_config, overlay_chain, resolve_config_args
+from .messages import UsageError, given_values
 
 PLAN = configs_dir() / "reproduce" / "plan.yaml"
 PLANS = ("offline", "full")
@@ -38,8 +41,8 @@ PLANS = ("offline", "full")
 
 @dataclass
 class Stage:
-    """One evaluate.py run of a complete config: a file, or a shipped config's name (`configs/reproduce/ws_rf.yaml`
-    resolves to the shipped file from any working directory)."""
+    """One evaluate.py run of a config: a file, or a shipped config's name (`configs/reproduce/ws_rf.yaml` resolves to
+    the shipped file from any working directory); an overlay is run on top of its base, as `--config` does."""
 
     name: str
     config: str
@@ -53,15 +56,17 @@ class Stage:
             return Path(self.config)  # does not exist: `load_plan` names the stage
 
     def shares_maps(self) -> bool:
-        """True when the config's cells share one random map across their trials (`shared_weights: true`)."""
-        init = (yaml.safe_load(self.path.read_text()).get("model") or {}).get("init_args") or {}
-        return bool(init.get("shared_weights"))
+        """True when the config's cells share one random map across their trials (`shared_weights: true` in the
+        config or its base, the overlay winning, as jsonargparse reads them)."""
+        given = given_values(resolve_config_args(["--config", str(self.path)]), "model.init_args.shared_weights")
+        return bool(given and given[-1][1])
 
 
 def load_plan(which: str = "offline", path: str | Path = PLAN) -> list[Stage]:
     """The ordered stages of the plan file's `offline` or `full` list.
 
-    Each entry has `name` (its folder and section in the report), `config` and optionally `title`.
+    Each entry has `name` (its folder and section in the report), `config` (a file or a shipped name; an overlay runs
+    on top of its base) and optionally `title`.
     """
     validate.choice("plan", which, PLANS)
     path = Path(path)
@@ -79,6 +84,10 @@ def load_plan(which: str = "offline", path: str | Path = PLAN) -> list[Stage]:
         stage = Stage(entry["name"], str(entry["config"]), str(entry.get("title", "")))
         if not stage.path.is_file():
             raise ValueError(f"{path}: {which}[{i}] ({stage.name}): config {stage.config} does not exist")
+        try:
+            overlay_chain(stage.path)  # an overlay's base exists: named here, before any stage runs
+        except UsageError as err:
+            raise ValueError(f"{path}: {which}[{i}] ({stage.name}): {err}") from None
         stages.append(stage)
     names = [s.name for s in stages]
     repeated = sorted({n for n in names if names.count(n) > 1})
@@ -192,7 +201,7 @@ def write_report(
         summary = path.parent / "summary.md"
         if summary.exists():
             lines += [summary.read_text(), ""]
-    encoders = sorted({r.get("encoder") for r in probes if r.get("encoder")})
+    encoders = sorted({str(r["encoder"]) for r in probes if r.get("encoder")})
     lines += [
         "## Provenance",
         "",
