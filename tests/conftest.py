@@ -1,5 +1,7 @@
-"""Shared fixtures: token rows, the one CPU trainer of every test config, and one torch thread for tiny tensors."""
+"""Shared fixtures: token rows, the one CPU trainer of every test config, the tiny test settings of tests/conf with a
+test's own settings, and one torch thread for tiny tensors."""
 
+import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -10,6 +12,9 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Lightning 2.6's LightningCLI calls jsonargparse APIs deprecated in jsonargparse 4.49 (add_instantiator,
+# instantiate_classes, skip_none); jsonargparse shows them through its own filter, so its switch turns them off
+os.environ.setdefault("JSONARGPARSE_DEPRECATION_WARNINGS", "off")
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per core: one torch thread each
     torch.set_num_threads(1)
 
@@ -102,6 +107,25 @@ class CPUTrainer:
 @pytest.fixture(scope="session")
 def cpu_trainer() -> CPUTrainer:
     return CPUTrainer()
+
+
+CONF = Path(__file__).resolve().parent / "conf"
+
+
+def tiny_config(name: str, settings: dict | None = None, prefix: str = "model.init_args.") -> list[str]:
+    """`--config tests/conf/<name>.yaml`, the tiny test setting of the shipped config `<name>` (an overlay of it), then
+    `--<prefix><key> <value>` for each setting: what one test changes, without a config file of its own. A string is
+    given as it is (YAML text such as "[4, 8]"), any other value as JSON (which YAML reads)."""
+    out = ["--config", str(CONF / f"{name}.yaml")]
+    for key, value in (settings or {}).items():
+        out += [f"--{prefix}{key}", value if isinstance(value, str) else json.dumps(value)]
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """`tiny(name, settings)`: the arguments of a tiny test setting and a test's own settings (see tiny_config)."""
+    return tiny_config
 
 
 @pytest.fixture

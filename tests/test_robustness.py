@@ -109,14 +109,8 @@ def test_ws_on_zero_features_is_not_finite_and_the_sweep_flags_it(tmp_path, monk
         return real(fmap, X, **kw)
 
     monkeypatch.setattr(sweeps_mod, "word_sensitivity", degenerate_first_trial)
-    cli = main(
-        [
-            "test",
-            "--config",
-            str(write_config(WS)),
-        ],
-        evaluate=True,
-    )
+    with pytest.warns(RuntimeWarning, match=r"1 of 3 record\(s\) have nonfinite=true"):  # said, not hidden
+        cli = main(["test", "--config", str(write_config(WS))], evaluate=True)
     recs = [json.loads(x) for x in Path(cli.model.results_path).read_text().splitlines()]
     flagged = [r for r in recs if r["nonfinite"]]
     assert [r["trial"] for r in flagged] == [0]
@@ -135,7 +129,8 @@ def test_attack_on_zero_context_features_is_flagged(rows, tmp_path, monkeypatch,
 
     # a zero row among the training samples: a singular Gram, flagged and jittered, every output finite
     Xt = torch.cat([zero_row_input(fm.W), X[3:]])
-    out = delta_attack(fm, Xt, y[2:], X[:2], y[:2], steps=20)
+    with pytest.warns(RuntimeWarning, match="ill-conditioned"):
+        out = delta_attack(fm, Xt, y[2:], X[:2], y[:2], steps=20)
     assert all_finite(out) and bool(out["gram_ill_conditioned"].all())
 
     real = attack_mod.delta_attacks

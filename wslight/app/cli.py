@@ -408,6 +408,8 @@ def main(
             # the command line always reaches LightningCLI as `args` (config names resolved, checked), which Lightning
             # would otherwise warn about on every run
             warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
+            # a resumed evaluation whose trials are all in results.jsonl has no step left, and says so itself
+            warnings.filterwarnings("ignore", message="Total length of `DataLoader` across ranks is zero")
             cli = WSLightCLI(args=args, run=run, evaluate=evaluate, prog=prog)
     except (KeyboardInterrupt, SystemExit):
         # Lightning turns SIGINT/SIGTERM into a graceful shutdown and exits non-zero
