@@ -34,8 +34,11 @@ test-slow: env
 reproduce: env
 	$(if $(filter 0,$(FULL)),HF_HUB_OFFLINE=1 ,)$(PY) -m wslight reproduce --full $(FULL)
 
+# Gates of CI (.ci/run): lint (ruff check and ruff format --check), typecheck (mypy), and the layer contract
+# (tests/test_layers.py, part of `make test`).
 lint: env
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 typecheck: env
 	$(VENV)/bin/mypy wslight
