@@ -11,7 +11,6 @@ input (tests/test_data.py::test_bad_input_raises_before_the_encoder, test_more_s
 """
 
 import errno
-import json
 import os
 import re
 from pathlib import Path
@@ -27,55 +26,30 @@ from wslight.models import FeatureMapClassifier
 from wslight.records import results as results_mod
 from wslight.sensitivity import word_sensitivity
 
-WS = """
-seed_everything: 0
-model:
-  class_path: wslight.evaluations.WordSensitivitySweep
-  init_args:
-    maps: [rf]
-    d_values: [8]
-    n_values: [4]
-    trials: 2
-    restarts: 2
-    max_steps: 10
-    embeddings: {{source: synthetic, synthetic_dim: 16, num_samples: 40, max_length: 16, cache_dir: {cache}}}
-"""
-
-ATTACK = """
-seed_everything: 0
-model:
-  class_path: wslight.evaluations.DeltaAttackSweep
-  init_args:
-    cases: [{{map: raf, n: 6}}]
-    d: 8
-    N_values: [10]
-    trials: 2
-    losses: [err]
-    steps: 10
-    embeddings: {{source: synthetic, synthetic_dim: 16, num_samples: 40, max_length: 16, cache_dir: {cache}}}
-"""
-
-PROBE = """
-seed_everything: 0
-model:
-  class_path: wslight.evaluations.AttentionUnderDeltaProbe
-  init_args: {{steps: 2, output_dir: {out}, {extra}}}
-"""
+# The tiny test settings (tests/conf) of the shipped configs, with what these tests need: one cell, texts of 16 tokens.
+WS = ("ws/rf", {"d_values": [8], "n_values": [4], "restarts": 2, "max_steps": 10, "embeddings.max_length": 16})
+ATTACK = (
+    "attack/fig4",
+    {"cases": [{"map": "raf", "n": 6}], "N_values": [10], "losses": ["err"], "steps": 10, "embeddings.max_length": 16},
+)
+PROBE = ("probes/attention_under_delta", {})
 
 TEXT = {"embeddings.source": "imdb_offline", "embeddings.encoder": "bundled-minilm"}
 
 
 @pytest.fixture
-def write(tmp_path, cpu_trainer):
-    """write(body, extra=""): config.yaml of a sweep or probe body with the CPU trainer; returns its path."""
+def command(tmp_path, cpu_trainer, tiny):
+    """command(setting, settings=None): evaluate.py's arguments for a tiny test setting and its changes, then
+    `settings`, on the CPU trainer with logs (and caches) under tmp_path."""
 
-    def write_config(body, extra=""):
-        cfg = tmp_path / "config.yaml"
-        fields = {"cache": tmp_path / "cache", "out": tmp_path / "out", "extra": extra}
-        cfg.write_text(body.format(**fields) + cpu_trainer.yaml(tmp_path / "logs", "bad"))
-        return cfg
+    def args(setting, settings=None):
+        name, changes = setting
+        where = {"output_dir": str(tmp_path / "out")} if name.startswith("probes/") else {}
+        where = where or {"embeddings.cache_dir": str(tmp_path / "cache")}
+        logs = ["--trainer.logger.init_args.save_dir", str(tmp_path / "logs"), "--trainer.logger.init_args.name", "bad"]
+        return ["test", *tiny(name, {**changes, **where, **(settings or {})}), *cpu_trainer.args, *logs]
 
-    return write_config
+    return args
 
 
 def overrides(settings: dict) -> list[str]:
@@ -152,7 +126,7 @@ CLI_CASES = [
     "sweep, settings, patterns", CLI_CASES, ids=[f"{s}-{'-'.join(map(str, k))}" for s, k, _ in CLI_CASES]
 )
 def test_bad_sweep_config_fails_at_parse_time_naming_the_key(
-    tmp_path, capsys, monkeypatch, write, sweep, settings, patterns
+    tmp_path, capsys, monkeypatch, command, sweep, settings, patterns
 ):
     from wslight.data import encoders
 
@@ -160,9 +134,8 @@ def test_bad_sweep_config_fails_at_parse_time_naming_the_key(
         raise AssertionError("the encoder must not load for a bad config")
 
     monkeypatch.setattr(encoders, "load_encoder", no_encoder)
-    cfg = write(WS if sweep == "ws" else ATTACK)
     with pytest.raises((SystemExit, ValueError)) as exc:
-        main(["test", "--config", str(cfg), *overrides(settings)], evaluate=True)
+        main([*command(WS if sweep == "ws" else ATTACK), *overrides(settings)], evaluate=True)
     if isinstance(exc.value, SystemExit):  # a parse error: jsonargparse reports on stderr and exits non-zero
         assert exc.value.code not in (0, None)
     err = capsys.readouterr().err + str(exc.value)
@@ -183,7 +156,7 @@ PROBE_CASES = [
 
 @pytest.mark.parametrize("settings, pattern", PROBE_CASES, ids=[next(iter(k)) for k, _ in PROBE_CASES])
 def test_bad_probe_fails_before_any_forward_and_writes_no_results(
-    tmp_path, capsys, monkeypatch, write, settings, pattern
+    tmp_path, capsys, monkeypatch, command, settings, pattern
 ):
     """Probe keys that need the tokenised text or the encoder's sizes are checked before any forward pass; the CLI
     reports the ValueError as one block naming the key (exit status 2)."""
@@ -193,9 +166,8 @@ def test_bad_probe_fails_before_any_forward_and_writes_no_results(
         raise AssertionError("no encoder forward pass for bad input")
 
     monkeypatch.setattr(attention_mod, "encoder_forward", no_forward)
-    cfg = write(PROBE, ", ".join(f"{k}: {json.dumps(v)}" for k, v in settings.items()))
     with pytest.raises(SystemExit) as exc:
-        main(["test", "--config", str(cfg)], evaluate=True)
+        main(command(PROBE, settings), evaluate=True)
     err = capsys.readouterr().err
     assert exc.value.code == 2 and re.search(rf"error: model\.init_args\.{pattern}", err), err
     assert "Traceback" not in err
@@ -291,17 +263,16 @@ def _read_only_cases(tmp_path):
     return cases
 
 
-def test_unwritable_output_dir_fails_before_any_trial(tmp_path, monkeypatch, write, capsys):
+def test_unwritable_output_dir_fails_before_any_trial(tmp_path, monkeypatch, command, capsys):
     import wslight.evaluations.ws_sweep as sweeps_mod
 
     def no_trials(*a, **k):
         raise AssertionError("no trial may run when the results cannot be written")
 
     monkeypatch.setattr(sweeps_mod, "word_sensitivity", no_trials)
-    cfg = write(WS)
     for name, out, reason in _read_only_cases(tmp_path):
         with pytest.raises(SystemExit) as exc:  # one block naming the key, exit 2
-            main(["test", "--config", str(cfg), "--model.init_args.output_dir", str(out)], evaluate=True)
+            main([*command(WS), "--model.init_args.output_dir", str(out)], evaluate=True)
         assert exc.value.code == 2, name
         err = capsys.readouterr().err
         key = rf"model\.init_args\.output_dir={re.escape(str(out))}"
@@ -310,9 +281,8 @@ def test_unwritable_output_dir_fails_before_any_trial(tmp_path, monkeypatch, wri
     assert not list(tmp_path.rglob("results.jsonl"))
 
 
-def test_disk_full_fails_clearly_and_leaves_no_partial_line(tmp_path, monkeypatch, write, capsys):
-    cfg = write(WS)
-    args = ["test", "--config", str(cfg), "--model.init_args.trials", "3"]
+def test_disk_full_fails_clearly_and_leaves_no_partial_line(tmp_path, monkeypatch, command, capsys):
+    args = [*command(WS), "--model.init_args.trials", "3"]
     real_open = open
     calls = []
 

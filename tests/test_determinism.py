@@ -22,63 +22,51 @@ from wslight.records.results import without_timing
 
 ROOT = Path(__file__).resolve().parents[1]
 
-WS_CONFIG = """
-seed_everything: 0
-model:
-  class_path: wslight.evaluations.WordSensitivitySweep
-  init_args:
-    maps: [rf, raf, relu_raf]
-    d_values: [8]
-    n_values: [5]
-    trials: 2
-    restarts: 3
-    max_steps: 40
-    seed: 3
-    embeddings: {source: synthetic, synthetic_dim: 16, num_samples: 40, max_length: 16}
-"""
-
-ATTACK_CONFIG = """
-seed_everything: 0
-model:
-  class_path: wslight.evaluations.DeltaAttackSweep
-  init_args:
-    cases: [{map: raf, n: 6}]
-    d: 8
-    N_values: [10]
-    trials: 2
-    losses: [err]
-    steps: 60
-    seed: 1
-    embeddings: {source: synthetic, synthetic_dim: 16, num_samples: 40, max_length: 16}
-"""
-
+# The tiny test settings (tests/conf) of the shipped configs, with each test's grid and seed; one trial a step.
+WS_CONFIG = (
+    "ws/raf",
+    {
+        "maps": ["rf", "raf", "relu_raf"],
+        "d_values": [8],
+        "n_values": [5],
+        "trials": 2,
+        "restarts": 3,
+        "max_steps": 40,
+        "seed": 3,
+        "embeddings.max_length": 16,
+    },
+)
+ATTACK = {"N_values": [10], "trials": 2, "losses": ["err"], "seed": 1, "trials_per_step": 1}
+ATTACK_CONFIG = (
+    "attack/fig4",
+    {**ATTACK, "cases": [{"map": "raf", "n": 6}], "d": 8, "steps": 60, "embeddings.max_length": 16},
+)
 # Features p = n d = 100 * 384 = 38400 > 32768: the context sample's scalars (||phi||^2, phi^T P phi, ...) are
 # single-output reductions big enough for torch to split them over threads.
-WIDE_ATTACK_CONFIG = """
-seed_everything: 0
-model:
-  class_path: wslight.evaluations.DeltaAttackSweep
-  init_args:
-    cases: [{map: raf, n: 100}]
-    d: 384
-    N_values: [10]
-    trials: 2
-    losses: [err]
-    steps: 30
-    restarts: 2
-    seed: 1
-    embeddings: {source: synthetic, synthetic_dim: 384, num_samples: 12, max_length: 100}
-"""
+WIDE_ATTACK_CONFIG = (
+    "attack/fig4",
+    {
+        **ATTACK,
+        "cases": [{"map": "raf", "n": 100}],
+        "d": 384,
+        "steps": 30,
+        "restarts": 2,
+        "embeddings.synthetic_dim": 384,
+        "embeddings.num_samples": 12,
+        "embeddings.max_length": 100,
+    },
+)
 
 
 @pytest.fixture
-def write_config(tmp_path, cpu_trainer):
-    def write(body, save_dir):
-        cfg = tmp_path / "config.yaml"
-        cfg.write_text(body + cpu_trainer.yaml(save_dir, "det"))
-        return cfg
+def config_args(cpu_trainer, tiny):
+    """config_args(setting): the arguments of a tiny test setting and its changes, on the CPU trainer."""
 
-    return write
+    def args(setting):
+        name, changes = setting
+        return [*tiny(name, changes), *cpu_trainer.args, "--trainer.logger.init_args.name", "det"]
+
+    return args
 
 
 def records_of(path):
@@ -86,14 +74,14 @@ def records_of(path):
     return sorted(recs, key=lambda r: (r["trial_key"], r.get("record_key", "")))
 
 
-def run_in_process(cfg, save_dir, *extra):
-    args = ["test", "--config", str(cfg), "--trainer.logger.init_args.save_dir", str(save_dir), *extra]
+def run_in_process(config, save_dir, *extra):
+    args = ["test", *config, "--trainer.logger.init_args.save_dir", str(save_dir), *extra]
     return Path(main(args, evaluate=True).model.results_path)
 
 
 @pytest.mark.parametrize("body", [WS_CONFIG, ATTACK_CONFIG], ids=["ws", "attack"])
-def test_two_runs_give_bit_identical_records_and_another_seed_other_ones(tmp_path, write_config, body):
-    cfg = write_config(body, tmp_path / "a")
+def test_two_runs_give_bit_identical_records_and_another_seed_other_ones(tmp_path, config_args, body):
+    cfg = config_args(body)
     a = run_in_process(cfg, tmp_path / "a")
     b = run_in_process(cfg, tmp_path / "b")
     assert a != b and a.parent.name == b.parent.name  # separate files, same run key
@@ -134,20 +122,19 @@ def test_evaluations_compute_on_one_thread(threads):
             assert torch.get_num_threads() == 2
 
 
-def _evaluate_subprocess(cfg, save_dir, *extra):
+def _evaluate_subprocess(config, save_dir, *extra):
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # let Lightning pick threads per process
     env["PYTHONPATH"] = str(ROOT)
     subprocess.run(
         [
             sys.executable,
             str(ROOT / "evaluate.py"),
-            "--config",
-            str(cfg),
+            *config,
             "--trainer.logger.init_args.save_dir",
             str(save_dir),
             *extra,
         ],
-        cwd=cfg.parent,
+        cwd=Path(save_dir).parent,
         env=env,
         check=True,
         capture_output=True,
@@ -159,9 +146,9 @@ def _evaluate_subprocess(cfg, save_dir, *extra):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("body", [WS_CONFIG, ATTACK_CONFIG, WIDE_ATTACK_CONFIG], ids=["ws", "attack", "attack-wide"])
-def test_one_and_two_devices_give_identical_records(tmp_path, write_config, body):
+def test_one_and_two_devices_give_identical_records(tmp_path, config_args, body):
     """1 process vs 2 DDP processes (gloo, CPU): the same records, bit for bit (the file order may differ)."""
-    cfg = write_config(body, tmp_path / "one")
+    cfg = config_args(body)
     one = _evaluate_subprocess(cfg, tmp_path / "one")
     two = _evaluate_subprocess(
         cfg, tmp_path / "two", "--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu"

@@ -23,48 +23,46 @@ ROOT = Path(__file__).resolve().parents[1]
 TRIALS = 16  # 2 maps x 2 n x 4 trials
 
 
-WS = """
-seed_everything: 0
-model:
-  class_path: wslight.evaluations.WordSensitivitySweep
-  init_args:
-    maps: [rf, raf]
-    d_values: [8]
-    n_values: [4, 8]
-    trials: 4
-    restarts: 4
-    max_steps: 40
-    seed: 5
-    embeddings: {source: synthetic, synthetic_dim: 16, num_samples: 40, max_length: 16}
-"""
+# The tiny test setting of configs/ws/raf.yaml (tests/conf/ws/raf.yaml) with two maps, one d and four trials a cell.
+WS = {
+    "maps": ["rf", "raf"],
+    "d_values": [8],
+    "n_values": [4, 8],
+    "trials": 4,
+    "restarts": 4,
+    "max_steps": 40,
+    "seed": 5,
+    "embeddings.max_length": 16,
+}
 
 # Subprocesses that are sent signals: under the `slow` marker (make test-slow), out of the fast suite.
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def write_config(cpu_trainer):
-    def write(path: Path, save_dir: Path) -> Path:
-        path.write_text(WS + cpu_trainer.yaml(save_dir, "ws"))
-        return path
+def command(cpu_trainer, tiny):
+    """command(save_dir): evaluate.py's arguments: the sweep on the CPU trainer, logging under save_dir."""
 
-    return write
+    def args(save_dir: Path) -> list[str]:
+        logs = ["--trainer.logger.init_args.save_dir", str(save_dir), "--trainer.logger.init_args.name", "ws"]
+        return [*tiny("ws/raf", WS), *cpu_trainer.args, *logs]
+
+    return args
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, write_config):
+def reference(tmp_path_factory, command):
     """results.jsonl of an uninterrupted run (in-process, as evaluate.py does)."""
     tmp = tmp_path_factory.mktemp("reference")
-    cfg = write_config(tmp / "ws.yaml", tmp / "logs")
-    cli = main(["test", "--config", str(cfg)], evaluate=True)
+    cli = main(["test", *command(tmp / "logs")], evaluate=True)
     return Path(cli.model.results_path)
 
 
-def start(cfg: Path) -> subprocess.Popen:
+def start(args: list[str], cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(
-        [sys.executable, str(ROOT / "evaluate.py"), "--config", str(cfg)],
-        cwd=cfg.parent,
+        [sys.executable, str(ROOT / "evaluate.py"), *args],
+        cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -85,10 +83,10 @@ def wait_for_lines(root: Path, count: int, proc: subprocess.Popen, timeout: floa
     pytest.fail("the sweep wrote no results in time")
 
 
-def interrupt(cfg: Path, sig: int, at_least: int) -> tuple[Path, bytes]:
+def interrupt(args: list[str], cwd: Path, sig: int, at_least: int) -> tuple[Path, bytes]:
     """Start the sweep, send `sig` once `at_least` lines are in results.jsonl; check the exit and the file."""
-    proc = start(cfg)
-    results = wait_for_lines(cfg.parent / "logs", at_least, proc)
+    proc = start(args, cwd)
+    results = wait_for_lines(cwd / "logs", at_least, proc)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode != 0, f"{signal.Signals(sig).name}: exit status 0"
@@ -101,16 +99,16 @@ def interrupt(cfg: Path, sig: int, at_least: int) -> tuple[Path, bytes]:
     return results, partial
 
 
-def test_sigterm_then_sigint_then_resume_gives_the_uninterrupted_file(tmp_path, write_config, reference):
-    cfg = write_config(tmp_path / "ws.yaml", tmp_path / "logs")
-    results, first = interrupt(cfg, signal.SIGTERM, 2)
+def test_sigterm_then_sigint_then_resume_gives_the_uninterrupted_file(tmp_path, command, reference):
+    args = command(tmp_path / "logs")
+    results, first = interrupt(args, tmp_path, signal.SIGTERM, 2)
     assert results.parent.name == reference.parent.name  # same run key as the reference
     done = first.count(b"\n")
     # the resumed run is interrupted again, by SIGINT (Ctrl-C), after at least two more trials
-    _, second = interrupt(cfg, signal.SIGINT, done + 2)
+    _, second = interrupt(args, tmp_path, signal.SIGINT, done + 2)
     assert second.startswith(first)
 
-    proc = start(cfg)
+    proc = start(args, tmp_path)
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     assert out.strip().splitlines()[-1] == f"results: {results}"

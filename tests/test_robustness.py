@@ -93,7 +93,7 @@ def first_map(fmap, X):
     return fmap.maps(X.shape[2], X.shape[3])[0] if isinstance(fmap, FreshMaps) else fmap
 
 
-def test_ws_on_zero_features_is_not_finite_and_the_sweep_flags_it(tmp_path, monkeypatch, write_config):
+def test_ws_on_zero_features_is_not_finite_and_the_sweep_flags_it(tmp_path, monkeypatch, config_args):
     fm = ReLUAttentionFeatures(d, seed=0)
     res = word_sensitivity(fm, zero_row_input(fm.W), restarts=2, max_steps=20)
     # phi(X) = 0: S = ||phi(X^i(Delta))|| / 0 is undefined (NaN, or inf once phi moves); the sweep must flag it
@@ -110,7 +110,7 @@ def test_ws_on_zero_features_is_not_finite_and_the_sweep_flags_it(tmp_path, monk
 
     monkeypatch.setattr(sweeps_mod, "word_sensitivity", degenerate_first_trial)
     with pytest.warns(RuntimeWarning, match=r"1 of 3 record\(s\) have nonfinite=true"):  # said, not hidden
-        cli = main(["test", "--config", str(write_config(WS))], evaluate=True)
+        cli = main(["test", *config_args(WS)], evaluate=True)
     recs = [json.loads(x) for x in Path(cli.model.results_path).read_text().splitlines()]
     flagged = [r for r in recs if r["nonfinite"]]
     assert [r["trial"] for r in flagged] == [0]
@@ -120,7 +120,7 @@ def test_ws_on_zero_features_is_not_finite_and_the_sweep_flags_it(tmp_path, monk
     assert "| relu_raf | 8 | 6 | 1 |" in summary and summary.rstrip().endswith("| 2 |")  # 2 of 3 trials counted
 
 
-def test_attack_on_zero_context_features_is_flagged(rows, tmp_path, monkeypatch, write_config):
+def test_attack_on_zero_context_features_is_flagged(rows, tmp_path, monkeypatch, config_args):
     fm = ReLUAttentionFeatures(d, seed=0)
     X, y = data(rows)
     out = delta_attack(fm, X[2:], y[2:], zero_row_input(fm.W, 2), y[:2], steps=20)
@@ -144,7 +144,7 @@ def test_attack_on_zero_context_features_is_flagged(rows, tmp_path, monkeypatch,
 
     monkeypatch.setattr(attack_mod, "delta_attacks", degenerate_contexts)
     with pytest.warns(RuntimeWarning, match="1 of 3 record"):
-        cli = main(["test", "--config", str(write_config(ATTACK))], evaluate=True)
+        cli = main(["test", *config_args(ATTACK)], evaluate=True)
     recs = [json.loads(x) for x in Path(cli.model.results_path).read_text().splitlines()]
     flagged = [r for r in recs if r["nonfinite"]]
     assert len(flagged) == 1 and flagged[0]["err"] is None and flagged[0]["D1"] is None
@@ -221,41 +221,35 @@ def test_nearly_collinear_training_samples_are_flagged(rows):
 
 # ---------------------------------------------------------------------------------------------------- configs
 
-WS = """
-model:
-  class_path: wslight.evaluations.WordSensitivitySweep
-  init_args:
-    maps: [relu_raf]
-    d_values: [8]
-    n_values: [6]
-    trials: 3
-    restarts: 2
-    max_steps: 20
-    embeddings: {source: synthetic, synthetic_dim: 16, num_samples: 40, max_length: 16}
-"""
-
-ATTACK = """
-model:
-  class_path: wslight.evaluations.DeltaAttackSweep
-  init_args:
-    cases: [{map: relu_raf, n: 6}]
-    d: 8
-    N_values: [10]
-    trials: 3
-    trainings: [retrain]
-    losses: [err]
-    steps: 20
-    embeddings: {source: synthetic, synthetic_dim: 16, num_samples: 40, max_length: 16}
-"""
+# The tiny test settings (tests/conf) of the shipped configs with ReLU-RAF on one cell, three trials, one a step.
+WS = ("ws/relu_raf", {"d_values": [8], "n_values": [6], "trials": 3, "restarts": 2, "max_steps": 20})
+ATTACK = (
+    "attack/fig4",
+    {
+        "cases": [{"map": "relu_raf", "n": 6}],
+        "N_values": [10],
+        "trials": 3,
+        "trials_per_step": 1,
+        "trainings": ["retrain"],
+        "losses": ["err"],
+        "steps": 20,
+    },
+)
 
 
 @pytest.fixture
-def write_config(tmp_path, cpu_trainer):
-    """write_config(body): config.yaml of a sweep body with the CPU trainer; returns its path."""
+def config_args(tmp_path, cpu_trainer, tiny):
+    """config_args(setting): the arguments of a tiny test setting and its changes (texts of 16 tokens), on the CPU
+    trainer with logs under tmp_path."""
 
-    def write(body):
-        cfg = tmp_path / "config.yaml"
-        cfg.write_text(body + cpu_trainer.yaml(tmp_path / "logs", "robust"))
-        return cfg
+    def args(setting):
+        name, changes = setting
+        logs = [
+            "--trainer.logger.init_args.save_dir",
+            str(tmp_path / "logs"),
+            "--trainer.logger.init_args.name",
+            "robust",
+        ]
+        return [*tiny(name, {**changes, "embeddings.max_length": 16}), *cpu_trainer.args, *logs]
 
-    return write
+    return args
