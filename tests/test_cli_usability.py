@@ -1,7 +1,7 @@
 """What a Lightning user expects of the command line beyond error blocks: no abbreviated keys, messages for an
 unwritable log folder and a misspelled encoder, and TensorBoard runs with hparams and the config as text.
 
-Runs go through `main([...])` on the tiny twins of tests/conf (synthetic tokens, seconds each).
+Runs go through `main([...])` on the tiny test settings of tests/conf (synthetic tokens, seconds each).
 """
 
 from pathlib import Path
