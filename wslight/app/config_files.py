@@ -16,14 +16,11 @@ in order: `--config base.yaml --config mine.yaml`.
 from __future__ import annotations
 
 import difflib
-import re
 from pathlib import Path
 
-from .messages import UsageError
+from .messages import UsageError, base_of
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # wslight/
-# The first line of an overlay file: `# overlay of: ws/raf`.
-OVERLAY_LINE = re.compile(r"#\s*overlay of:\s*(\S+)\s*$")
 
 
 class UnknownConfigError(UsageError):
@@ -72,17 +69,6 @@ def find_config(value: str) -> Path:
     raise _no_shipped(f"--config {value}", _name(value))
 
 
-def base_of(path: Path) -> str | None:
-    """The shipped config an overlay file is read on top of (its first line `# overlay of: <name>`), else None."""
-    try:
-        with path.open() as f:
-            first = f.readline()
-    except (OSError, UnicodeDecodeError, ValueError):  # not a readable text file: jsonargparse reports it
-        return None
-    m = OVERLAY_LINE.match(first.strip())
-    return m.group(1) if m else None
-
-
 def overlay_chain(path: Path) -> list[Path]:
     """The files `path` stands for, in the order jsonargparse reads them: its base (and the base's base, ...), then
     `path` itself; `[path]` for a whole config.
@@ -92,10 +78,10 @@ def overlay_chain(path: Path) -> list[Path]:
         UsageError: overlays that name each other in a circle.
     """
     chain = [path]
-    while (name := base_of(chain[0])) is not None:
-        base = configs_dir() / f"{_name(name)}.yaml"
+    while (name := base_of(chain[0])) is not None:  # the first line `# overlay of: <name>` (wslight.app.messages)
+        base = configs_dir() / f"{name}.yaml"
         if not base.is_file():
-            raise _no_shipped(f"{chain[0]}, line 1: overlay of {name}", _name(name))
+            raise _no_shipped(f"{chain[0]}, line 1: overlay of {name}", name)
         if base.resolve() in [p.resolve() for p in chain]:
             circle = " -> ".join(str(p) for p in [*reversed(chain), base])
             raise UsageError(f"{chain[0]}, line 1: overlay of {name}: overlays in a circle ({circle})")

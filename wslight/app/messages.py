@@ -56,6 +56,23 @@ def _config_files(args: list[str]) -> list[Path]:
     return out
 
 
+# The first line of an overlay file, `# overlay of: ws/raf`: wslight.app.config_files reads the shipped config of that
+# name first (its `overlay_chain`); read here too, to name the file a user gave.
+OVERLAY_LINE = re.compile(r"#\s*overlay of:\s*(\S+)\s*$")
+
+
+def base_of(path: Path) -> str | None:
+    """The name of the shipped config an overlay file is read on top of (`ws/raf` from its first line
+    `# overlay of: ws/raf`; `configs/ws/raf.yaml` there means the same), else None."""
+    try:
+        with path.open() as f:
+            first = f.readline()
+    except (OSError, UnicodeDecodeError, ValueError):  # not a readable text file: jsonargparse reports it
+        return None
+    m = OVERLAY_LINE.match(first.strip())
+    return m.group(1).removeprefix("configs/").removesuffix(".yaml").removesuffix(".yml") if m else None
+
+
 def _load_yaml(path: Path) -> Any:
     try:
         return yaml.safe_load(path.read_text())
@@ -199,17 +216,13 @@ def _entry_point_of(tree: Any) -> str | None:
 
 
 def _given_as(files: list[Path], i: int) -> Path:
-    """The file the user named for `files[i]`: the overlay that brought it in (`resolve_config_args` puts an overlay's
-    bases right before it), else `files[i]` itself."""
-    from .config_files import overlay_chain  # config_files imports UsageError from here
+    """The file the user named for `files[i]`: the overlay that brought it in, else `files[i]` itself.
 
+    `resolve_config_args` puts an overlay's bases right before it, and a shipped base's path ends with its name."""
     shown = files[i]
     for later in files[i + 1 :]:
-        try:
-            bases = [p.resolve() for p in overlay_chain(later)[:-1]]
-        except UsageError:
-            break
-        if shown.resolve() not in bases:
+        name = base_of(later)
+        if name is None or not shown.as_posix().endswith(f"/{name}.yaml"):
             break
         shown = later
     return shown
