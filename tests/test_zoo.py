@@ -205,7 +205,7 @@ def test_zoo_figure_gives_every_map_its_own_colour_and_marker():
 
 
 # --- the zoo config ---------------------------------------------------------------------------------------------------
-def test_zoo_twin_writes_the_figure_and_the_slope_table(tmp_path):
+def test_tiny_zoo_writes_the_figure_and_the_slope_table(tmp_path):
     import json
     from pathlib import Path
 
