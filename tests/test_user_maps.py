@@ -208,6 +208,7 @@ def evaluate(tmp_path, *extra) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.slow  # a whole evaluate.py subprocess; the in-process sweeps above cover the maths
 def test_evaluate_py_runs_the_readme_map_by_its_dotted_path(tmp_path):
     (tmp_path / "user").mkdir()
     readme_map(tmp_path / "user")

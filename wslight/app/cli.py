@@ -410,6 +410,8 @@ def main(
             warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
             # a resumed evaluation whose trials are all in results.jsonl has no step left, and says so itself
             warnings.filterwarnings("ignore", message="Total length of `DataLoader` across ranks is zero")
+            # `--ckpt_path last` resumes into a new version folder on purpose (and prints where it resumes from)
+            warnings.filterwarnings("ignore", message="The dirpath has changed from")
             cli = WSLightCLI(args=args, run=run, evaluate=evaluate, prog=prog)
     except (KeyboardInterrupt, SystemExit):
         # Lightning turns SIGINT/SIGTERM into a graceful shutdown and exits non-zero
