@@ -1,4 +1,4 @@
-"""Evaluations run by `evaluate.py` (LightningModules over a list of trials) and the summaries they share.
+"""Evaluations run by `evaluate.py` (LightningModules over a list of trials) and the figures they share.
 
 - `base`: the `Evaluation` base (trials sharded over devices, gathered, appended to results.jsonl, resumable).
 - `ws_sweep`: `WordSensitivitySweep`, S over map x d x n x L (Figures 2-3).

@@ -1,4 +1,4 @@
-"""Single-token algebra: phi(X^i(Delta)) for trials x samples x positions x restarts at once (docs/theory.md §3).
+"""The token-move algebra: phi(X^i(Delta)) for trials x samples x positions x restarts at once (docs/theory.md §3).
 
 Both the word-sensitivity estimator and the Delta attack move one token of a sample, X^i(Delta) = X + e_i Delta^T,
 and evaluate the features many times. A map family gives a `TokenMove` class (`FeatureMap.move_class`) that
