@@ -143,7 +143,7 @@ def test_memory_bounded_rf_equals_stored(rows):
     assert torch.equal(bounded.token_block(0), dense.V[:, :d])
 
 
-def test_single_token_update_identity(rows):
+def test_token_move_update_identity(rows):
     """z(X + e_i delta^T) = z(X) + V^{(i)} delta, the identity the memory-bounded WS search relies on."""
     n, d, i = 5, 6, 3
     rf = RandomFeatures(n, d, seed=2, dtype="float64")
