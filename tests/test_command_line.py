@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from wslight.app.cli import EXIT_BUSY, main, run_key
+from wslight.app.cli import main
+from wslight.app.failures import EXIT_BUSY
+from wslight.app.runs import run_key
 from wslight.records.results import RunLock
 
 ROOT = Path(__file__).resolve().parents[1]

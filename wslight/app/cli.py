@@ -7,13 +7,8 @@ directory named after a hash of its resolved config, so re-running the same comm
 
 from __future__ import annotations
 
-import errno
-import glob
-import inspect
 import logging
 import os
-import re
-import shutil
 import signal
 import sys
 import warnings
@@ -21,32 +16,15 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from ..models import TrainingDiverged
-from ..records.results import LOCK_NAME, RunFolderBusy, RunLock, config_key, unwritable_reason
+from ..records.results import RunLock
 from .config_files import resolve_config_args
-from .messages import (
-    DEBUG_ENV,
-    ParseError,
-    UsageError,
-    args_tree,
-    check_command,
-    fail,
-    parse_error_message,
-    value_error_message,
-)
+from .failures import failure_message
+from .messages import DEBUG_ENV, ParseError, args_tree, check_command, fail
 from .run_summary import final_metrics, log_config_text, log_run_hparams, record_metrics, run_hparams
-
-# Settings that change where or how fast a run happens, not what it computes: left out of the run key, so that the
-# same evaluation on 1 or 2 devices (or resumed with another logger) appends to the same results.
-_RUN_KEY_IGNORES = ("trainer", "ckpt_path", "config", "verbose")
-# Trainer settings that change the numbers themselves: in the run key whenever they differ from Lightning's default
-# (so the keys of default runs stay as they were). Precision: 16-mixed autocasts the maps' products and moves S.
-_RUN_KEY_TRAINER = {"precision": "32-true"}
-_PRECISION_ALIASES = {"32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed", "64": "64-true"}
+from .runs import check_logger_dirs, check_output_dir, fit_report, last_checkpoint, remove_empty_run_dir, run_key
 
 
 def _to_plain(value: Any) -> Any:
@@ -57,22 +35,6 @@ def _to_plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_to_plain(v) for v in value]
     return value
-
-
-def run_key(config: dict) -> str:
-    """Hash of the resolved config without the trainer's placement settings (devices, logger, progress bar...).
-
-    A trainer setting of `_RUN_KEY_TRAINER` that differs from its default (e.g. `precision: 16-mixed`) is part of
-    the key: a run with other numbers never resumes another's records.
-    """
-    keyed = {k: v for k, v in config.items() if k not in _RUN_KEY_IGNORES}
-    trainer = config.get("trainer") or {}
-    for name, default in _RUN_KEY_TRAINER.items():
-        value = trainer.get(name)
-        value = _PRECISION_ALIASES.get(str(value), str(value)) if name == "precision" and value is not None else value
-        if value is not None and value != default:
-            keyed[f"trainer.{name}"] = value
-    return config_key(keyed)
 
 
 class WSLightArgumentParser(LightningArgumentParser):
@@ -94,71 +56,6 @@ class WSLightArgumentParser(LightningArgumentParser):
         raise err from ex
 
 
-def fit_report(trainer: pl.Trainer) -> str:
-    """Where a fit wrote its logs and checkpoints: `logs: <dir>` and `checkpoints: best <path>, last <path>`."""
-    lines = [f"logs: {trainer.log_dir}" if trainer.logger is not None else "logs: none (logger disabled)"]
-    ckpt = trainer.checkpoint_callback
-    if ckpt is None:
-        lines.append("checkpoints: none (trainer.enable_checkpointing false)")
-    else:
-        # ModelCheckpoint's paths and monitor; the Checkpoint base class declares none of them
-        best = getattr(ckpt, "best_model_path", "") or "none"
-        last = getattr(ckpt, "last_model_path", "") or "none"
-        monitored = getattr(ckpt, "monitor", None)
-        monitor = f" by {monitored}" if monitored else ""
-        lines.append(f"checkpoints: best{monitor} {best}, last {last}")
-    return "\n".join(lines)
-
-
-def check_logger_dirs(trainer: pl.Trainer, configured: Any) -> None:
-    """Raise UsageError, naming the config key and the path, when a logger's save_dir cannot receive files.
-
-    Without it the first write fails deep inside fsspec (a raw OSError) after the data has been prepared.
-    """
-    for i, logger in enumerate(trainer.loggers):
-        save_dir = getattr(logger, "save_dir", None)
-        if not save_dir or "://" in str(save_dir):  # remote stores are checked by their own client
-            continue
-        reason = unwritable_reason(save_dir)
-        if reason is not None:
-            key = f"trainer.logger{f'.{i}' if isinstance(configured, list) else ''}.init_args.save_dir"
-            raise UsageError(f"{key}={save_dir}: {reason}; give a writable folder")
-
-
-def last_checkpoint(config: dict) -> Path:
-    """The newest `last.ckpt` of the run a training config names (`--ckpt_path last`).
-
-    Each fit logs into a new `version_N` folder, where Lightning's own `last` would find nothing and silently start
-    over; the last checkpoint of the same run name is in an earlier version, or in a ModelCheckpoint's `dirpath`.
-
-    Raises:
-        UsageError: no last.ckpt there (naming where it looked).
-    """
-    trainer = config.get("trainer") or {}
-    folders = []
-    for cb in trainer.get("callbacks") or []:
-        dirpath = isinstance(cb, dict) and (cb.get("init_args") or {}).get("dirpath")
-        if dirpath:
-            folders.append(Path(dirpath))
-    logger = trainer.get("logger")
-    logger = logger[0] if isinstance(logger, list) and logger else logger
-    if isinstance(logger, dict):
-        init = logger.get("init_args") or {}
-        root = Path(init.get("save_dir") or trainer.get("default_root_dir") or ".") / str(init.get("name", ""))
-        folders.append(root / "*" / "checkpoints")
-    else:
-        folders.append(Path(trainer.get("default_root_dir") or ".") / "lightning_logs" / "*" / "checkpoints")
-    found = [Path(p) for folder in folders for p in glob.glob(str(folder / "last.ckpt"))]
-    if not found:
-        where = ", ".join(str(f) for f in folders)
-        raise UsageError(
-            f"ckpt_path=last: no last.ckpt in {where}; give a checkpoint path, or leave ckpt_path out for a new fit"
-        )
-    newest = max(found, key=lambda p: p.stat().st_mtime)
-    print(f"resuming from {newest}", file=sys.stderr)
-    return newest
-
-
 class _NoTips(logging.Filter):
     """Drops Lightning's advertising lines ("💡 Tip: ... try installing litlogger / litmodels") at the start of
     every run, so the run's own lines come first; Lightning's other information lines stay."""
@@ -168,17 +65,6 @@ class _NoTips(logging.Filter):
 
 
 logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoTips())
-
-
-def check_output_dir(model: Any) -> None:
-    """Raise UsageError naming model.init_args.output_dir when an evaluation's explicit output folder cannot receive
-    results.jsonl (the default, the logger's folder, is checked by `check_logger_dirs`)."""
-    output_dir = getattr(model, "output_dir", None)
-    if output_dir is None:
-        return
-    reason = model.output_dir_problem()
-    if reason is not None:
-        raise UsageError(f"model.init_args.output_dir={output_dir}: {reason}; give a writable folder")
 
 
 class WSLightCLI(LightningCLI):
@@ -298,80 +184,12 @@ class WSLightCLI(LightningCLI):
 _interrupted = False
 _parsed_config: dict | None = None
 _new_run_dir: Path | None = None  # the log folder a run is about to create (None: it exists already, or no logger)
-# What a run writes before its first result; a new folder holding nothing else is an empty run in TensorBoard.
-_EMPTY_RUN_FILES = ("config.yaml", "hparams.yaml", "events.out.tfevents.*", LOCK_NAME)
-
-
-def remove_empty_run_dir() -> None:
-    """After a failed run: remove the log folder it created when it holds only what a run writes at its start, so
-    that TensorBoard lists no empty run. A folder that existed before the run, or holds results or checkpoints, stays.
-    """
-    folder = _new_run_dir
-    if folder is None or not folder.is_dir() or os.environ.get("LOCAL_RANK", "0") != "0":
-        return
-    entries = list(folder.iterdir())
-    if all(p.is_file() and any(p.match(pattern) for pattern in _EMPTY_RUN_FILES) for p in entries):
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
     global _interrupted
     _interrupted = True
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-# ------------------------------------------------------------------------------------------- error messages
-# Exit statuses: 0 the run did what it was asked, 1 it failed (diverged, disk full), 2 a mistake in the command or
-# config, 75 the run folder is busy (try again later, as sysexits' EX_TEMPFAIL), 130 interrupted (resumable).
-EXIT_BUSY = 75
-_WRITE_ERRNOS = {
-    errno.ENOSPC,
-    errno.EDQUOT,
-    errno.EROFS,
-    errno.EACCES,
-    errno.EPERM,
-    errno.ENOENT,
-    errno.EIO,
-    errno.ENOTDIR,
-    errno.EISDIR,
-    errno.EEXIST,
-}  # a folder that cannot take a run's files
-
-
-def trainer_error_message(err: Exception) -> str:
-    """Lightning's refusal of a trainer setting, with the key it concerns (`trainer.devices`, ...) when found."""
-    msg = str(err).strip()
-    names = [n for n in inspect.signature(pl.Trainer.__init__).parameters if n != "self"]
-    quoted = re.findall(r"Trainer\((\w+)=|`(\w+)`", msg)  # Lightning quotes the setting it refuses
-    key = next((n for pair in quoted for n in pair if n in names), None)
-    key = key or next((n for n in names if re.search(rf"\b{n}\b", msg)), None)
-    if key is None and re.search(r"\b(gpu|cuda|mps|tpu|backend)\b", msg, re.IGNORECASE):
-        key = "accelerator"
-    return f"trainer.{key}: {msg}" if key else f"trainer: {msg}"
-
-
-def failure_message(err: Exception, tree: dict) -> tuple[str, int] | None:
-    """The one-block message and exit status of a failure the user can act on; None for anything else (a bug keeps
-    its traceback)."""
-    if isinstance(err, UsageError):
-        return str(err), 2
-    if isinstance(err, ParseError):
-        return parse_error_message(err), 2
-    if isinstance(err, TrainingDiverged):
-        return str(err), 1
-    if isinstance(err, RunFolderBusy):
-        return str(err), EXIT_BUSY
-    if isinstance(err, MisconfigurationException):
-        return trainer_error_message(err), 2
-    if isinstance(err, FileNotFoundError) and str(err).startswith("Checkpoint file not found"):
-        return f"ckpt_path={str(err).rpartition(': ')[2]}: no such checkpoint file", 2
-    if isinstance(err, OSError) and err.errno in _WRITE_ERRNOS:
-        if err.filename is None:  # already a whole sentence (e.g. results.jsonl's append)
-            return str(err).removeprefix(f"[Errno {err.errno}] "), 1
-        return f"cannot write {err.filename} ({err.strerror}): free space or fix the folder, then run again", 1
-    if isinstance(err, ValueError):
-        return value_error_message(err, tree), 2
-    return None
 
 
 def main(
@@ -416,13 +234,13 @@ def main(
     except (KeyboardInterrupt, SystemExit):
         # Lightning turns SIGINT/SIGTERM into a graceful shutdown and exits non-zero
         RunLock.release_all()
-        remove_empty_run_dir()
+        remove_empty_run_dir(_new_run_dir)
         if evaluate and _interrupted:
             print(hint, file=sys.stderr)
         raise
     except Exception as err:
         RunLock.release_all()
-        remove_empty_run_dir()
+        remove_empty_run_dir(_new_run_dir)
         failure = None if debug else failure_message(err, _parsed_config or args_tree(args))
         if failure is None:
             raise

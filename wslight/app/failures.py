@@ -1,0 +1,66 @@
+"""How a failed run ends: the exit statuses, and the one-block message of a failure the user can act on."""
+
+from __future__ import annotations
+
+import errno
+import inspect
+import re
+
+import lightning.pytorch as pl
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+
+from ..models import TrainingDiverged
+from ..records.results import RunFolderBusy
+from .messages import ParseError, UsageError, parse_error_message, value_error_message
+
+# Exit statuses: 0 the run did what it was asked, 1 it failed (diverged, disk full), 2 a mistake in the command or
+# config, 75 the run folder is busy (try again later, as sysexits' EX_TEMPFAIL), 130 interrupted (resumable).
+EXIT_BUSY = 75
+_WRITE_ERRNOS = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EROFS,
+    errno.EACCES,
+    errno.EPERM,
+    errno.ENOENT,
+    errno.EIO,
+    errno.ENOTDIR,
+    errno.EISDIR,
+    errno.EEXIST,
+}  # a folder that cannot take a run's files
+
+
+def trainer_error_message(err: Exception) -> str:
+    """Lightning's refusal of a trainer setting, with the key it concerns (`trainer.devices`, ...) when found."""
+    msg = str(err).strip()
+    names = [n for n in inspect.signature(pl.Trainer.__init__).parameters if n != "self"]
+    quoted = re.findall(r"Trainer\((\w+)=|`(\w+)`", msg)  # Lightning quotes the setting it refuses
+    key = next((n for pair in quoted for n in pair if n in names), None)
+    key = key or next((n for n in names if re.search(rf"\b{n}\b", msg)), None)
+    if key is None and re.search(r"\b(gpu|cuda|mps|tpu|backend)\b", msg, re.IGNORECASE):
+        key = "accelerator"
+    return f"trainer.{key}: {msg}" if key else f"trainer: {msg}"
+
+
+def failure_message(err: Exception, tree: dict) -> tuple[str, int] | None:
+    """The one-block message and exit status of a failure the user can act on; None for anything else (a bug keeps
+    its traceback)."""
+    if isinstance(err, UsageError):
+        return str(err), 2
+    if isinstance(err, ParseError):
+        return parse_error_message(err), 2
+    if isinstance(err, TrainingDiverged):
+        return str(err), 1
+    if isinstance(err, RunFolderBusy):
+        return str(err), EXIT_BUSY
+    if isinstance(err, MisconfigurationException):
+        return trainer_error_message(err), 2
+    if isinstance(err, FileNotFoundError) and str(err).startswith("Checkpoint file not found"):
+        return f"ckpt_path={str(err).rpartition(': ')[2]}: no such checkpoint file", 2
+    if isinstance(err, OSError) and err.errno in _WRITE_ERRNOS:
+        if err.filename is None:  # already a whole sentence (e.g. results.jsonl's append)
+            return str(err).removeprefix(f"[Errno {err.errno}] "), 1
+        return f"cannot write {err.filename} ({err.strerror}): free space or fix the folder, then run again", 1
+    if isinstance(err, ValueError):
+        return value_error_message(err, tree), 2
+    return None
