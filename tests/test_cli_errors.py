@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from wslight.app.cli import main
-from wslight.app.config_files import find_config
-from wslight.app.messages import check_command, read_config
+from wslight.app.config_files import find_config, read_config
+from wslight.app.messages import check_command
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -25,7 +25,8 @@ from wslight.app.config_files import (
     resolve_config_args,
     shipped_names,
 )
-from wslight.app.messages import UsageError, check_command, given_values
+from wslight.app.errors import UsageError
+from wslight.app.messages import check_command, given_values
 from wslight.records.results import ATTACK_FIELDS, WS_FIELDS
 
 CONF = Path(__file__).resolve().parent / "conf"

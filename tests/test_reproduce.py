@@ -15,7 +15,7 @@ import yaml
 
 from wslight.app import reproduce
 from wslight.app.cli import main
-from wslight.app.messages import base_of
+from wslight.app.config_files import base_of
 
 SYNTH = {"source": "synthetic", "synthetic_dim": 16, "num_samples": 60}
 TINY = {

@@ -21,8 +21,9 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from ..records.results import RunLock
 from .config_files import resolve_config_args
+from .errors import ParseError
 from .failures import failure_message
-from .messages import DEBUG_ENV, ParseError, args_tree, check_command, fail
+from .messages import DEBUG_ENV, args_tree, check_command, fail
 from .run_summary import final_metrics, log_config_text, log_run_hparams, record_metrics, run_hparams
 from .runs import check_logger_dirs, check_output_dir, fit_report, last_checkpoint, remove_empty_run_dir, run_key
 

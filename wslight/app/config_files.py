@@ -16,9 +16,13 @@ in order: `--config base.yaml --config mine.yaml`.
 from __future__ import annotations
 
 import difflib
+import re
 from pathlib import Path
+from typing import Any
 
-from .messages import UsageError, base_of
+import yaml
+
+from .errors import UsageError
 
 _PACKAGE = Path(__file__).resolve().parents[1]  # wslight/
 
@@ -78,7 +82,7 @@ def overlay_chain(path: Path) -> list[Path]:
         UsageError: overlays that name each other in a circle.
     """
     chain = [path]
-    while (name := base_of(chain[0])) is not None:  # the first line `# overlay of: <name>` (wslight.app.messages)
+    while (name := base_of(chain[0])) is not None:  # the first line `# overlay of: <name>` (`base_of`)
         base = configs_dir() / f"{name}.yaml"
         if not base.is_file():
             raise _no_shipped(f"{chain[0]}, line 1: overlay of {name}", name)
@@ -117,3 +121,116 @@ def _expand(value: str) -> list[str]:
         return [value]
     given = value if str(path) == value else str(path)
     return [*(str(p) for p in overlay_chain(path)[:-1]), given]
+
+
+# --- reading a config file: its overlay line, strictly (syntax, repeated keys, empty files) ------------------------
+def config_paths(args: list[str]) -> list[Path]:
+    """The values of every `--config X` / `--config=X` of a command line, as paths."""
+    out = []
+    for i, a in enumerate(args):
+        if a in ("--config", "-c") and i + 1 < len(args):
+            out.append(Path(args[i + 1]))
+        elif a.startswith("--config="):
+            out.append(Path(a.split("=", 1)[1]))
+    return out
+
+
+# The first line of an overlay file, `# overlay of: ws/raf`: wslight.app.config_files reads the shipped config of that
+# name first (`overlay_chain`); the messages read it too, to name the file a user gave.
+OVERLAY_LINE = re.compile(r"#\s*overlay of:\s*(\S+)\s*$")
+
+
+def base_of(path: Path) -> str | None:
+    """The name of the shipped config an overlay file is read on top of (`ws/raf` from its first line
+    `# overlay of: ws/raf`; `configs/ws/raf.yaml` there means the same), else None."""
+    try:
+        with path.open() as f:
+            first = f.readline()
+    except (OSError, UnicodeDecodeError, ValueError):  # not a readable text file: jsonargparse reports it
+        return None
+    m = OVERLAY_LINE.match(first.strip())
+    return m.group(1).removeprefix("configs/").removesuffix(".yaml").removesuffix(".yml") if m else None
+
+
+def load_yaml(path: Path) -> Any:
+    """The content of a YAML file, or None when it cannot be read or parsed (the strict reading is `read_config`)."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def _place(path: Path, mark: Any) -> str:
+    return f"{path}, line {mark.line + 1}, column {mark.column + 1}"  # yaml counts lines and columns from 0
+
+
+def _syntax_message(path: Path, err: yaml.YAMLError) -> str:
+    """`<file>, line L, column C: invalid YAML: <problem>` (and where the unclosed construct began)."""
+    if not isinstance(err, yaml.MarkedYAMLError) or (err.problem_mark or err.context_mark) is None:
+        return f"{path}: invalid YAML: {' '.join(str(err).split())}"
+    mark = err.problem_mark or err.context_mark
+    msg = f"{_place(path, mark)}: invalid YAML: {err.problem or err.context}"
+    if err.problem and err.context and err.context_mark is not None and err.context_mark.line != mark.line:
+        msg += f" ({err.context} at line {err.context_mark.line + 1}, column {err.context_mark.column + 1})"
+    if "'\\t'" in str(err.problem):
+        msg += "; indent with spaces, not tabs"
+    return msg
+
+
+def _repeated_key(node: yaml.Node, prefix: str = "", seen: set[int] | None = None) -> tuple[str, int, int] | None:
+    """(key path, line, first line) of the first key written twice in one mapping of a composed YAML document.
+
+    PyYAML keeps the last of two equal keys without a word, and jsonargparse reads files with it; merge keys (`<<:`)
+    are overrides by design and are not counted."""
+    seen = set() if seen is None else seen
+    if id(node) in seen:  # an alias of a node already walked
+        return None
+    seen.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        first: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            if key.tag == "tag:yaml.org,2002:merge" or not isinstance(key, yaml.ScalarNode):
+                continue
+            name = (key.tag, key.value)
+            if name in first:
+                return f"{prefix}{key.value}", key.start_mark.line + 1, first[name]
+            first[name] = key.start_mark.line + 1
+            found = _repeated_key(value, f"{prefix}{key.value}.", seen)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found = _repeated_key(item, f"{prefix}{i}.", seen)
+            if found:
+                return found
+    return None
+
+
+def read_config(path: Path) -> Any:
+    """The content of a `--config` file, or None for a value that is no file (YAML given inline).
+
+    Raises:
+        UsageError: a YAML syntax error (the file, line and column), a key written twice in one block (the file,
+            line and key path), an empty file or one that holds no keys.
+    """
+    try:
+        text = path.read_text()
+    except (OSError, ValueError):
+        return None  # jsonargparse reads and reports what is not a file
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        repeated = _repeated_key(node) if node is not None else None
+        if repeated:
+            key, line, first = repeated
+            raise UsageError(
+                f"{path}, line {line}: {key} is written twice in the same block (first at line {first}); "
+                "YAML would silently keep only the last: remove one"
+            )
+        tree = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise UsageError(_syntax_message(path, err)) from err
+    if tree is None:
+        raise UsageError(f"{path} is empty (no keys): a config needs at least a model: block")
+    if not isinstance(tree, dict):
+        raise UsageError(f"{path} must hold keys (model:, trainer:, ...), got a {type(tree).__name__}: {tree!r:.60}")
+    return tree

@@ -11,7 +11,8 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 
 from ..models import TrainingDiverged
 from ..records.results import RunFolderBusy
-from .messages import ParseError, UsageError, parse_error_message, value_error_message
+from .errors import ParseError, UsageError
+from .messages import parse_error_message, value_error_message
 
 # Exit statuses: 0 the run did what it was asked, 1 it failed (diverged, disk full), 2 a mistake in the command or
 # config, 75 the run folder is busy (try again later, as sysexits' EX_TEMPFAIL), 130 interrupted (resumable).

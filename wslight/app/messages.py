@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .. import validate
+from .config_files import base_of, config_paths, load_yaml, read_config
+from .errors import UsageError
 
 # Training sizes are written once, under data, and linked to the map and the head (target -> source).
 LINKS = {
@@ -36,124 +36,6 @@ LINKS = {
 DEBUG_ENV = "WSLIGHT_DEBUG"
 # The top-level keys of LightningCLI's subcommand parsers (for a misspelt one, which jsonargparse reports without them).
 TOP_KEYS = ("model", "data", "trainer", "seed_everything", "ckpt_path", "optimizer", "lr_scheduler")
-
-
-class UsageError(Exception):
-    """A mistake in the command or its config: printed as one short block on stderr, exit status 2."""
-
-
-class ParseError(Exception):
-    """jsonargparse's parse error, raised instead of printing usage and exiting (main() formats it)."""
-
-
-def _config_files(args: list[str]) -> list[Path]:
-    out = []
-    for i, a in enumerate(args):
-        if a in ("--config", "-c") and i + 1 < len(args):
-            out.append(Path(args[i + 1]))
-        elif a.startswith("--config="):
-            out.append(Path(a.split("=", 1)[1]))
-    return out
-
-
-# The first line of an overlay file, `# overlay of: ws/raf`: wslight.app.config_files reads the shipped config of that
-# name first (its `overlay_chain`); read here too, to name the file a user gave.
-OVERLAY_LINE = re.compile(r"#\s*overlay of:\s*(\S+)\s*$")
-
-
-def base_of(path: Path) -> str | None:
-    """The name of the shipped config an overlay file is read on top of (`ws/raf` from its first line
-    `# overlay of: ws/raf`; `configs/ws/raf.yaml` there means the same), else None."""
-    try:
-        with path.open() as f:
-            first = f.readline()
-    except (OSError, UnicodeDecodeError, ValueError):  # not a readable text file: jsonargparse reports it
-        return None
-    m = OVERLAY_LINE.match(first.strip())
-    return m.group(1).removeprefix("configs/").removesuffix(".yaml").removesuffix(".yml") if m else None
-
-
-def _load_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return None
-
-
-def _place(path: Path, mark: Any) -> str:
-    return f"{path}, line {mark.line + 1}, column {mark.column + 1}"  # yaml counts lines and columns from 0
-
-
-def _syntax_message(path: Path, err: yaml.YAMLError) -> str:
-    """`<file>, line L, column C: invalid YAML: <problem>` (and where the unclosed construct began)."""
-    if not isinstance(err, yaml.MarkedYAMLError) or (err.problem_mark or err.context_mark) is None:
-        return f"{path}: invalid YAML: {' '.join(str(err).split())}"
-    mark = err.problem_mark or err.context_mark
-    msg = f"{_place(path, mark)}: invalid YAML: {err.problem or err.context}"
-    if err.problem and err.context and err.context_mark is not None and err.context_mark.line != mark.line:
-        msg += f" ({err.context} at line {err.context_mark.line + 1}, column {err.context_mark.column + 1})"
-    if "'\\t'" in str(err.problem):
-        msg += "; indent with spaces, not tabs"
-    return msg
-
-
-def _repeated_key(node: yaml.Node, prefix: str = "", seen: set[int] | None = None) -> tuple[str, int, int] | None:
-    """(key path, line, first line) of the first key written twice in one mapping of a composed YAML document.
-
-    PyYAML keeps the last of two equal keys without a word, and jsonargparse reads files with it; merge keys (`<<:`)
-    are overrides by design and are not counted."""
-    seen = set() if seen is None else seen
-    if id(node) in seen:  # an alias of a node already walked
-        return None
-    seen.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        first: dict[tuple[str, str], int] = {}
-        for key, value in node.value:
-            if key.tag == "tag:yaml.org,2002:merge" or not isinstance(key, yaml.ScalarNode):
-                continue
-            name = (key.tag, key.value)
-            if name in first:
-                return f"{prefix}{key.value}", key.start_mark.line + 1, first[name]
-            first[name] = key.start_mark.line + 1
-            found = _repeated_key(value, f"{prefix}{key.value}.", seen)
-            if found:
-                return found
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            found = _repeated_key(item, f"{prefix}{i}.", seen)
-            if found:
-                return found
-    return None
-
-
-def read_config(path: Path) -> Any:
-    """The content of a `--config` file, or None for a value that is no file (YAML given inline).
-
-    Raises:
-        UsageError: a YAML syntax error (the file, line and column), a key written twice in one block (the file,
-            line and key path), an empty file or one that holds no keys.
-    """
-    try:
-        text = path.read_text()
-    except (OSError, ValueError):
-        return None  # jsonargparse reads and reports what is not a file
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        repeated = _repeated_key(node) if node is not None else None
-        if repeated:
-            key, line, first = repeated
-            raise UsageError(
-                f"{path}, line {line}: {key} is written twice in the same block (first at line {first}); "
-                "YAML would silently keep only the last: remove one"
-            )
-        tree = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise UsageError(_syntax_message(path, err)) from err
-    if tree is None:
-        raise UsageError(f"{path} is empty (no keys): a config needs at least a model: block")
-    if not isinstance(tree, dict):
-        raise UsageError(f"{path} must hold keys (model:, trainer:, ...), got a {type(tree).__name__}: {tree!r:.60}")
-    return tree
 
 
 _MISSING = object()
@@ -174,7 +56,7 @@ def given_values(args: list[str], key: str) -> list[tuple[str, Any]]:
     for i, a in enumerate(args):
         if a in ("--config", "-c") or a.startswith("--config="):
             value = a.partition("=")[2] if "=" in a else (args[i + 1] if i + 1 < len(args) else "")
-            found = _get(_load_yaml(Path(value)), key) if value else _MISSING
+            found = _get(load_yaml(Path(value)), key) if value else _MISSING
             if found is not _MISSING:
                 out.append((value, found))
         elif a == f"--{key}" and i + 1 < len(args):
@@ -240,7 +122,7 @@ def check_command(args: list[str], evaluate: bool) -> list[str]:
             )
         args = args[1:]  # `evaluate.py test --config ...`: the usage line shows `test`, so accept it once
     subcommand = next((a for a in args if not a.startswith("-")), None) if args else None
-    files = _config_files(args)
+    files = config_paths(args)
     for i, path in enumerate(files):
         tree = read_config(path)
         for key in tree if isinstance(tree, dict) else ():

@@ -33,7 +33,8 @@ from .. import validate
 from ..records.paper_checks import all_checks, checks_markdown
 from ..records.results import read_records
 from .config_files import UnknownConfigError, configs_dir, find_config, overlay_chain, resolve_config_args
-from .messages import UsageError, given_values
+from .errors import UsageError
+from .messages import given_values
 
 PLAN = configs_dir() / "reproduce" / "plan.yaml"
 PLANS = ("offline", "full")

@@ -13,7 +13,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from ..records.results import LOCK_NAME, config_key, unwritable_reason
-from .messages import UsageError
+from .errors import UsageError
 
 # Settings that change where or how fast a run happens, not what it computes: left out of the run key, so that the
 # same evaluation on 1 or 2 devices (or resumed with another logger) appends to the same results.
