@@ -26,6 +26,7 @@ FLOORS = {  # prefix -> floor (higher imports lower); the longest matching prefi
     "wslight.sensitivity": 5,
     "wslight.ascent": 5,
     "wslight.attack": 5,
+    "wslight.attack_losses": 5,
     "wslight.interpolation": 5,
     "wslight.probes": 5,
     "wslight.plots": 4,

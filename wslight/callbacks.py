@@ -20,7 +20,7 @@ from lightning.pytorch.callbacks import Callback
 from tqdm.auto import tqdm
 
 from . import validate
-from .attack import LOSSES
+from .attack_losses import LOSSES
 from .evaluations.attack_sweep import attack_objectives, run_attacks
 from .evaluations.base import gather_records, one_cpu_thread
 from .evaluations.figures import attack_figures, save_figure

@@ -16,7 +16,8 @@ from typing import Any, Literal, cast
 import torch
 
 from .. import validate
-from ..attack import LOSSES, delta_attacks, output_records
+from ..attack import delta_attacks, output_records
+from ..attack_losses import LOSSES
 from ..data import EmbeddingSpec
 from ..features import resolve_maps, trial_maps
 from ..records.summary import ATTACK_REQUIRED, attack_scalars, attack_table, markdown_table, trusted
