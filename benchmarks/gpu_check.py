@@ -142,6 +142,21 @@ def run_pytest(timeout: float) -> dict:
     }
 
 
+def timed_row(row: dict, gpu_s: float, cpu_s: float, cpu_trials: int, peak: float | None, note: str) -> dict:
+    """A part's table row: GPU and CPU seconds for all its trials (the CPU's extrapolated from `cpu_trials`), their
+    ratio, the GPU's peak memory and a note."""
+    return {
+        **row,
+        "gpu_s": gpu_s,
+        "cpu_s": cpu_s,
+        "cpu_trials": cpu_trials,
+        "ratio": cpu_s / gpu_s,
+        "peak_gib": peak,
+        "note": note,
+        "status": "ok",
+    }
+
+
 def ws_trials(name: str, n: int, d: int, trials: int, device: str, seed: int) -> tuple[float, list[float]]:
     """`trials` independent trials (a fresh map and sample each, the paper's protocol) searched together on `device`
     (`FreshMaps`: RF drawn from the law of (z, V^(i)), attention maps built): (seconds including the draws, S)."""
@@ -170,16 +185,14 @@ def part_ws_raf(args, budget: Budget, gpu: str) -> list[dict]:
         c_all = c_s * args.trials / k
         diff = max(abs(a - b) / abs(b) for a, b in zip(g_ws[:k], c_ws))
         rows.append(
-            {
-                **row,
-                "gpu_s": g_s,
-                "cpu_s": c_all,
-                "cpu_trials": k,
-                "ratio": c_all / g_s,
-                "peak_gib": peak,
-                "note": f"max rel. diff of S, CPU vs GPU: {diff:.1e}; mean S {sum(g_ws) / len(g_ws):.4g}",
-                "status": "ok",
-            }
+            timed_row(
+                row,
+                g_s,
+                c_all,
+                k,
+                peak,
+                f"max rel. diff of S, CPU vs GPU: {diff:.1e}; mean S {sum(g_ws) / len(g_ws):.4g}",
+            )
         )
     return rows
 
@@ -217,18 +230,7 @@ def part_attack(args, budget: Budget, gpu: str) -> list[dict]:
     k = min(args.cpu_trials, args.attack_trials, 1)
     c_s, c_err = run("cpu", k)
     c_all = c_s * args.attack_trials / k
-    return [
-        {
-            **row,
-            "gpu_s": g_s,
-            "cpu_s": c_all,
-            "cpu_trials": k,
-            "ratio": c_all / g_s,
-            "peak_gib": peak,
-            "note": f"err GPU {g_err[0]:.3g} / CPU {c_err[0]:.3g} (trial 0)",
-            "status": "ok",
-        }
-    ]
+    return [timed_row(row, g_s, c_all, k, peak, f"err GPU {g_err[0]:.3g} / CPU {c_err[0]:.3g} (trial 0)")]
 
 
 def part_ws_rf(args, budget: Budget, gpu: str) -> list[dict]:
@@ -244,17 +246,15 @@ def part_ws_rf(args, budget: Budget, gpu: str) -> list[dict]:
         c_s, c_ws = ws_trials("rf", n, d, k, "cpu", args.seed)
         c_all = c_s * args.trials / k
         return [
-            {
-                **row,
-                "gpu_s": g_s,
-                "cpu_s": c_all,
-                "cpu_trials": k,
-                "ratio": c_all / g_s,
-                "peak_gib": peak,
-                "note": f"fresh maps from the law of (z, V^(i)): k x d per trial instead of V's "
+            timed_row(
+                row,
+                g_s,
+                c_all,
+                k,
+                peak,
+                f"fresh maps from the law of (z, V^(i)): k x d per trial instead of V's "
                 f"{(n * d) ** 2 * 4 / 1e9:.0f} GB; S GPU {g_ws[0]:.4g} / CPU {c_ws[0]:.4g} (trial 0)",
-                "status": "ok",
-            }
+            )
         ]
     except Exception as e:  # report and go on: the other parts still count
         return [{**row, "status": f"failed: {type(e).__name__}: {str(e)[:200]}"}]
