@@ -234,20 +234,18 @@ def main(
             cli = WSLightCLI(args=args, run=run, evaluate=evaluate, prog=prog)
     except (KeyboardInterrupt, SystemExit):
         # Lightning turns SIGINT/SIGTERM into a graceful shutdown and exits non-zero
-        RunLock.release_all()
         remove_empty_run_dir(_new_run_dir)
         if evaluate and _interrupted:
             print(hint, file=sys.stderr)
         raise
     except Exception as err:
-        RunLock.release_all()
         remove_empty_run_dir(_new_run_dir)
         failure = None if debug else failure_message(err, _parsed_config or args_tree(args))
         if failure is None:
             raise
         fail(failure[0], prog, code=failure[1])
     finally:
-        RunLock.release_all()
+        RunLock.release_all()  # also after a failure inside Lightning, which skips the modules' teardown
         if run:
             shut_down_distributed()
     if run and (cli.trainer.interrupted or _interrupted):
