@@ -60,9 +60,9 @@ def samples(data: str, trials: int, n: int, d: int, seed: int) -> torch.Tensor:
         except ImportError as err:
             raise SystemExit(f"--data imdb needs wslight.data.load_token_embeddings ({err})") from None
         emb = load_token_embeddings(EmbeddingSpec(num_samples=trials))
-        X = torch.as_tensor(emb if isinstance(emb, torch.Tensor) else emb[0])[:trials, :n, :d].to(torch.float64)
-        if X.shape != (trials, n, d):
-            raise SystemExit(f"--data imdb gave embeddings of shape {tuple(X.shape)}, need {(trials, n, d)}")
+        if len(emb) < trials:
+            raise SystemExit(f"--data imdb gave {len(emb)} reviews, need {trials}")
+        X, _ = emb.samples(list(range(trials)), n, d, dtype=torch.float64)  # rows of norm sqrt(d)
     # Paper: every row rescaled to norm sqrt(d)
     return X / X.norm(dim=-1, keepdim=True) * d**0.5
 

@@ -25,6 +25,7 @@ FLOORS = {  # prefix -> floor (higher imports lower); the longest matching prefi
     "wslight.features": 5,
     "wslight.sensitivity": 5,
     "wslight.ascent": 5,
+    "wslight.chains": 5,
     "wslight.attack": 5,
     "wslight.attack_losses": 5,
     "wslight.interpolation": 5,

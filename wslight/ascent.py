@@ -3,6 +3,7 @@ every (trial, sample, position, restart) chain at once, its starting points, and
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ import torch
 from torch import Tensor
 
 from . import validate
+from .chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
 from .features.move import TokenMove, project_ball
 from .seeding import generator
 
@@ -38,6 +40,9 @@ class WSResult:
         delta_norm: (B,) float64, ||delta|| (<= radius).
         phi_norm: (B,) float64, ||phi(X)|| of the clean sample.
         steps: (B,) long, the most ascent steps any chain of that sample ran.
+        chains: (B,) long, chains run for that sample (every position and round): the search's evidence
+            (docs/theory.md §4.3).
+        near_best: (B,) long, how many of them ended within 1% of the best (in S); 1 means a lone best chain.
         bound: (B,) float64 upper bound on S at the realised ||Delta|| (RF: Lip ||V^(i)||_op ||Delta|| / ||phi||,
             docs/theory.md §3.2), or None for maps without one.
     """
@@ -48,10 +53,13 @@ class WSResult:
     delta_norm: Tensor
     phi_norm: Tensor
     steps: Tensor
+    chains: Tensor
+    near_best: Tensor
     bound: Tensor | None = None
 
     def records(self) -> list[dict]:
-        """One dict per sample (trial-major) with the results.jsonl fields position, ws, delta_norm, phi_norm, steps."""
+        """One dict per sample (trial-major) with the results.jsonl fields position, ws, delta_norm, phi_norm, steps,
+        chains, near_best."""
         return [
             {
                 "position": int(position),
@@ -59,13 +67,17 @@ class WSResult:
                 "delta_norm": float(delta_norm),
                 "phi_norm": float(phi_norm),
                 "steps": int(steps),
+                "chains": int(chains),
+                "near_best": int(near),
             }
-            for position, ws, delta_norm, phi_norm, steps in zip(
+            for position, ws, delta_norm, phi_norm, steps, chains, near in zip(
                 self.position.flatten(),
                 self.ws.flatten(),
                 self.delta_norm.flatten(),
                 self.phi_norm.flatten(),
                 self.steps.flatten(),
+                self.chains.flatten(),
+                self.near_best.flatten(),
             )
         ]
 
@@ -106,94 +118,19 @@ def _top_curvature(
     return v.detach()
 
 
-def _ascend(
-    objective: Callable[[Tensor], Tensor],
-    delta: Tensor,
-    radius: float,
-    max_steps: int,
-    lr: float,
-    tol: float,
-    window: int,
-    value_and_grad: Callable[[Tensor], tuple[Tensor, Tensor]] | None = None,
-    select: Callable[[Tensor], TokenMove | None] | None = None,
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Monotone projected normalised-gradient ascent with a per-chain adaptive step, all chains at once.
-
-    A step moves Delta by eta * radius along the normalised gradient (its tangential part when Delta sits on the sphere
-    and the gradient points outwards), then projects onto the ball. A chain keeps the move only if f increases: then eta
-    grows by 1.5 (up to 1); otherwise eta halves. A chain stops when sqrt(f) has grown by less than a factor 1 + tol
-    over the last `window` steps, or after `max_steps`.
-
-    The chains of a trial (the leading dim) share its map; once every chain of some trials has stopped, `select`
-    (given) restricts the evaluations to the trials still running, so a batch costs the sum of its trials' steps
-    rather than T times the longest. Every chain follows the same path as without it.
-
-    Args:
-        value_and_grad: x -> (f(x), grad f(x)) detached, if the objective has a cheaper closed form; else autograd.
-        select: trial indices (long) -> the token of those trials only (`TokenMove.select_trials`), whose
-            `value_and_grad` takes inputs (T', ...) for T' trials; None from it: no restriction.
-
-    Returns:
-        delta: (..., d) best Delta per chain; f: (...) its objective; steps: (...) steps run per chain.
-    """
-    shape = delta.shape[:-1]
-    eta = torch.full(shape, lr, dtype=delta.dtype, device=delta.device)
-    steps = torch.zeros(shape, dtype=torch.long, device=delta.device)
-    active = torch.ones(shape, dtype=torch.bool, device=delta.device)
-    live: Tensor | None = None  # indices of the trials still evaluated (None: all of them)
-    live_eval: Callable[[Tensor], tuple[Tensor, Tensor]] | None = None  # their value_and_grad, set with live
-
-    if value_and_grad is None:
-
-        def value_and_grad(x: Tensor) -> tuple[Tensor, Tensor]:
-            with torch.enable_grad():
-                x = x.detach().requires_grad_(True)
-                f = objective(x)
-                (g,) = torch.autograd.grad(f.sum(), x)
-            return f.detach(), g
-
-    f, g = value_and_grad(delta)
-    history = [f.clamp_min(0).sqrt()]
-    for t in range(max_steps):
-        norm = delta.norm(dim=-1, keepdim=True)  # (..., 1)
-        unit = delta / norm.clamp_min(1e-300)
-        radial = (g * unit).sum(-1, keepdim=True)
-        on_sphere = (norm >= radius * (1 - 1e-6)) & (radial > 0)
-        direction = torch.where(on_sphere, g - radial * unit, g)  # tangential part on the sphere
-        direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-        proposal = project_ball(delta + (eta * radius)[..., None] * direction, radius)
-        if live is None or live_eval is None:
-            f_new, g_new = value_and_grad(proposal)
-        else:  # stopped trials keep their state: f_new = f is never accepted
-            f_live, g_live = live_eval(proposal[live])
-            f_new, g_new = f.clone(), g.clone()
-            f_new[live], g_new[live] = f_live, g_live
-        accept = (f_new > f) & active
-        delta = torch.where(accept[..., None], proposal, delta)
-        g = torch.where(accept[..., None], g_new, g)
-        f = torch.where(accept, f_new, f)
-        eta = torch.where(accept, (eta * 1.5).clamp_max(1.0), torch.where(active, eta * 0.5, eta))
-        steps = steps + active.long()
-        history.append(f.clamp_min(0).sqrt())
-        if t + 1 >= window:
-            old = history[-1 - window]
-            active = active & (history[-1] > old * (1 + tol))
-            history = history[-window:]
-        if not bool(active.any()):
-            break
-        if select is not None:
-            running = active.reshape(active.shape[0], -1).any(dim=1).nonzero()[:, 0]  # (T',)
-            count = shape[0] if live is None else len(live)
-            if len(running) <= count - max(1, count // 4):  # restrict (and copy the maps) when a quarter has stopped
-                restricted = select(running)
-                if restricted is not None:  # the same family as the token `select` came with: it has a value_and_grad
-                    live, live_eval = running, cast(_ClosedForm, restricted).value_and_grad
-    return delta, f, steps
-
-
 # ----------------------------------------------------------------------------------------------------------------------
 # Public API
 # ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Best:
+    """The best chain of every (trial, sample) so far, over positions and rounds, and the evidence on it."""
+
+    f: Tensor  # (T, B) float64, the working-dtype objective ||phi' - phi||^2 of the best chain
+    delta: Tensor  # (T, B, d) float64
+    j: Tensor  # (T, B) long, index of its position in the chunk
+    steps: Tensor  # (T, B) long, most steps of any chain
 
 
 @dataclass
@@ -209,20 +146,42 @@ class Search:
     window: int
     chunk_elements: int
     power_iters: int
+    max_chains: int
+    gain_tol: float
 
     @classmethod
-    def checked(cls, d, n, positions, radius, restarts, max_steps, lr, tol, window, chunk_elements, power_iters):
+    def checked(
+        cls,
+        d,
+        n,
+        positions,
+        radius,
+        restarts,
+        max_steps,
+        lr,
+        tol,
+        window,
+        chunk_elements,
+        power_iters,
+        max_chains,
+        gain_tol,
+    ):
         """Every argument checked (a ValueError naming it) before any heavy work."""
+        restarts = validate.integer("restarts", restarts, 1)
         return cls(
             positions=validate.positions("positions", positions, n),
             radius=validate.number("radius", math.sqrt(d) if radius is None else radius, 0.0, strict=True),
-            restarts=validate.integer("restarts", restarts, 1),
+            restarts=restarts,
             max_steps=validate.integer("max_steps", max_steps, 1),
             lr=validate.number("lr", lr, 0.0, strict=True),
             tol=validate.number("tol", tol, 0.0),
             window=validate.integer("window", window, 1),
             chunk_elements=validate.integer("chunk_elements", chunk_elements, 1),
             power_iters=validate.integer("power_iters", power_iters, 0),
+            max_chains=validate.integer(
+                "max_chains", restarts if max_chains is None else max_chains, restarts, why="at least the restarts"
+            ),
+            gain_tol=validate.number("gain_tol", gain_tol, 0.0),
         )
 
     def run(
@@ -236,7 +195,8 @@ class Search:
         per_pos: int,
         one_chunk: bool = False,
     ) -> WSResult:
-        """Ascend every (trial, sample, position, restart) chain; positions (then restarts) chunked for memory.
+        """Ascend every (trial, sample, position, chain) in rounds until each sample's best is tight; positions (then
+        chains) chunked for memory.
 
         Args:
             build: positions -> the token-move algebra of the T trials for them.
@@ -249,102 +209,196 @@ class Search:
             one_chunk: all positions in one chunk (the algebra draws its map for exactly these positions).
         """
         T, B, n, d = X.shape
-        device, restarts, radius = X.device, self.restarts, self.radius
-        chains_per_pos = T * B * restarts
-        pos_chunk = max(1, self.chunk_elements // (chains_per_pos * per_chain + T * per_pos))
-        pos_chunk = len(self.positions) if one_chunk else pos_chunk
-        restart_chunk = restarts
-        if pos_chunk == 1 and chains_per_pos * per_chain + T * per_pos > self.chunk_elements:
-            # the position's own memory (e.g. RF blocks) is held whatever the restart chunking, so the chains of one
-            # position get the whole budget: splitting them would only re-read that memory once per chunk
-            restart_chunk = max(1, self.chunk_elements // max(1, T * B * per_chain))
-
-        best_f = torch.full((T, B), -1.0, dtype=torch.float64)
-        best_delta = torch.zeros(T, B, d, dtype=torch.float64)
+        pos_chunk, chain_chunk = self._chunks(T, B, per_chain, per_pos, one_chunk)
+        best = _Best(
+            f=torch.full((T, B), -1.0, dtype=torch.float64),
+            delta=torch.zeros(T, B, d, dtype=torch.float64),
+            j=torch.zeros(T, B, dtype=torch.long),
+            steps=torch.zeros(T, B, dtype=torch.long),
+        )
         best_pos = torch.zeros(T, B, dtype=torch.long)
         best_ws = torch.full((T, B), math.nan, dtype=torch.float64)  # filled only by algebras with an exact64
         phi_norm = torch.full((T, B), math.nan, dtype=torch.float64)
-        steps_max = torch.zeros(T, B, dtype=torch.long)
         factor = torch.full((T, B), math.nan, dtype=torch.float64)  # of the bound at the best position, if any
-        rows = torch.arange(T * B)
+        values = []  # per chunk, (T, B, P C) every chain's best objective
         for c0 in range(0, len(self.positions), pos_chunk):
             pos = self.positions[c0 : c0 + pos_chunk]
-            P = len(pos)
             token = build(pos)
-            # starting points on the sphere: +- the top curvature direction, the map's own constructions, then random
-            # ones, one stream per trial and position: a chain does not depend on the chunking or the other trials
-            draws = torch.stack(
-                [
-                    torch.stack(
-                        [torch.randn(B, restarts + 1, d, generator=generator(s, "ws.init", p)) for p in pos], dim=1
-                    )
-                    for s in seeds
-                ]
-            ).to(device=device, dtype=dt)  # (T, B, P, R + 1, d)
-            exact_top = getattr(token, "top_curvature", None)  # e.g. RF: the d x d Hessian in closed form
-            if exact_top is not None and self.power_iters > 0:
-                top = exact_top(draws[:, :, :, :1])  # (T, B, P, 1, d)
-            else:
-                product = getattr(token, "curvature_product", None)  # e.g. attention: H v in closed form
-                top = _top_curvature(token.change_sq, draws[:, :, :, :1], self.power_iters, product)  # (T, B, P, 1, d)
-            own = token.starts if token.starts is not None else top.new_zeros(T, B, P, 0, d)
-            struct = torch.cat([top, -top, own.to(dt)], dim=3)[:, :, :, :restarts]  # (T, B, P, S, d)
-            rand = draws[:, :, :, 1 : 1 + restarts - struct.shape[3]]
-            rand = rand / rand.norm(dim=-1, keepdim=True).clamp_min(1e-30)  # (T, B, P, R - S, d)
-            starts = torch.cat([struct, rand], dim=3) * radius  # (T, B, P, R, d)
-            for r0 in range(0, restarts, restart_chunk):
-                delta0 = starts[:, :, :, r0 : r0 + restart_chunk].contiguous()
-                delta, f, steps = _ascend(
-                    token.change_sq,
-                    delta0,
-                    radius,
-                    self.max_steps,
-                    self.lr,
-                    self.tol,
-                    self.window,
-                    value_and_grad=getattr(token, "value_and_grad", None),
-                    select=token.select_trials if getattr(token, "value_and_grad", None) is not None else None,
-                )
-                R_c = delta.shape[3]
-                f_flat = f.reshape(T * B, -1).to(torch.float64).cpu()  # (T B, P R')
-                f_best, idx = f_flat.max(dim=1)
-                chosen = delta.reshape(T * B, P * R_c, d)[rows, idx.to(device)].to(torch.float64).cpu()
-                # Deviation: the ball is centred on the clean token; the authors centre it at the noisy start
-                # x_i + 0.1 xi, so their ||Delta|| can reach about 1.1 sqrt(d) (docs/theory.md §9.1); we keep
-                # docs/theory.md §1.3's
-                chosen = project_ball(chosen, radius).reshape(T, B, d)  # float32 may leave ||Delta|| a hair out
-                f_best, j = f_best.reshape(T, B), (idx // R_c).reshape(T, B)
-                better = f_best > best_f
-                if token.exact64 is not None:
-                    ws_c, norm_c = token.exact64(chosen, j)
-                    best_ws = torch.where(better, ws_c, best_ws)
-                    phi_norm = norm_c
-                factors = token.bound_factors(j)
-                if factors is not None:
-                    factor = torch.where(better, factors, factor)
-                best_delta = torch.where(better[..., None], chosen, best_delta)
-                best_pos = torch.where(better, torch.tensor(pos)[j], best_pos)
-                best_f = torch.where(better, f_best, best_f)
-                steps_max = torch.maximum(steps_max, steps.reshape(T, B, -1).max(dim=2).values.cpu())
+            chunk = self._search(token, self._starts(token, pos, seeds, dt, X), pos, seeds, dt, chain_chunk)
+            values.append(chunk.pop())
+            (f_c, delta_c, j_c, steps_c) = chunk
+            # Deviation: the ball is centred on the clean token; the authors centre it at the noisy start
+            # x_i + 0.1 xi, so their ||Delta|| can reach about 1.1 sqrt(d) (docs/theory.md §9.1); we keep
+            # docs/theory.md §1.3's
+            delta_c = project_ball(delta_c, self.radius)  # float32 may leave ||Delta|| a hair out
+            better = f_c > best.f
+            if token.exact64 is not None:
+                ws_c, norm_c = token.exact64(delta_c, j_c)
+                best_ws = torch.where(better, ws_c, best_ws)
+                phi_norm = norm_c
+            factors = token.bound_factors(j_c)
+            if factors is not None:
+                factor = torch.where(better, factors, factor)
+            best.delta = torch.where(better[..., None], delta_c, best.delta)
+            best_pos = torch.where(better, torch.tensor(pos)[j_c], best_pos)
+            best.f = torch.where(better, f_c, best.f)
+            best.steps = torch.maximum(best.steps, steps_c)
 
         if bool(best_ws.isnan().any()):
-            # final value with the full maps in float64 (clean and perturbed samples in one pass per trial)
-            assert exact is not None  # only algebras with an exact64 (which fills best_ws) come without it
-            X64 = X.to(torch.float64)
-            Xp = X64.clone()
-            t_idx, b_idx = torch.meshgrid(torch.arange(T), torch.arange(B), indexing="ij")
-            Xp[t_idx, b_idx, best_pos.to(device)] += best_delta.to(device)
-            phi = exact(torch.cat([X64, Xp], dim=1))  # (T, 2B, p)
-            phi0, phi1 = phi[:, :B].cpu(), phi[:, B:].cpu()
-            phi_norm = phi0.norm(dim=-1)
-            best_ws = (phi1 - phi0).norm(dim=-1) / phi_norm
-        delta_norm = best_delta.norm(dim=-1)
+            best_ws, phi_norm = self._final_value(exact, X, best_pos, best.delta)
+        every = torch.cat(values, dim=-1)  # (T, B, chains at every position)
+        delta_norm = best.delta.norm(dim=-1)
         return WSResult(
             ws=best_ws,
             position=best_pos,
-            delta=best_delta,
+            delta=best.delta,
             delta_norm=delta_norm,
             phi_norm=phi_norm,
-            steps=steps_max,
+            steps=best.steps,
+            chains=every.isfinite().sum(-1),
+            near_best=near_best(every, best.f, squared=True),
             bound=None if factor.isnan().all() else factor * delta_norm / phi_norm.to(torch.float64),
         )
+
+    def _chunks(self, T: int, B: int, per_chain: int, per_pos: int, one_chunk: bool) -> tuple[int, int]:
+        """Positions per chunk and chains per batch, within `chunk_elements`."""
+        chains_per_pos = T * B * self.restarts
+        pos_chunk = max(1, self.chunk_elements // (chains_per_pos * per_chain + T * per_pos))
+        pos_chunk = len(self.positions) if one_chunk else pos_chunk
+        chain_chunk = self.restarts
+        if pos_chunk == 1 and chains_per_pos * per_chain + T * per_pos > self.chunk_elements:
+            # the position's own memory (e.g. RF blocks) is held whatever the chain batching, so the chains of one
+            # position get the whole budget: splitting them would only re-read that memory once per batch
+            chain_chunk = max(1, self.chunk_elements // max(1, T * B * per_chain))
+        return pos_chunk, chain_chunk
+
+    def _starts(self, token: TokenMove, pos: list[int], seeds: list[int], dt: torch.dtype, X: Tensor) -> Tensor:
+        """The first round's starting points on the sphere, (T, B, P, restarts, d): +- the top curvature direction,
+        the map's own constructions, then random ones, one stream per trial and position (a chain does not depend
+        on the chunking or the other trials). X (T, B, n, d) the samples."""
+        B, d, device = X.shape[1], X.shape[3], X.device
+        draws = torch.stack(
+            [
+                torch.stack(
+                    [torch.randn(B, self.restarts + 1, d, generator=generator(s, "ws.init", p)) for p in pos], dim=1
+                )
+                for s in seeds
+            ]
+        ).to(device=device, dtype=dt)  # (T, B, P, R + 1, d)
+        exact_top = getattr(token, "top_curvature", None)  # e.g. RF: the d x d Hessian in closed form
+        if exact_top is not None and self.power_iters > 0:
+            top = exact_top(draws[:, :, :, :1])  # (T, B, P, 1, d)
+        else:
+            product = getattr(token, "curvature_product", None)  # e.g. attention: H v in closed form
+            top = _top_curvature(token.change_sq, draws[:, :, :, :1], self.power_iters, product)
+        own = token.starts if token.starts is not None else top.new_zeros(*top.shape[:3], 0, top.shape[-1])
+        struct = torch.cat([top, -top, own.to(dt)], dim=3)[:, :, :, : self.restarts]  # (T, B, P, S, d)
+        rand = draws[:, :, :, 1 : 1 + self.restarts - struct.shape[3]]
+        rand = rand / rand.norm(dim=-1, keepdim=True).clamp_min(1e-30)  # (T, B, P, R - S, d)
+        return torch.cat([struct, rand], dim=3) * self.radius
+
+    def _search(
+        self, token: TokenMove, starts: Tensor, pos: list[int], seeds: list[int], dt: torch.dtype, chain_chunk: int
+    ) -> list[Tensor]:
+        """Rounds of chains for the positions of one chunk: the first from `starts`, then `restarts` random ones at a
+        time for the trials whose best is not yet tight (`more_chains`).
+
+        Returns:
+            [f (T, B) float64 best objective, delta (T, B, d) float64 its Delta, j (T, B) its position's index,
+            steps (T, B) most steps of a chain, values (T, B, P C) every chain's best objective (-inf: not run)].
+        """
+        T, B, P, _, d = starts.shape
+        device = starts.device
+        f_best = torch.full((T, B), -math.inf, dtype=torch.float64)
+        delta_best = torch.zeros(T, B, d, dtype=torch.float64)
+        j_best = torch.zeros(T, B, dtype=torch.long)
+        steps = torch.zeros(T, B, dtype=torch.long)
+        values: list[Tensor] = []
+        run = torch.arange(T)  # the trials of this round
+        chains = 0  # per (sample, position), of the trials still running
+        for round_ in itertools.count():
+            if round_ > 0:
+                starts = torch.stack(
+                    [
+                        torch.stack(
+                            [
+                                torch.randn(B, self.restarts, d, generator=generator(seeds[t], "ws.init", p, round_))
+                                for p in pos
+                            ],
+                            dim=1,
+                        )
+                        for t in run.tolist()
+                    ]
+                ).to(device=device, dtype=dt)
+                starts = starts / starts.norm(dim=-1, keepdim=True).clamp_min(1e-30) * self.radius
+            tok = token if len(run) == T else token.select_trials(run.to(device))
+            sub = run if tok is not None else torch.arange(T)  # a family that cannot restrict runs every trial
+            tok = tok if tok is not None else token
+            if len(sub) > len(run):  # the other trials' chains are run but not counted: a trial's result is its own
+                full = torch.zeros(T, *starts.shape[1:], dtype=starts.dtype, device=device)
+                full[run] = starts
+                starts = full
+            f_r, x_r, steps_r = self._round(tok, starts, chain_chunk)  # (T', B, P, R) ...
+            keep = torch.isin(sub, run)
+            f_r, x_r, steps_r, sub = f_r[keep], x_r[keep], steps_r[keep], sub[keep]
+            R = f_r.shape[-1]
+            f_round = torch.full((T, B, P * R), -math.inf, dtype=torch.float64)
+            f_round[sub] = f_r.reshape(len(sub), B, P * R)
+            values.append(f_round)
+            top, idx = f_round.max(dim=-1)  # (T, B)
+            before = f_best.clone()
+            better = top > f_best
+            x_flat = x_r.reshape(len(sub), B, P * R, d).to(torch.float64)
+            chosen = torch.zeros(T, B, d, dtype=torch.float64)
+            chosen[sub] = x_flat.gather(2, idx[sub][..., None, None].expand(-1, -1, 1, d).to(x_flat.device))[
+                :, :, 0
+            ].cpu()
+            delta_best = torch.where(better[..., None], chosen, delta_best)
+            j_best = torch.where(better, idx // R, j_best)
+            f_best = torch.where(better, top, f_best)
+            steps[sub] = torch.maximum(steps[sub], steps_r.reshape(len(sub), B, -1).max(dim=-1).values)
+            chains += R
+            gain = (f_best.clamp_min(0) / before.clamp_min(1e-300)).sqrt() - 1  # on S, not S^2
+            near = near_best(torch.cat(values, dim=-1), f_best, squared=True)
+            more = more_chains(gain, near, torch.full_like(near, chains), self.gain_tol, self.max_chains)  # (T, B)
+            run = run[more[run].any(dim=1)]
+            if len(run) == 0:
+                break
+        return [f_best, delta_best, j_best, steps, torch.cat(values, dim=-1)]
+
+    def _round(self, token: TokenMove, starts: Tensor, chain_chunk: int) -> tuple[Tensor, Tensor, Tensor]:
+        """One round: every chain of `starts` (T, B, P, R, d) run to convergence, `chain_chunk` chains at a time.
+
+        Returns:
+            f (T, B, P, R) float64 on the CPU, each chain's best objective; x (T, B, P, R, d) its point; steps.
+        """
+        closed = getattr(token, "value_and_grad", None)
+        evaluate = closed if closed is not None else autograd_evaluate(token.change_sq)
+
+        def restrict(idx: Tensor):
+            narrowed = token.select_trials(idx) if closed is not None else None
+            return None if narrowed is None else cast(_ClosedForm, narrowed).value_and_grad
+
+        rule = MonotoneAscent(self.radius, self.lr, self.tol, self.window)
+        out = [
+            run_chains(evaluate, starts[:, :, :, r0 : r0 + chain_chunk].contiguous(), rule, self.max_steps, restrict)
+            for r0 in range(0, starts.shape[3], chain_chunk)
+        ]
+        return (
+            torch.cat([c.best_f for c in out], dim=3).to(torch.float64).cpu(),
+            torch.cat([c.best_x for c in out], dim=3),
+            torch.cat([c.steps for c in out], dim=3).cpu(),
+        )
+
+    def _final_value(self, exact, X: Tensor, best_pos: Tensor, best_delta: Tensor) -> tuple[Tensor, Tensor]:
+        """S and ||phi(X)|| with the full maps in float64 (clean and perturbed samples in one pass per trial)."""
+        assert exact is not None  # only algebras with an exact64 (which fills S) come without it
+        T, B = best_pos.shape
+        X64 = X.to(torch.float64)
+        Xp = X64.clone()
+        t_idx, b_idx = torch.meshgrid(torch.arange(T), torch.arange(B), indexing="ij")
+        Xp[t_idx, b_idx, best_pos.to(X.device)] += best_delta.to(X.device)
+        phi = exact(torch.cat([X64, Xp], dim=1))  # (T, 2B, p)
+        phi0, phi1 = phi[:, :B].cpu(), phi[:, B:].cpu()
+        phi_norm = phi0.norm(dim=-1)
+        return (phi1 - phi0).norm(dim=-1) / phi_norm, phi_norm

@@ -41,6 +41,8 @@ def word_sensitivity(
     dtype: Literal["float32", "float64"] | torch.dtype | None = None,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     power_iters: int = 20,
+    max_chains: int | None = None,
+    gain_tol: float = 1e-3,
 ) -> WSResult:
     """Estimate the word sensitivity S_phi(X) of each sample of a batch (docs/theory.md §1.3).
 
@@ -117,7 +119,19 @@ def word_sensitivity(
         validate.samples("X", X, d, n_map)  # the error names the shape received
     X4 = validate.samples("X", X4.flatten(0, 1), d, n_map).reshape(X4.shape)
     search = Search.checked(
-        d, X4.shape[2], positions, radius, restarts, max_steps, lr, tol, window, chunk_elements, power_iters
+        d,
+        X4.shape[2],
+        positions,
+        radius,
+        restarts,
+        max_steps,
+        lr,
+        tol,
+        window,
+        chunk_elements,
+        power_iters,
+        max_chains,
+        gain_tol,
     )
     T, B, n = X4.shape[:3]
     seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * T

@@ -1,0 +1,247 @@
+"""The one chain engine behind both searches on a moved token: the word-sensitivity ascent and the Delta attack.
+
+A chain is one (trial, sample, position, restart) search for Delta; all chains of a call move together in one tensor
+(T, ..., d), the leading dim being the trial. The engine keeps what every search needs: the evaluation of the chains
+(restricted to the trials still running once a quarter of them has finished, so a batch costs the sum of its trials'
+steps rather than T times the longest), the best point of every chain, and the stop of the loop. A step rule (a small
+strategy) says how a chain moves and when it has converged: `MonotoneAscent` (word sensitivity),
+`MomentumDescent` (the attack's default) and `FixedStep` (the authors' schedule). The engine always maximises; a
+search that minimises a loss hands it -loss (negation is exact, so the path is the same).
+
+`near_best` and `more_chains` are the tightness rule of docs/theory.md §4.3: a search keeps adding rounds of chains
+for a sample until its best has stopped improving and a second chain has confirmed it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from .features.move import project_ball
+
+# x (T', ..., d) -> (f (T', ...), grad f (T', ..., d)), both detached
+Evaluate = Callable[[Tensor], tuple[Tensor, Tensor]]
+# trial indices (long, (T',)) -> the evaluation of those trials only, or None when the family cannot restrict
+Restrict = Callable[[Tensor], Evaluate | None]
+
+# A chain "confirms" the best of its sample when its own best is within this relative distance of it (on S, not S^2)
+NEAR_BEST = 0.01
+
+
+@dataclass
+class Chains:
+    """The state of a batch of chains: the current points, their value and gradient, each chain's best so far."""
+
+    x: Tensor  # (T, ..., d) current points
+    f: Tensor  # (T, ...) value at x
+    g: Tensor  # (T, ..., d) gradient at x
+    best_x: Tensor
+    best_f: Tensor
+    active: Tensor  # (T, ...) bool: the chain still moves
+    steps: Tensor  # (T, ...) long: steps taken
+    extra: dict = field(default_factory=dict)  # the rule's own state (step lengths, moments...)
+
+
+class StepRule(Protocol):
+    """How chains move. `propose` gives the next points (and may stop chains that have converged, before they are
+    evaluated); `accept` takes the values there."""
+
+    def propose(self, c: Chains, t: int) -> Tensor: ...
+
+    def accept(self, c: Chains, x: Tensor, f: Tensor, g: Tensor, t: int) -> None: ...
+
+
+def autograd_evaluate(objective: Callable[[Tensor], Tensor]) -> Evaluate:
+    """An `Evaluate` for an objective without a closed-form gradient: autograd through it."""
+
+    def evaluate(x: Tensor) -> tuple[Tensor, Tensor]:
+        with torch.enable_grad():
+            x = x.detach().requires_grad_(True)
+            f = objective(x)
+            (g,) = torch.autograd.grad(f.sum(), x)
+        return f.detach(), g
+
+    return evaluate
+
+
+def run_chains(
+    evaluate: Evaluate, x0: Tensor, rule: StepRule, max_steps: int, restrict: Restrict | None = None
+) -> Chains:
+    """Move every chain from x0 by `rule` for at most `max_steps` steps, keeping each chain's best point.
+
+    Once every chain of some trials has stopped (a quarter of those still evaluated), `restrict` (given) narrows the
+    evaluations to the trials still running; a chain follows the same path as without it: a stopped chain is never
+    moved and its values no longer count (a stopped trial's are -inf there).
+    """
+    f, g = evaluate(x0)
+    shape = f.shape
+    c = Chains(
+        x=x0,
+        f=f,
+        g=g,
+        best_x=x0.clone(),
+        best_f=f.clone(),
+        active=torch.ones(shape, dtype=torch.bool, device=x0.device),
+        steps=torch.zeros(shape, dtype=torch.long, device=x0.device),
+    )
+    live: Tensor | None = None  # indices of the trials still evaluated (None: all of them)
+    live_eval = evaluate
+    for t in range(max_steps):
+        moving = c.active  # the chains this step moves (a rule may stop some of them before their new point counts)
+        x = rule.propose(c, t)
+        if live is None:
+            f, g = evaluate(x)
+        else:
+            f_live, g_live = live_eval(x[live])
+            f, g = torch.full_like(c.f, -math.inf), torch.zeros_like(c.g)
+            f[live], g[live] = f_live, g_live
+        rule.accept(c, x, f, g, t)
+        better = (f > c.best_f) & moving
+        c.best_f = torch.where(better, f, c.best_f)
+        c.best_x = torch.where(better[..., None], x, c.best_x)
+        if not bool(c.active.any()):
+            break
+        if restrict is not None:
+            running = c.active.reshape(shape[0], -1).any(dim=1).nonzero()[:, 0]  # (T',)
+            count = shape[0] if live is None else len(live)
+            if len(running) <= count - max(1, count // 4):  # restrict (and copy the maps) when a quarter has stopped
+                narrowed = restrict(running)
+                if narrowed is not None:
+                    live, live_eval = running, narrowed
+    return c
+
+
+@dataclass
+class MonotoneAscent:
+    """Projected normalised-gradient ascent with a per-chain adaptive step, monotone (docs/theory.md §4.2).
+
+    A step moves Delta by eta * radius along the normalised gradient (its tangential part when Delta sits on the sphere
+    and the gradient points outwards), then projects onto the ball. A chain keeps the move only if f increases: then
+    eta grows by 1.5 (up to 1); otherwise eta halves. A chain stops when sqrt(f) has grown by less than a factor
+    1 + tol over the last `window` steps.
+    """
+
+    radius: float
+    lr: float
+    tol: float
+    window: int
+
+    def propose(self, c: Chains, t: int) -> Tensor:
+        if t == 0:
+            c.extra["eta"] = torch.full_like(c.f, self.lr)
+            c.extra["history"] = [c.f.clamp_min(0).sqrt()]
+        norm = c.x.norm(dim=-1, keepdim=True)
+        unit = c.x / norm.clamp_min(1e-300)
+        radial = (c.g * unit).sum(-1, keepdim=True)
+        on_sphere = (norm >= self.radius * (1 - 1e-6)) & (radial > 0)
+        direction = torch.where(on_sphere, c.g - radial * unit, c.g)  # tangential part on the sphere
+        direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+        return project_ball(c.x + (c.extra["eta"] * self.radius)[..., None] * direction, self.radius)
+
+    def accept(self, c: Chains, x: Tensor, f: Tensor, g: Tensor, t: int) -> None:
+        accept = (f > c.f) & c.active
+        c.x = torch.where(accept[..., None], x, c.x)
+        c.g = torch.where(accept[..., None], g, c.g)
+        c.f = torch.where(accept, f, c.f)
+        eta = c.extra["eta"]
+        c.extra["eta"] = torch.where(accept, (eta * 1.5).clamp_max(1.0), torch.where(c.active, eta * 0.5, eta))
+        c.steps = c.steps + c.active.long()
+        history = c.extra["history"]
+        history.append(c.f.clamp_min(0).sqrt())
+        if t + 1 >= self.window:
+            c.active = c.active & (history[-1] > history[-1 - self.window] * (1 + self.tol))
+            c.extra["history"] = history[-self.window :]
+
+
+def _descent_step(c: Chains, x: Tensor) -> None:
+    """Move to x for good (a descent keeps every step; the engine keeps the best point)."""
+    c.x = x
+
+
+@dataclass
+class FixedStep:
+    """The authors' schedule: plain projected gradient steps of a fixed size, no early stop (docs/theory.md §6.5)."""
+
+    radius: float
+    lr: float
+
+    def propose(self, c: Chains, t: int) -> Tensor:
+        # Paper (authors' code): plain gradient step, lr fixed, then projection onto the ball
+        x = torch.where(c.active[..., None], project_ball(c.x + self.lr * c.g, self.radius), c.x)
+        c.steps = c.steps + c.active.long()
+        return x
+
+    def accept(self, c: Chains, x: Tensor, f: Tensor, g: Tensor, t: int) -> None:
+        c.x, c.f, c.g = x, f, g
+
+
+@dataclass
+class MomentumDescent:
+    """Adam-type steps with one isotropic second moment per chain and a cosine-decayed length; a chain stops when its
+    best gained less than rtol |best| + atol over `patience` steps, or once its loss -f is below atol.
+
+    Deviation from the authors' plain steps (docs/theory.md §6.5): the isotropic second moment (the mean of g^2 over
+    the d coordinates) keeps the fixed points of the projected iteration at the KKT points of the ball constraint
+    (per-coordinate Adam scaling distorts the projection).
+    """
+
+    radius: float
+    lr: float  # initial step length as a fraction of radius / sqrt(d) * sqrt(d) = radius
+    steps: int  # the schedule's length (the cosine decays over it)
+    floor: float
+    patience: int
+    rtol: float
+    atol: float
+    b1: float = 0.9
+    b2: float = 0.999
+
+    def propose(self, c: Chains, t: int) -> Tensor:
+        if t == 0:
+            c.extra["m1"], c.extra["m2"] = torch.zeros_like(c.x), torch.zeros_like(c.x[..., :1])
+            c.extra["ref"] = torch.full_like(c.best_f, -math.inf)
+        m1 = c.extra["m1"] = self.b1 * c.extra["m1"] + (1 - self.b1) * c.g
+        m2 = c.extra["m2"] = self.b2 * c.extra["m2"] + (1 - self.b2) * c.g.pow(2).mean(-1, keepdim=True)
+        mh, vh = m1 / (1 - self.b1 ** (t + 1)), m2 / (1 - self.b2 ** (t + 1))
+        sched = self.floor + (1 - self.floor) * 0.5 * (1 + math.cos(math.pi * t / self.steps))
+        unit = self.radius / c.x.shape[-1] ** 0.5
+        upd = self.lr * unit * sched * mh / (vh.sqrt() + 1e-30)
+        x = torch.where(c.active[..., None], project_ball(c.x + upd, self.radius), c.x)
+        c.steps = c.steps + c.active.long()
+        # stop before evaluating x, on the best so far (the last point is still evaluated)
+        c.active = c.active & (-c.best_f > self.atol)
+        if (t + 1) % self.patience == 0:
+            c.active = c.active & ((c.best_f - c.extra["ref"]) > self.rtol * c.best_f.abs() + self.atol)
+            c.extra["ref"] = c.best_f.clone()
+        return x
+
+    def accept(self, c: Chains, x: Tensor, f: Tensor, g: Tensor, t: int) -> None:
+        c.x, c.f, c.g = x, f, g
+
+
+def near_best(values: Tensor, best: Tensor, squared: bool = False) -> Tensor:
+    """How many chains (the last dim of `values`) ended within NEAR_BEST of `best`, relatively (docs/theory.md §4.3).
+
+    Args:
+        values: (..., C) the chains' best values, larger is better (S, or S^2 when `squared`).
+        best: (...) the best value.
+        squared: the values are squares of the quantity compared (the ascent's ||phi' - phi||^2).
+    """
+    factor = (1 - NEAR_BEST) ** 2 if squared else 1 - NEAR_BEST
+    return (values >= factor * best[..., None]).sum(-1)
+
+
+def more_chains(gain: Tensor, near: Tensor, chains: Tensor, gain_tol: float, max_chains: int) -> Tensor:
+    """Which samples need another round of chains: the last round raised their best by more than `gain_tol`
+    (relatively), or no second chain confirms the best yet, and they have run fewer than `max_chains` chains.
+
+    Args:
+        gain: (...) best after the round / best before it, minus 1.
+        near: (...) chains within NEAR_BEST of the best.
+        chains: (...) chains run so far.
+    """
+    return ((gain > gain_tol) | (near < 2)) & (chains < max_chains)
