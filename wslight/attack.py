@@ -29,8 +29,9 @@ from torch import Tensor, nn
 
 from . import validate
 from .attack_losses import LOSSES, Loss, attack_objective
+from .chains import Evaluate, FixedStep, MomentumDescent, StepRule, autograd_evaluate, near_best, run_chains
 from .features import FreshMaps, map_dims, map_name
-from .features.move import project_ball, token_move, trial_features
+from .features.move import token_move, trial_features
 from .interpolation import Heads, HeadScalars, fit_heads
 from .numerics import sum_last
 from .seeding import generator
@@ -178,7 +179,8 @@ def delta_attacks(
 
     Returns:
         one dict per objective, of (B,) tensors ((T, B) with trials): y, t0, t1, D0, D1, err, sign_err, gamma,
-        proj_ratio, abs_t0, abs_D0, delta_norm, steps, loss (final objective), restart (the one kept), gram_cond,
+        proj_ratio, abs_t0, abs_D0, delta_norm, steps, loss (final objective), restart (the one kept), chains (the
+        restarts run) and near_best (how many ended within 1% of the best loss, docs/theory.md §4.3), gram_cond,
         gram_ill_conditioned.
     """
     # ---- validation, before any heavy work
@@ -271,131 +273,99 @@ def delta_attacks(
             cache.clear()
             cache.update(key=key, heads=heads, token=token, hv=hv)
     hR = _with_restart_dim(heads)  # (T, B, 1) scalars, broadcast over restarts
+    R, n_obj = restarts, len(attacks)
 
     def inner(delta: Tensor, token=token, hv=hv) -> Tensor:
         """(T, B, R, d) -> (T, B, R, 3): phi(X')^T [theta*, phi, P phi]."""
         return token.readout(delta[:, :, None], hv)[:, :, 0]
 
-    R, n_obj = restarts, len(attacks)
-
-    def objective(delta: Tensor, token=token, hv=hv, hR=hR) -> Tensor:  # (T, B, n_obj R), objective o on block o
+    def gain(delta: Tensor, token=token, hv=hv, hR=hR) -> Tensor:
+        """-objective o on block o of the chains, (T, B, n_obj R, d) -> (T, B, n_obj R): the engine maximises."""
         sap = inner(delta, token, hv).to(torch.float64).unflatten(2, (n_obj, R))  # (T, B, n_obj, R, 3)
         s, a, ap = sap.unbind(-1)  # (T, B, n_obj, R) each
-        return torch.cat(
-            [
-                attack_objective(s[:, :, o], a[:, :, o], ap[:, :, o], hR, tr, lo, pe)
-                for o, (tr, lo, pe) in enumerate(attacks)
-            ],
-            dim=2,
-        )
+        parts = [attack_objective(s[:, :, o], a[:, :, o], ap[:, :, o], hR, *attacks[o]) for o in range(n_obj)]
+        return -torch.cat(parts, dim=2)
 
-    # ---- projected descent on Delta, batched over (T, B, n_obj R)
-    dev = X_ctx.device
-    delta = torch.zeros(T, B, R, d, dtype=dtype, device=dev)
-    if R > 1:  # one stream for all trials, or one per trial (then a trial's draws do not depend on its batch)
-        draws = [_in_ball(s, 1 if per_trial_seeds else T, R - 1, B, d, radius) for s in seeds]  # (T, R - 1, B, d)
-        delta[:, :, 1:] = torch.cat(draws).transpose(1, 2).to(dtype=dtype, device=dev)
-    delta = delta.repeat(1, 1, n_obj, 1)  # (T, B, n_obj R, d): every objective from the same starts
+    def restrict(idx: Tensor) -> Evaluate | None:
+        """The evaluation of the trials idx only (their algebra copied), once the others have finished."""
+        restricted = token.select_trials(idx)
+        if restricted is None:
+            return None
+        return autograd_evaluate(partial(gain, token=restricted, hv=hv[idx], hR=_trials(hR, idx)))
 
-    best_loss = torch.full((T, B, n_obj * R), float("inf"), dtype=torch.float64, device=dev)
-    best_delta = delta.clone()
-    ref_loss = best_loss.clone()
-    active = torch.ones(T, B, n_obj * R, dtype=torch.bool, device=dev)
-    taken = torch.zeros(T, B, n_obj * R, dtype=torch.long, device=dev)
-    m1, m2 = torch.zeros_like(delta), torch.zeros_like(delta[..., :1])
-    b1, b2, eps = 0.9, 0.999, 1e-30
-    unit = radius / d**0.5
-    live, live_objective = None, objective  # the trials still searched (None: all) and their objective
-    for step in range(steps):
-        if live is None:
-            delta.requires_grad_(True)
-            values = objective(delta)  # (T, B, R)
-            (grad,) = torch.autograd.grad(values.sum(), delta)
-            delta = delta.detach()
-        else:  # finished trials keep their state: their value is their best, never an improvement
-            x = delta[live].requires_grad_(True)
-            v_live = live_objective(x)
-            (g_live,) = torch.autograd.grad(v_live.sum(), x)
-            values, grad = best_loss.clone(), torch.zeros_like(delta)
-            values[live], grad[live] = v_live.detach(), g_live
-        with torch.no_grad():
-            better = values < best_loss
-            best_loss = torch.where(better, values, best_loss)
-            best_delta = torch.where(better.unsqueeze(-1), delta, best_delta)
-            if faithful:
-                # Paper (authors' code): plain gradient step, lr fixed, then projection onto the ball
-                upd = lr * grad
-            else:
-                # Deviation: Adam-type steps with one isotropic second moment per sample (mean of g^2 over the d
-                # coordinates), so the fixed points of the projected iteration are the KKT points of the ball
-                # constraint (per-coordinate Adam scaling distorts the projection), and a cosine-decayed step
-                m1 = b1 * m1 + (1 - b1) * grad
-                m2 = b2 * m2 + (1 - b2) * grad.pow(2).mean(-1, keepdim=True)
-                mh, vh = m1 / (1 - b1 ** (step + 1)), m2 / (1 - b2 ** (step + 1))
-                sched = LR_FLOOR + (1 - LR_FLOOR) * 0.5 * (1 + math.cos(math.pi * step / steps))
-                upd = lr * unit * sched * mh / (vh.sqrt() + eps)
-            delta = torch.where(active.unsqueeze(-1), project_ball(delta - upd, radius), delta)
-            taken += active
-            if not faithful:
-                active &= best_loss > ATOL
-                if (step + 1) % PATIENCE == 0:
-                    active &= (ref_loss - best_loss) > RTOL * best_loss.abs() + ATOL
-                    ref_loss = best_loss.clone()
-                if not bool(active.any()):
-                    break
-                running = active.reshape(T, -1).any(dim=1).nonzero()[:, 0]  # (T',)
-                count = T if live is None else len(live)
-                if len(running) <= count - max(1, count // 4):  # leave the finished trials out once a quarter is
-                    restricted = token.select_trials(running)
-                    if restricted is not None:
-                        live = running
-                        live_objective = partial(objective, token=restricted, hv=hv[live], hR=_trials(hR, live))
+    starts = _starts(seeds, per_trial_seeds, T, B, R, d, radius, dtype, X_ctx.device).repeat(1, 1, n_obj, 1)
+    if faithful:
+        rule: StepRule = FixedStep(radius, lr)
+    else:
+        rule = MomentumDescent(radius, lr, steps, LR_FLOOR, PATIENCE, RTOL, ATOL)
+    chains = run_chains(autograd_evaluate(gain), starts, rule, steps, restrict)
     with torch.no_grad():
-        values = objective(delta)
-        if faithful:
-            best_loss, best_delta = values, delta  # the authors report the final iterate
-        else:
-            better = values < best_loss
-            best_loss = torch.where(better, values, best_loss)
-            best_delta = torch.where(better.unsqueeze(-1), delta, best_delta)
+        # Paper (authors' code): the final iterate; otherwise the best point of each chain
+        value, point = (chains.f, chains.x) if faithful else (chains.best_f, chains.best_x)
+        return _report(attacks, heads, inner, -value, point, chains.steps, return_delta, batched)
 
-        # ---- keep the best restart per sample and objective, and report in float64
-        best_loss, best_delta = best_loss.unflatten(2, (n_obj, R)), best_delta.unflatten(2, (n_obj, R))
-        taken = taken.unflatten(2, (n_obj, R))
-        r_best = best_loss.argmin(dim=3)  # (T, B, n_obj)
-        delta_k = best_delta.gather(3, r_best[..., None, None].expand(T, B, n_obj, 1, d))[:, :, :, 0]
-        sap = inner(delta_k).to(torch.float64)  # (T, B, n_obj, 3)
-        outs = []
-        for o, (training, _, _) in enumerate(attacks):
-            D0 = sap[:, :, o, 0]
-            D1 = D0 + heads.coef(training) * (sap[:, :, o, 1] if training == "finetune" else sap[:, :, o, 2])
-            t1 = heads.t0 + heads.coef(training) * (
-                heads.phi_sq if training == "finetune" else sum_last(heads.phi * heads.Pphi)
-            )
-            y = heads.y
-            out = {
-                "y": y,
-                "t0": heads.t0,
-                "t1": t1,
-                "D0": D0,
-                "D1": D1,
-                # Working definitions (docs/theory.md §6.1): Err against y_Delta = -y, its sign version, gamma
-                "err": (D1 + y) ** 2,
-                "sign_err": (torch.sign(D1) != -torch.sign(y)).to(torch.float64),
-                "gamma": torch.maximum(heads.t0.abs(), D0.abs()),
-                "proj_ratio": heads.proj_ratio,
-                "abs_t0": heads.t0.abs(),
-                "abs_D0": D0.abs(),
-                "delta_norm": delta_k[:, :, o].to(torch.float64).norm(dim=-1),
-                "steps": taken[:, :, o].gather(2, r_best[:, :, o, None])[..., 0],
-                "loss": best_loss[:, :, o].gather(2, r_best[:, :, o, None])[..., 0],
-                "restart": r_best[:, :, o],
-                "gram_cond": heads.cond[:, None].expand(T, B),
-                "gram_ill_conditioned": heads.ill_conditioned[:, None].expand(T, B),
-            }
-            if return_delta:
-                out["delta"] = delta_k[:, :, o]  # (T, B, d)
-            outs.append(out if batched else {k: v[0] for k, v in out.items()})
+
+def _starts(seeds, per_trial_seeds, T, B, R, d, radius, dtype, device) -> Tensor:
+    """(T, B, R, d): the first restart at the clean token, the others uniform in the ball, one stream for all
+    trials or one per trial (then a trial's draws do not depend on its batch)."""
+    delta = torch.zeros(T, B, R, d, dtype=dtype, device=device)
+    if R > 1:
+        draws = [_in_ball(s, 1 if per_trial_seeds else T, R - 1, B, d, radius) for s in seeds]  # (T, R - 1, B, d)
+        delta[:, :, 1:] = torch.cat(draws).transpose(1, 2).to(dtype=dtype, device=device)
+    return delta
+
+
+def _report(attacks, heads: Heads, inner, loss: Tensor, delta: Tensor, taken: Tensor, return_delta, batched):
+    """Keep the best restart per sample and objective and report the heads' outputs there in float64.
+
+    Args:
+        loss, taken: (T, B, n_obj R) each chain's loss and steps; delta: (T, B, n_obj R, d) its point.
+    """
+    T, B = loss.shape[:2]
+    d, n_obj = delta.shape[-1], len(attacks)
+    loss, delta, taken = (
+        loss.unflatten(2, (n_obj, -1)),
+        delta.unflatten(2, (n_obj, -1)),
+        taken.unflatten(2, (n_obj, -1)),
+    )
+    r_best = loss.argmin(dim=3)  # (T, B, n_obj)
+    best = loss.gather(3, r_best[..., None])[..., 0]
+    near = near_best(-loss, -best, atol=ATOL)  # restarts within 1% of the best loss (docs/theory.md §4.3)
+    delta_k = delta.gather(3, r_best[..., None, None].expand(T, B, n_obj, 1, d))[:, :, :, 0]
+    sap = inner(delta_k).to(torch.float64)  # (T, B, n_obj, 3)
+    outs = []
+    for o, (training, _, _) in enumerate(attacks):
+        D0 = sap[:, :, o, 0]
+        D1 = D0 + heads.coef(training) * (sap[:, :, o, 1] if training == "finetune" else sap[:, :, o, 2])
+        t1 = heads.t0 + heads.coef(training) * (
+            heads.phi_sq if training == "finetune" else sum_last(heads.phi * heads.Pphi)
+        )
+        y = heads.y
+        out = {
+            "y": y,
+            "t0": heads.t0,
+            "t1": t1,
+            "D0": D0,
+            "D1": D1,
+            # Working definitions (docs/theory.md §6.1): Err against y_Delta = -y, its sign version, gamma
+            "err": (D1 + y) ** 2,
+            "sign_err": (torch.sign(D1) != -torch.sign(y)).to(torch.float64),
+            "gamma": torch.maximum(heads.t0.abs(), D0.abs()),
+            "proj_ratio": heads.proj_ratio,
+            "abs_t0": heads.t0.abs(),
+            "abs_D0": D0.abs(),
+            "delta_norm": delta_k[:, :, o].to(torch.float64).norm(dim=-1),
+            "steps": taken[:, :, o].gather(2, r_best[:, :, o, None])[..., 0],
+            "loss": best[:, :, o],
+            "restart": r_best[:, :, o],
+            "chains": torch.full_like(r_best[:, :, o], loss.shape[3]),
+            "near_best": near[:, :, o],
+            "gram_cond": heads.cond[:, None].expand(T, B),
+            "gram_ill_conditioned": heads.ill_conditioned[:, None].expand(T, B),
+        }
+        if return_delta:
+            out["delta"] = delta_k[:, :, o]  # (T, B, d)
+        outs.append(out if batched else {k: v[0] for k, v in out.items()})
     return outs
 
 

@@ -191,7 +191,7 @@ class MomentumDescent:
     """
 
     radius: float
-    lr: float  # initial step length as a fraction of radius / sqrt(d) * sqrt(d) = radius
+    lr: float  # initial step length, in units of radius / sqrt(d) per coordinate of the normalised step
     steps: int  # the schedule's length (the cosine decays over it)
     floor: float
     patience: int
@@ -223,16 +223,17 @@ class MomentumDescent:
         c.x, c.f, c.g = x, f, g
 
 
-def near_best(values: Tensor, best: Tensor, squared: bool = False) -> Tensor:
+def near_best(values: Tensor, best: Tensor, squared: bool = False, atol: float = 0.0) -> Tensor:
     """How many chains (the last dim of `values`) ended within NEAR_BEST of `best`, relatively (docs/theory.md §4.3).
 
     Args:
-        values: (..., C) the chains' best values, larger is better (S, or S^2 when `squared`).
+        values: (..., C) the chains' best values, larger is better (S; S^2 when `squared`; -loss for a descent).
         best: (...) the best value.
         squared: the values are squares of the quantity compared (the ascent's ||phi' - phi||^2).
+        atol: an absolute slack on top (a descent whose loss reaches 0 compares in absolute terms).
     """
-    factor = (1 - NEAR_BEST) ** 2 if squared else 1 - NEAR_BEST
-    return (values >= factor * best[..., None]).sum(-1)
+    rel = 1 - (1 - NEAR_BEST) ** 2 if squared else NEAR_BEST
+    return (values >= (best - rel * best.abs() - atol)[..., None]).sum(-1)
 
 
 def more_chains(gain: Tensor, near: Tensor, chains: Tensor, gain_tol: float, max_chains: int) -> Tensor:

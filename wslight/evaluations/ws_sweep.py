@@ -28,7 +28,7 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
     the same review in every cell) and, by default, a fresh random map (seeded by `seed`, the cell and the trial):
     the paper's "independent trials". Each trial records the stable results.jsonl fields (README, "Evaluations":
     experiment="ws", map, d, n, L, trial, sample_id, position, ws, delta_norm, phi_norm, steps, seed: the sweep's
-    seed) plus `map_seed` (the
+    seed) plus the search's evidence `chains` and `near_best` (docs/theory.md §4.3), plus `map_seed` (the
     seed of the trial's map), `radius`, `bound` (RF: the operator-norm bound of docs/theory.md §8.3 at the realised
     ||Delta||), `ws_sqrt_n` and `nonfinite` (a flag: S is not a finite number, e.g. phi(X) = 0 for a ReLU-RAF sample
     whose scores are all <= 0; such records are left out of the summary).
@@ -45,7 +45,11 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         embeddings: where the token embeddings come from (source, encoder, layer, number of reviews, seed).
         positions: "first" (token 0, the paper's figures), "all" (the true sup over i) or a list of token indices.
         radius_scale: the ball radius is radius_scale * sqrt(d) (the paper: 1). Must be > 0.
-        restarts: ascent chains per sample and position (batched).
+        restarts: ascent chains per sample and position in the first round (batched; then as many per round).
+        max_chains: most chains per sample and position; rounds of `restarts` more chains are added until the best
+            is tight (docs/theory.md §4.3). None: `word_sensitivity`'s default.
+        gain_tol: a round that raises S by less than this (relatively), with the best confirmed by a second chain,
+            is the last.
         max_steps: most ascent steps per chain.
         tol: convergence tolerance of the estimator (relative change of S over its window).
         rf_width_ratio: RF neurons k = ratio * n d (the paper: 1, i.e. k = D); DeepRF widths likewise.
@@ -68,6 +72,8 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         positions: Literal["first", "all"] | list[int] = "first",
         radius_scale: float = 1.0,
         restarts: int = 4,
+        max_chains: int | None = None,
+        gain_tol: float = 1e-3,
         max_steps: int = 500,
         tol: float = 1e-4,
         rf_width_ratio: float = 1.0,
@@ -87,6 +93,8 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         self.trials = validate.positive_int("trials", trials)
         self.radius_scale = validate.number("radius_scale", radius_scale, low=0, strict=True)
         self.restarts = validate.positive_int("restarts", restarts)
+        self.max_chains = validate.integer("max_chains", max_chains, low=restarts, allow_none=True)
+        self.gain_tol = validate.number("gain_tol", gain_tol, low=0)
         self.max_steps = validate.positive_int("max_steps", max_steps)
         self.tol = validate.number("tol", tol, low=0)
         self.rf_width_ratio = validate.number("rf_width_ratio", rf_width_ratio, low=0, strict=True)
@@ -152,6 +160,8 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
             positions=self.positions,
             radius=self.radius_scale * d**0.5,
             restarts=self.restarts,
+            max_chains=self.max_chains,
+            gain_tol=self.gain_tol,
             max_steps=self.max_steps,
             tol=self.tol,
         )
@@ -203,7 +213,7 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
     # --- the summary ------------------------------------------------------------------------------------------------
     def summarize(self, records: list[dict], out_dir: Path) -> None:
         from ..plots.ws import embeddings_label, plot_ws_curves, plot_ws_maps
-        from ..records.summary import slope_table
+        from ..records.summary import evidence_note, slope_table
 
         records = trusted(records, "word sensitivity", ("ws",))
         table = cell_table(records, ("map", "d", "n", "L"), "ws")
@@ -212,7 +222,7 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
             self.log_curve(f"ws/{row['map']}/d{row['d']}{depth}", row["n"], row["mean"])
         if not self.trainer.is_global_zero or not records:
             return
-        (out_dir / "summary.md").write_text(markdown_table(table))
+        (out_dir / "summary.md").write_text(evidence_note(table) + markdown_table(table))
         label = embeddings_label(self.embeddings)  # the titles name the tokens
         for m in sorted({r["map"] for r in records}):
             recs = [r for r in records if r["map"] == m]
@@ -226,5 +236,7 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
             slopes = slope_table(records)
             (out_dir / "slopes.md").write_text(
                 "Slope of log S against log n per map (least squares over every trial, 95% confidence interval; "
-                "-0.5 is the 1/sqrt(n) law, 0 order-1 word sensitivity).\n\n" + markdown_table(slopes, digits=3)
+                "-0.5 is the 1/sqrt(n) law, 0 order-1 word sensitivity).\n\n"
+                + evidence_note(slopes)
+                + markdown_table(slopes, digits=3)
             )
