@@ -61,7 +61,7 @@ def test_closed_form_check_reads_t1_against_y():
 def test_without_records_every_check_is_not_applicable():
     rows = all_checks([], [], [], [])
     assert {r.status for r in rows} == {"N/A"}
-    assert [r.id for r in rows] == [str(i) for i in range(1, 15)]
+    assert [r.id for r in rows] == [str(i) for i in range(1, 16)]
 
 
 def att_rec(N, d, D1, y=1.0, n=40, loss="err"):

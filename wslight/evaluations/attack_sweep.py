@@ -288,11 +288,14 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
         return [{**r, "seconds": seconds} for r in records]
 
     def summarize(self, records: list[dict], out_dir: Path) -> None:
+        from ..records.summary import evidence_note
+
         records = trusted(records, "attack", ATTACK_REQUIRED)
         for name, value in attack_scalars(records, self.trainings).items():
             self.log_scalar(name, value)
         if not self.trainer.is_global_zero or not records:
             return
-        (out_dir / "summary.md").write_text(markdown_table(attack_table(records)))
+        table = attack_table(records)  # with the confirmed share of each cell's objective when recorded
+        (out_dir / "summary.md").write_text(evidence_note(table) + markdown_table(table))
         for tag, fig, stem in attack_figures(records):
             self.add_figure(tag, fig, stem)

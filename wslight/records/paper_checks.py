@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .summary import attack_stats, cell_means
+from .summary import attack_stats, cell_means, confirmed_counts
 
 
 @dataclass
@@ -290,6 +290,31 @@ def check_encoder_delta(probes: list[dict]) -> Check:
     return Check("14", what, "; ".join(parts), expected, _status(ok))
 
 
+def _floor_percent(part: int, whole: int, decimals: int) -> str:
+    """part / whole as a percent rounded down (a share just under a threshold never shows as the threshold)."""
+    scaled = part * 100 * 10**decimals // whole
+    return f"{scaled // 10**decimals}" + (f".{scaled % 10**decimals:0{decimals}d}" if decimals else "") + "%"
+
+
+TIGHT_SHARE = 95  # percent of the records whose best a second chain confirmed
+
+
+def check_tightness(records: list[dict]) -> Check:
+    what = "15. Tightness: share of records whose best was confirmed by a second chain"
+    expected = f">= {TIGHT_SHARE}%"
+    # the ws searches and the attack's objectives record `chains` and `near_best` (docs/theory.md §4.3)
+    recs = [r for r in records if r.get("experiment") in ("ws", "attack") and r.get("near_best") is not None]
+    if not recs:
+        return _na("15", what, expected, "records predate the search's evidence fields")
+    confirmed, total = confirmed_counts(recs)
+    parts = []
+    for experiment in ("ws", "attack"):
+        c, t = confirmed_counts([r for r in recs if r["experiment"] == experiment])
+        parts += [f"{experiment} {_floor_percent(c, t, 0)}"] if t else []
+    measured = f"{_floor_percent(confirmed, total, 1)} of {total:,} records ({', '.join(parts)})"
+    return Check("15", what, measured, expected, _status(confirmed * 100 >= TIGHT_SHARE * total))
+
+
 WS_CHECKS: list[Callable[[list[dict]], Check]] = [
     check_rf_feature_norm,
     check_rf_sqrt_n_flat,
@@ -307,7 +332,8 @@ ATTACK_CHECKS: list[Callable[[list[dict]], Check]] = [
 
 
 def all_checks(ws: list[dict], doubled: list[dict], attack: list[dict], probes: list[dict]) -> list[Check]:
-    """Every check of docs/theory.md §8 the records allow, in the paper's order (13, Llama-2, is never applicable)."""
+    """Every check of docs/theory.md §8 the records allow, in the paper's order (13, Llama-2, is never applicable),
+    then the tightness of the ws and attack searches (15)."""
     rows = [c(ws) for c in WS_CHECKS] + [check_on_boundary(ws, doubled)] + [c(attack) for c in ATTACK_CHECKS]
     rows += [check_attention_edit(probes)]
     rows.append(
@@ -319,6 +345,7 @@ def all_checks(ws: list[dict], doubled: list[dict], attack: list[dict], probes: 
         )
     )
     rows.append(check_encoder_delta(probes))
+    rows.append(check_tightness(ws + attack))
     return rows
 
 

@@ -1,9 +1,10 @@
 """Summaries of records, shared by the evaluations, the callbacks, the run summary and the paper's checks.
 
 Tables: `cell_table` (mean, sd, count per cell), `markdown_table`, `slope_table` (the fitted slope of log S against
-log n with its confidence interval, per map and d); filters: `nonfinite`, `trusted`; the attack's
-numbers: `attack_stats` (median Err, flip rate, mean y*D1, median gamma), `attack_table` and `attack_scalars` (the
-logged `attack/err_<training>` and `attack/flip_rate_<training>`). Plain Python on dicts: no torch, no Lightning.
+log n with its confidence interval, per map and d); the search's evidence (`chains`, `near_best`: docs/theory.md §4.3)
+as columns of those tables: `confirmed_share`, `evidence_columns`, `evidence`; filters: `nonfinite`, `trusted`; the
+attack's numbers: `attack_stats` (median Err, flip rate, mean y*D1, median gamma), `attack_table` and `attack_scalars`
+(the logged `attack/err_<training>` and `attack/flip_rate_<training>`). Plain Python on dicts: no torch, no Lightning.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from collections.abc import Iterable
 
 ATTACK_KEYS = ("map", "n", "N", "training", "loss", "p")  # one row of the attack table per such cell
 ATTACK_REQUIRED = ("y", "D1", "err", "sign_err", "gamma")  # the values every summarised attack record needs
+EVIDENCE_NOTES = {  # the captions of the search's evidence columns (`evidence_note`)
+    "chains": "chains: mean ascent chains per record",
+    "confirmed": "confirmed: share of the records whose best was confirmed by a second chain (near_best >= 2; a lone "
+    "best chain is a warning sign)",
+}
 
 
 def nonfinite(record: dict, keys: tuple[str, ...] | None = None) -> bool:
@@ -41,17 +47,20 @@ def trusted(records: list[dict], label: str, required: tuple[str, ...]) -> list[
 
 
 def cell_table(records: list[dict], keys: tuple[str, ...], value: str) -> list[dict]:
-    """Mean, sd (n-1) and count of `value` per cell of `keys`, sorted by the keys."""
-    cells: dict[tuple, list[float]] = defaultdict(list)
+    """Mean, sd (n-1) and count of `value` per cell of `keys`, sorted by the keys; the search's `evidence` columns
+    (mean `chains`, `confirmed` share) sit before the count when the records carry its fields."""
+    cells: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         if r.get(value) is not None:
-            cells[tuple(r[k] for k in keys)].append(float(r[value]))
+            cells[tuple(r[k] for k in keys)].append(r)
+    columns = evidence_columns([r for recs in cells.values() for r in recs])
     rows = []
     for cell in sorted(cells):
-        vals = cells[cell]
+        vals = [float(r[value]) for r in cells[cell]]
         sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
         row = dict(zip(keys, cell, strict=True))
-        rows.append({**row, "mean": statistics.fmean(vals), "sd": sd, "count": len(vals)})
+        stats = {"mean": statistics.fmean(vals), "sd": sd, **evidence(cells[cell], columns), "count": len(vals)}
+        rows.append({**row, **stats})
     return rows
 
 
@@ -61,14 +70,56 @@ def cell_means(records: list[dict], keys: tuple[str, ...], value: str) -> dict[t
 
 
 def markdown_table(rows: list[dict], digits: int = 4) -> str:
-    """A markdown table of a list of flat dicts (same keys)."""
+    """A markdown table of a list of flat dicts (same keys); a None value shows as "-"."""
     if not rows:
         return "(no rows)\n"
     keys = list(rows[0])
-    fmt = lambda v: f"{v:.{digits}g}" if isinstance(v, float) else str(v)  # noqa: E731
+    fmt = lambda v: "-" if v is None else f"{v:.{digits}g}" if isinstance(v, float) else str(v)  # noqa: E731
     lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
     lines += ["| " + " | ".join(fmt(r[k]) for k in keys) + " |" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+# --- the search's evidence -------------------------------------------------------------------------------------------
+def confirmed_counts(records: list[dict]) -> tuple[int, int]:
+    """(records with near_best >= 2: the best confirmed by a second chain, records that carry `near_best`)."""
+    marked = [r["near_best"] for r in records if r.get("near_best") is not None]
+    return sum(int(v) >= 2 for v in marked), len(marked)
+
+
+def confirmed_share(records: list[dict]) -> float | None:
+    """Share of the records with near_best >= 2 among those that carry the field; None when none does."""
+    confirmed, marked = confirmed_counts(records)
+    return confirmed / marked if marked else None
+
+
+def mean_chains(records: list[dict]) -> float | None:
+    """Mean `chains` of the records that carry the field; None when none does."""
+    chains = [float(r["chains"]) for r in records if r.get("chains") is not None]
+    return statistics.fmean(chains) if chains else None
+
+
+def evidence_columns(records: list[dict]) -> tuple[str, ...]:
+    """The evidence columns a table of `records` gets: "chains" and "confirmed" for the fields some record carries
+    (older records carry neither: no columns)."""
+    has = lambda field: any(r.get(field) is not None for r in records)  # noqa: E731
+    return tuple(col for col, field in (("chains", "chains"), ("confirmed", "near_best")) if has(field))
+
+
+def evidence(records: list[dict], columns: tuple[str, ...]) -> dict[str, float | None]:
+    """{column: value} of a group of records for the `columns` (of `evidence_columns`): mean `chains`, `confirmed`
+    share; None where no record of the group carries the field."""
+    values = {"chains": mean_chains, "confirmed": confirmed_share}
+    return {col: values[col](records) for col in columns}
+
+
+def evidence_note(rows: list[dict]) -> str:
+    """A caption above a table: what its evidence columns (`EVIDENCE_NOTES`) mean; "" for a table without them."""
+    columns = [col for col in EVIDENCE_NOTES if rows and col in rows[0]]
+    notes = [EVIDENCE_NOTES[col] for col in columns]
+    if any(r[col] is None for r in rows for col in columns):
+        notes.append("-: records that predate these fields")
+    return "; ".join(notes) + ".\n\n" if notes else ""
 
 
 def t_quantile(p: float, df: int) -> float:
@@ -106,14 +157,18 @@ def slope_table(records: list[dict], level: float = 0.95) -> list[dict]:
     records) give no fit and are left out.
 
     Returns:
-        Rows {map, d, slope, ci_low, ci_high, points (records), n_min, n_max}, sorted by map and d.
+        Rows {map, d, slope, ci_low, ci_high, points (records), n_min, n_max}, sorted by map and d, and `confirmed`
+        (`confirmed_share` of the fit's records) when the records carry `near_best`.
     """
-    groups: dict[tuple, list[tuple[float, float]]] = defaultdict(list)
+    groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         if r.get("ws") is not None and float(r["ws"]) > 0 and math.isfinite(float(r["ws"])):
-            groups[(r["map"], r["d"])].append((math.log(r["n"]), math.log(float(r["ws"]))))
+            groups[(r["map"], r["d"])].append(r)
+    fitted = [r for recs in groups.values() for r in recs]
+    columns = ("confirmed",) if "confirmed" in evidence_columns(fitted) else ()
     rows = []
-    for (m, d), pts in sorted(groups.items()):
+    for (m, d), recs in sorted(groups.items()):
+        pts = [(math.log(r["n"]), math.log(float(r["ws"]))) for r in recs]
         N = len(pts)
         xs = [x for x, _ in pts]
         if N < 3 or len(set(xs)) < 2:
@@ -134,6 +189,7 @@ def slope_table(records: list[dict], level: float = 0.95) -> list[dict]:
                 "points": N,
                 "n_min": int(round(math.exp(min(xs)))),
                 "n_max": int(round(math.exp(max(xs)))),
+                **evidence(recs, columns),
             }
         )
     return rows
@@ -155,12 +211,19 @@ def attack_stats(records: list[dict]) -> dict[str, float]:
 
 
 def attack_table(records: list[dict]) -> list[dict]:
-    """One row per (map, n, N, training, loss, p) of trusted attack records: count and `attack_stats`."""
+    """One row per (map, n, N, training, loss, p) of trusted attack records: count, `attack_stats` and the search's
+    `evidence` (mean chains, confirmed share of the objective's best) when the records carry its fields."""
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         cells[tuple(r[k] for k in ATTACK_KEYS)].append(r)
+    columns = evidence_columns(records)
     return [
-        {**dict(zip(ATTACK_KEYS, cell, strict=True)), "count": len(cells[cell]), **attack_stats(cells[cell])}
+        {
+            **dict(zip(ATTACK_KEYS, cell, strict=True)),
+            "count": len(cells[cell]),
+            **attack_stats(cells[cell]),
+            **evidence(cells[cell], columns),
+        }
         for cell in sorted(cells)
     ]
 
