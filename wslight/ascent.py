@@ -178,9 +178,7 @@ class Search:
             window=validate.integer("window", window, 1),
             chunk_elements=validate.integer("chunk_elements", chunk_elements, 1),
             power_iters=validate.integer("power_iters", power_iters, 0),
-            max_chains=validate.integer(
-                "max_chains", restarts if max_chains is None else max_chains, restarts, why="at least the restarts"
-            ),
+            max_chains=max(restarts, validate.integer("max_chains", max_chains, 1, allow_none=True) or restarts),
             gain_tol=validate.number("gain_tol", gain_tol, 0.0),
         )
 
@@ -358,7 +356,8 @@ class Search:
             f_best = torch.where(better, top, f_best)
             steps[sub] = torch.maximum(steps[sub], steps_r.reshape(len(sub), B, -1).max(dim=-1).values)
             chains += R
-            gain = (f_best.clamp_min(0) / before.clamp_min(1e-300)).sqrt() - 1  # on S, not S^2
+            # on S, not S^2; the first round has nothing to gain on: a best it confirms is taken
+            gain = (f_best.clamp_min(0) / before.clamp_min(1e-300)).sqrt() - 1 if round_ else torch.zeros_like(f_best)
             near = near_best(torch.cat(values, dim=-1), f_best, squared=True)
             more = more_chains(gain, near, torch.full_like(near, chains), self.gain_tol, self.max_chains)  # (T, B)
             run = run[more[run].any(dim=1)]

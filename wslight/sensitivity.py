@@ -41,7 +41,7 @@ def word_sensitivity(
     dtype: Literal["float32", "float64"] | torch.dtype | None = None,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     power_iters: int = 20,
-    max_chains: int | None = None,
+    max_chains: int | None = 64,
     gain_tol: float = 1e-3,
 ) -> WSResult:
     """Estimate the word sensitivity S_phi(X) of each sample of a batch (docs/theory.md §1.3).
@@ -56,9 +56,10 @@ def word_sensitivity(
     by `power_iters` Hessian-vector products; a small-step ascent from near the clean token, as in the authors' code,
     drifts towards it). Then come the map's own starting directions (RAF/ReLU-RAF: the attention-attracting
     construction of docs/theory.md §3.5, Delta = radius W^T xbar / ||W^T xbar|| (an inferred construction), and a start
-    that steers query i onto the key m that changes its output most, Delta ∝ W x_m). Further restarts start at random
-    points, drawn from `wslight.seeding.generator(seed, "ws.init", position)`, so a chain does not depend on the
-    chunking or on the other positions requested.
+    that steers query i onto the key m that changes its output most, Delta ∝ W x_m; ReLU-RAF also: starts where query
+    i attends to itself alone, docs/theory.md §4.3). Further restarts start at random points, drawn from
+    `wslight.seeding.generator(seed, "ws.init", position)` (round r > 0: `(seed, "ws.init", position, r)`), so a
+    chain does not depend on the chunking or on the other positions requested.
 
     The reported S is recomputed in float64 with the full map (the map's weights cast to float64) at the best Delta.
     On the memory-bounded RF path, z = V flat(X) comes from the full V in float64 in the same pass that extracts the
@@ -82,9 +83,15 @@ def word_sensitivity(
         dtype: working dtype of the search ("float32" or "float64"); None means the map's dtype (FreshMaps: theirs).
         chunk_elements: memory bound of one chunk, in working-dtype elements.
         power_iters: Hessian-vector products of the curvature starts.
+        max_chains: most chains per sample and position (None, or at most `restarts`: a single round). After the
+            first round (`restarts` chains), rounds of `restarts` random chains are added for a trial while a round
+            raised its S by more than `gain_tol` (relatively) or no second chain ended within 1% of its best
+            (docs/theory.md §4.3).
+        gain_tol: the relative gain of S below which a round is the last (once the best is confirmed).
 
     Returns:
-        WSResult with per-sample ws, position, delta, delta_norm, phi_norm, steps (float64 / long, on the CPU):
+        WSResult with per-sample ws, position, delta, delta_norm, phi_norm, steps, chains, near_best (float64 /
+        long, on the CPU):
         (B,) each for one map, (T, B) for a list of T maps.
 
     Raises:

@@ -47,7 +47,7 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         radius_scale: the ball radius is radius_scale * sqrt(d) (the paper: 1). Must be > 0.
         restarts: ascent chains per sample and position in the first round (batched; then as many per round).
         max_chains: most chains per sample and position; rounds of `restarts` more chains are added until the best
-            is tight (docs/theory.md §4.3). None: `word_sensitivity`'s default.
+            is tight (docs/theory.md §4.3). None (or at most `restarts`): one round.
         gain_tol: a round that raises S by less than this (relatively), with the best confirmed by a second chain,
             is the last.
         max_steps: most ascent steps per chain.
@@ -72,7 +72,7 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         positions: Literal["first", "all"] | list[int] = "first",
         radius_scale: float = 1.0,
         restarts: int = 4,
-        max_chains: int | None = None,
+        max_chains: int | None = 64,
         gain_tol: float = 1e-3,
         max_steps: int = 500,
         tol: float = 1e-4,
@@ -93,7 +93,7 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         self.trials = validate.positive_int("trials", trials)
         self.radius_scale = validate.number("radius_scale", radius_scale, low=0, strict=True)
         self.restarts = validate.positive_int("restarts", restarts)
-        self.max_chains = validate.integer("max_chains", max_chains, low=restarts, allow_none=True)
+        self.max_chains = validate.integer("max_chains", max_chains, low=1, allow_none=True)
         self.gain_tol = validate.number("gain_tol", gain_tol, low=0)
         self.max_steps = validate.positive_int("max_steps", max_steps)
         self.tol = validate.number("tol", tol, low=0)

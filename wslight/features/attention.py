@@ -10,7 +10,7 @@ from torch import Tensor
 from .. import validate
 from ..seeding import generator
 from .base import TokenwiseMap, register_map
-from .move import TokenMove, per_trial, stack_trials
+from .move import TokenMove, per_trial, project_ball, stack_trials
 
 
 class _RandomAttentionBase(TokenwiseMap):
@@ -94,6 +94,11 @@ class ReLUAttentionFeatures(_RandomAttentionBase):
         row_sum = R.sum(dim=-1, keepdim=True)  # (B, n, 1)
         # Paper (authors' code): a zero row sum is replaced by 1, giving a zero attention row
         return R / torch.where(row_sum > 0, row_sum, torch.ones_like(row_sum))
+
+
+# ReLU-RAF self-capture starts: their mixes of x_i and the attracting direction, and their steps
+SELF_CAPTURE_MIXES = (1.0, 0.7, 0.4, 0.0)
+SELF_CAPTURE_STEPS = 60
 
 
 def _rows_dot(M: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -182,7 +187,37 @@ class AttentionMove(TokenMove):
         target = gain.argmax(dim=-1)  # (T, B, P), the key m whose capture changes row i most
         steer = torch.gather(XWt, 2, target[..., None].expand(-1, -1, -1, d))  # (T, B, P, d) = (W x_m)^T
         steer = steer / steer.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-        return torch.stack([attract[:, :, None].expand(-1, -1, P, -1), steer], dim=3)  # (T, B, P, 2, d)
+        starts = torch.stack([attract[:, :, None].expand(-1, -1, P, -1), steer], dim=3)  # (T, B, P, 2, d)
+        if self.relu:
+            starts = torch.cat([starts, self._self_capture(XWt, attract)], dim=3)
+        return starts
+
+    def _self_capture(self, XWt: Tensor, attract: Tensor) -> Tensor:
+        """ReLU-RAF starts where query i attends to itself alone (docs/theory.md §4.3): its output row becomes the moved
+        token y = x_i + Delta, the largest change of that row, and the other rows' weight on key i stays free.
+
+        From radius * unit(mix x_i/||x_i|| + (1 - mix) attract), for each mix of SELF_CAPTURE_MIXES, a few projected
+        steps on sum_{j != i} relu(r_j + 1)^2 + relu(1 - r_ii)^2 (r_j the scores of query i) push every other key's
+        score below zero and the self score above it. XWt (T, B, n, d) the rows (W x_j)^T, attract (T, B, d) a unit
+        vector; returns (T, B, P, K, d) unit-radius starts.
+        """
+        T, B, n, d = XWt.shape
+        radius = d**0.5  # a start's direction only: the search scales it to its radius
+        xu = self.xi / self.xi.norm(dim=-1, keepdim=True).clamp_min(1e-30)  # (T, B, P, d)
+        dirs = torch.stack([m * xu + (1 - m) * attract[:, :, None] for m in SELF_CAPTURE_MIXES], dim=3)
+        delta = radius * dirs / dirs.norm(dim=-1, keepdim=True).clamp_min(1e-30)  # (T, B, P, K, d)
+        others = (~self.onehot)[None, None, :, None, :].to(delta.dtype)  # (1, 1, P, 1, n)
+        for _ in range(SELF_CAPTURE_STEPS):
+            y = self.xi[:, :, :, None] + delta
+            r = _rows_dot(XWt / self.sq, y)  # (T, B, P, K, n), scores of the keys j for query i
+            h = per_trial(y, self.Ws)
+            r_ii = (h * y).sum(-1, keepdim=True) / self.sq
+            push = torch.relu(r + 1) * others  # d/dr of 0.5 relu(r + 1)^2
+            pull = torch.relu(1 - r_ii)
+            grad = (push.reshape(T, B, -1, n) @ XWt).reshape(y.shape) / self.sq - pull * 2 * h / self.sq
+            step = grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+            delta = project_ball(delta - 0.05 * radius * step, radius)
+        return delta / radius
 
     def _project(self, y: torch.Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """y's products with the rows of K in one matmul: the scores t_l = x_l^T W y / sqrt(d) of the moved key,
