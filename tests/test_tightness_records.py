@@ -114,29 +114,29 @@ def confirmed_of(total, confirmed):
 def test_tightness_passes_at_95_percent_and_fails_at_94():
     passing = check_tightness(confirmed_of(100, 95))
     assert passing.status == "PASS" and passing.id == "15"
-    assert passing.measured == "95.0% of 100 records (ws 95%)" and passing.expected == ">= 95%"
+    assert passing.measured == "95.0% of 100 records" and passing.expected == ">= 95%"
     assert check_tightness(confirmed_of(100, 94)).status == "FAIL"
     just_under = check_tightness(confirmed_of(1000, 949))  # 94.9%: rounded down, never shown as the threshold
     assert just_under.status == "FAIL" and just_under.measured.startswith("94.9% of 1,000 records")
 
 
-def test_tightness_reports_ws_and_attack_apart():
-    recs = confirmed_of(50, 49) + [attack(2)] * 29 + [attack(1)]
+def test_tightness_gates_the_ws_records_and_shows_the_attack_apart():
+    recs = confirmed_of(50, 48) + [attack(2)] * 9 + [attack(1)] * 21
     check = check_tightness(recs)
-    assert check.measured == "97.5% of 80 records (ws 98%, attack 96%)" and check.status == "PASS"
-    assert check_tightness([attack(1)] * 2 + [attack(5)] * 38).measured == "95.0% of 40 records (attack 95%)"
+    assert check.measured == "96.0% of 50 records (attack, not gated: 30%)" and check.status == "PASS"
+    assert check_tightness([attack(5)] * 40).status == "N/A"  # no word-sensitivity record to gate
 
 
 def test_tightness_is_not_applicable_without_the_fields():
     check = check_tightness([ws(10), ws(20), {**attack(2), "near_best": None}])
-    assert check.status == "N/A" and check.measured == "records predate the search's evidence fields"
+    assert check.status == "N/A" and check.measured == "no word-sensitivity records with the search's evidence fields"
     assert check_tightness([]).status == "N/A"
 
 
-def test_the_checks_table_ends_with_tightness_over_ws_and_attack():
+def test_the_checks_table_ends_with_tightness():
     rows = all_checks(confirmed_of(10, 10), [], [attack(1)] * 2, [])
     assert [r.id for r in rows][-2:] == ["14", "15"]
-    assert rows[-1].status == "FAIL" and rows[-1].measured == "83.3% of 12 records (ws 100%, attack 0%)"
+    assert rows[-1].status == "PASS" and rows[-1].measured == "100.0% of 10 records (attack, not gated: 0%)"
     line = checks_markdown(rows).splitlines()[-1]
-    assert line.startswith("| 15. Tightness: share of records whose best was confirmed by a second chain |")
-    assert line.endswith("| >= 95% | **FAIL** |")
+    assert line.startswith("| 15. Tightness: share of word-sensitivity records whose best was confirmed by a second")
+    assert line.endswith("| >= 95% | **PASS** |")

@@ -300,18 +300,21 @@ TIGHT_SHARE = 95  # percent of the records whose best a second chain confirmed
 
 
 def check_tightness(records: list[dict]) -> Check:
-    what = "15. Tightness: share of records whose best was confirmed by a second chain"
+    """Share of word-sensitivity records whose best a second chain confirmed (docs/theory.md §4.3). The attack's
+    share is shown beside it, not gated: its restarts descend on a loss whose minimisers are many (any Delta that
+    flips the sign ends near 0 loss at its own point), so a lone best restart there is no sign of a loose search."""
+    what = "15. Tightness: share of word-sensitivity records whose best was confirmed by a second chain"
     expected = f">= {TIGHT_SHARE}%"
     # the ws searches and the attack's objectives record `chains` and `near_best` (docs/theory.md §4.3)
-    recs = [r for r in records if r.get("experiment") in ("ws", "attack") and r.get("near_best") is not None]
-    if not recs:
-        return _na("15", what, expected, "records predate the search's evidence fields")
-    confirmed, total = confirmed_counts(recs)
-    parts = []
-    for experiment in ("ws", "attack"):
-        c, t = confirmed_counts([r for r in recs if r["experiment"] == experiment])
-        parts += [f"{experiment} {_floor_percent(c, t, 0)}"] if t else []
-    measured = f"{_floor_percent(confirmed, total, 1)} of {total:,} records ({', '.join(parts)})"
+    ws = [r for r in records if r.get("experiment") == "ws" and r.get("near_best") is not None]
+    attack = [r for r in records if r.get("experiment") == "attack" and r.get("near_best") is not None]
+    if not ws:
+        return _na("15", what, expected, "no word-sensitivity records with the search's evidence fields")
+    confirmed, total = confirmed_counts(ws)
+    measured = f"{_floor_percent(confirmed, total, 1)} of {total:,} records"
+    if attack:
+        c, t = confirmed_counts(attack)
+        measured += f" (attack, not gated: {_floor_percent(c, t, 0)})"
     return Check("15", what, measured, expected, _status(confirmed * 100 >= TIGHT_SHARE * total))
 
 
