@@ -1,0 +1,148 @@
+"""How tight the word-sensitivity search is: its S against a reference run with many more chains.
+
+For each row (map, d, n): `trials` bundled reviews (IMDb token embeddings of the bundled MiniLM, rows of norm sqrt(d)),
+a fresh map per trial (`FreshMaps`, as benchmarks/ws.py), token 0. The "shipped" run is `word_sensitivity` with the
+given settings (restarts / max_chains / gain_tol; unset: its defaults). The "reference" runs the same maps and
+samples with one big round of max(16 x the most chains any sample of the shipped run used, 256 for raf / relu_raf)
+chains, float32 like the shipped run. A search result is a lower bound on S, so the reference is the best of both
+runs per sample, and the comparison is a lower-bound one: it shows how much more chains would have found, not the
+distance to the true sup.
+
+Columns: the shipped settings, mean chains used, share of samples whose best was confirmed by a second chain
+(near_best >= 2), share within 1% of the reference (S >= 0.99 S_ref), the worst ratio S / S_ref, mean S / mean S_ref,
+and seconds per trial of both runs (maps drawn inside the timed call). Target: >= 95% within 1% and mean ratio >= 0.995.
+`--generic` hands raf / relu_raf over as plain modules that only forward (the same weights), so the search sees no
+closed form and differentiates the full forward: the tightness of the path a user's own map takes. Timings need an
+otherwise idle machine: with other processes on the cores, torch's threads contend (try --threads 1).
+
+    python benchmarks/tightness.py                          # the default grid (minutes)
+    python benchmarks/tightness.py --quick --maps rf raf    # 6 trials, smallest n per map
+    python benchmarks/tightness.py --maps raf --n 50 --restarts 8 --max-chains 32
+    python benchmarks/tightness.py --maps raf relu_raf --generic   # the attention maps as plain modules (autograd)
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import time
+
+import torch
+from torch import nn
+from ws import map_seeds, restart_seeds, samples  # benchmarks/ws.py, next to this script
+
+from wslight.features import FreshMaps, make_map
+from wslight.sensitivity import word_sensitivity
+
+# (map, d, n values): the paper's n values at offline d (d = 384: the bundled MiniLM's width)
+GRID = {"rf": (96, [20, 60]), "deep_rf": (32, [50, 80]), "raf": (384, [10, 50, 250]), "relu_raf": (384, [10, 50, 250])}
+ATTENTION = ("raf", "relu_raf")
+COLUMNS = ["map", "d", "n", "restarts/max_chains", "mean chains", "confirmed", "within 1%", "worst ratio"]
+COLUMNS += ["mean ratio", "s/trial", "s/trial ref", "target"]
+DEFAULTS = {k: v.default for k, v in inspect.signature(word_sensitivity).parameters.items()}
+
+
+class Plain(nn.Module):
+    """A user's map: only forwards to the wrapped one, so the package sees no closed form and uses autograd."""
+
+    def __init__(self, inner: nn.Module, n: int, d: int) -> None:
+        super().__init__()
+        self.inner, self.n, self.d = inner, n, d
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.inner(X)
+
+
+def maps_for(name: str, n: int, d: int, seeds: list[int], generic: bool):
+    """The T trial maps: FreshMaps, or (--generic, attention maps) a list of plain modules with the same weights."""
+    if generic and name in ATTENTION:
+        return [Plain(make_map(name, n, d, s), n, d) for s in seeds]
+    return FreshMaps(name, seeds)
+
+
+def timed(name, n, d, X, a, generic, **settings):
+    """One word_sensitivity call over all trials (maps built inside the timed part): (result, seconds per trial)."""
+    T = X.shape[0]
+    t0 = time.perf_counter()
+    fm = maps_for(name, n, d, map_seeds(a.seed, T), generic)
+    res = word_sensitivity(fm, X, seed=restart_seeds(a.seed, T), **settings)
+    return res, (time.perf_counter() - t0) / T
+
+
+def row(name: str, d: int, n: int, a) -> list[str]:
+    X = samples("imdb", a.trials, n, d, a.seed)[:, None].float()  # (T, 1, n, d): one review per trial
+    given = {"restarts": a.restarts, "max_chains": a.max_chains, "gain_tol": a.gain_tol}
+    settings = {k: v for k, v in given.items() if v is not None}
+    shipped, sec = timed(name, n, d, X, a, a.generic, **settings)
+    ref_chains = max(16 * int(shipped.chains.max()), 256 if name in ATTENTION else 0)
+    ref, ref_sec = timed(name, n, d, X, a, a.generic, restarts=ref_chains, max_chains=ref_chains)
+    S = shipped.ws.flatten()
+    S_ref = torch.maximum(S, ref.ws.flatten())
+    ratio = S / S_ref
+    within = (S >= 0.99 * S_ref).double().mean().item()
+    mean_ratio = (S.mean() / S_ref.mean()).item()
+    restarts = settings.get("restarts", DEFAULTS["restarts"])
+    max_chains = settings.get("max_chains", DEFAULTS["max_chains"]) or restarts
+    ok = within >= 0.95 and mean_ratio >= 0.995
+    return [
+        name + (" (generic)" if a.generic and name in ATTENTION else ""),
+        str(d),
+        str(n),
+        f"{restarts}/{max_chains}",
+        f"{shipped.chains.double().mean().item():.1f}",
+        f"{(shipped.near_best >= 2).double().mean().item():.0%}",
+        f"{within:.0%}",
+        f"{ratio.min().item():.4f}",
+        f"{mean_ratio:.4f}",
+        f"{sec:.3f}",
+        f"{ref_sec:.3f} ({ref_chains} chains)",
+        "PASS" if ok else "FAIL",
+    ]
+
+
+def warm_up(name: str, generic: bool) -> None:
+    """One tiny estimate, so torch's first-call costs do not land in the first timed row."""
+    X = torch.randn(2, 1, 4, 8)
+    X = X * 8**0.5 / X.norm(dim=-1, keepdim=True)
+    word_sensitivity(maps_for(name, 4, 8, [99991, 99992], generic), X, seed=[99991, 99992])
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--maps", nargs="+", choices=sorted(GRID), default=list(GRID))
+    p.add_argument("--trials", type=int, default=20, help="reviews per row, each with its own fresh map")
+    p.add_argument("--n", type=int, nargs="+", default=None, help="n values (default: the grid's per map)")
+    p.add_argument("--d", type=int, default=None, help="d (default: the grid's per map)")
+    p.add_argument("--restarts", type=int, default=None, help="default: word_sensitivity's")
+    p.add_argument("--max-chains", type=int, default=None, help="default: word_sensitivity's")
+    p.add_argument("--gain-tol", type=float, default=None, help="default: word_sensitivity's")
+    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="6 trials, only the smallest n per map")
+    p.add_argument("--generic", action="store_true", help="raf / relu_raf as plain modules (autograd path)")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.trials = 6
+    if a.trials % 2:
+        raise SystemExit("--trials must be even (the bundled reviews are balanced: half of each label)")
+    torch.set_num_threads(a.threads)
+    print(
+        f"torch {torch.__version__}, {a.threads} thread(s), {a.trials} trials per row (bundled reviews, a fresh map "
+        f"each), token 0, float32; reference: max(16 x chains used, 256 for attention) chains, best of both runs\n"
+    )
+    print("| " + " | ".join(COLUMNS) + " |")
+    print("|" + "---|" * len(COLUMNS))
+    for name in a.maps:
+        d, ns = GRID[name]
+        d = a.d or d
+        ns = a.n or ns
+        ns = [min(ns)] if a.quick else ns
+        warm_up(name, a.generic)
+        for n in ns:
+            print("| " + " | ".join(row(name, d, n, a)) + " |", flush=True)
+    gain_tol = DEFAULTS["gain_tol"] if a.gain_tol is None else a.gain_tol
+    print(f"\ngain_tol {gain_tol}; target: >= 95% of samples within 1% of the reference and mean ratio >= 0.995")
+
+
+if __name__ == "__main__":
+    main()
