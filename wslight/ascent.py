@@ -118,19 +118,25 @@ def _top_curvature(
     return v.detach()
 
 
+def _draws(seeds: list[int], pos: list[int], B: int, count: int, d: int, *round_: int) -> Tensor:
+    """(T, B, P, count, d) Gaussian draws, one stream per trial seed and position (and round after the first), so a
+    chain does not depend on the chunking, the other positions or the other trials."""
+    return torch.stack(
+        [
+            torch.stack([torch.randn(B, count, d, generator=generator(s, "ws.init", p, *round_)) for p in pos], dim=1)
+            for s in seeds
+        ]
+    )
+
+
+def _unit(v: Tensor) -> Tensor:
+    """Every row of v scaled to norm 1 (a start's direction)."""
+    return v / v.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Public API
 # ----------------------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Best:
-    """The best chain of every (trial, sample) so far, over positions and rounds, and the evidence on it."""
-
-    f: Tensor  # (T, B) float64, the working-dtype objective ||phi' - phi||^2 of the best chain
-    delta: Tensor  # (T, B, d) float64
-    j: Tensor  # (T, B) long, index of its position in the chunk
-    steps: Tensor  # (T, B) long, most steps of any chain
 
 
 @dataclass
@@ -208,12 +214,9 @@ class Search:
         """
         T, B, n, d = X.shape
         pos_chunk, chain_chunk = self._chunks(T, B, per_chain, per_pos, one_chunk)
-        best = _Best(
-            f=torch.full((T, B), -1.0, dtype=torch.float64),
-            delta=torch.zeros(T, B, d, dtype=torch.float64),
-            j=torch.zeros(T, B, dtype=torch.long),
-            steps=torch.zeros(T, B, dtype=torch.long),
-        )
+        best_f = torch.full((T, B), -1.0, dtype=torch.float64)  # the best chain's objective ||phi' - phi||^2
+        best_delta = torch.zeros(T, B, d, dtype=torch.float64)
+        steps = torch.zeros(T, B, dtype=torch.long)  # most steps of any chain
         best_pos = torch.zeros(T, B, dtype=torch.long)
         best_ws = torch.full((T, B), math.nan, dtype=torch.float64)  # filled only by algebras with an exact64
         phi_norm = torch.full((T, B), math.nan, dtype=torch.float64)
@@ -222,14 +225,15 @@ class Search:
         for c0 in range(0, len(self.positions), pos_chunk):
             pos = self.positions[c0 : c0 + pos_chunk]
             token = build(pos)
-            chunk = self._search(token, self._starts(token, pos, seeds, dt, X), pos, seeds, dt, chain_chunk)
-            values.append(chunk.pop())
-            (f_c, delta_c, j_c, steps_c) = chunk
+            f_c, delta_c, j_c, steps_c, values_c = self._search(
+                token, self._starts(token, pos, seeds, dt, X), pos, seeds, dt, chain_chunk
+            )
+            values.append(values_c)
             # Deviation: the ball is centred on the clean token; the authors centre it at the noisy start
             # x_i + 0.1 xi, so their ||Delta|| can reach about 1.1 sqrt(d) (docs/theory.md §9.1); we keep
             # docs/theory.md §1.3's
             delta_c = project_ball(delta_c, self.radius)  # float32 may leave ||Delta|| a hair out
-            better = f_c > best.f
+            better = f_c > best_f
             if token.exact64 is not None:
                 ws_c, norm_c = token.exact64(delta_c, j_c)
                 best_ws = torch.where(better, ws_c, best_ws)
@@ -237,24 +241,24 @@ class Search:
             factors = token.bound_factors(j_c)
             if factors is not None:
                 factor = torch.where(better, factors, factor)
-            best.delta = torch.where(better[..., None], delta_c, best.delta)
+            best_delta = torch.where(better[..., None], delta_c, best_delta)
             best_pos = torch.where(better, torch.tensor(pos)[j_c], best_pos)
-            best.f = torch.where(better, f_c, best.f)
-            best.steps = torch.maximum(best.steps, steps_c)
+            best_f = torch.where(better, f_c, best_f)
+            steps = torch.maximum(steps, steps_c)
 
         if bool(best_ws.isnan().any()):
-            best_ws, phi_norm = self._final_value(exact, X, best_pos, best.delta)
+            best_ws, phi_norm = self._final_value(exact, X, best_pos, best_delta)
         every = torch.cat(values, dim=-1)  # (T, B, chains at every position)
-        delta_norm = best.delta.norm(dim=-1)
+        delta_norm = best_delta.norm(dim=-1)
         return WSResult(
             ws=best_ws,
             position=best_pos,
-            delta=best.delta,
+            delta=best_delta,
             delta_norm=delta_norm,
             phi_norm=phi_norm,
-            steps=best.steps,
+            steps=steps,
             chains=every.isfinite().sum(-1),
-            near_best=near_best(every, best.f, squared=True),
+            near_best=near_best(every, best_f, squared=True),
             bound=None if factor.isnan().all() else factor * delta_norm / phi_norm.to(torch.float64),
         )
 
@@ -274,15 +278,8 @@ class Search:
         """The first round's starting points on the sphere, (T, B, P, restarts, d): +- the top curvature direction,
         the map's own constructions, then random ones, one stream per trial and position (a chain does not depend
         on the chunking or the other trials). X (T, B, n, d) the samples."""
-        B, d, device = X.shape[1], X.shape[3], X.device
-        draws = torch.stack(
-            [
-                torch.stack(
-                    [torch.randn(B, self.restarts + 1, d, generator=generator(s, "ws.init", p)) for p in pos], dim=1
-                )
-                for s in seeds
-            ]
-        ).to(device=device, dtype=dt)  # (T, B, P, R + 1, d)
+        B, d = X.shape[1], X.shape[3]
+        draws = _draws(seeds, pos, B, self.restarts + 1, d).to(device=X.device, dtype=dt)  # (T, B, P, R + 1, d)
         exact_top = getattr(token, "top_curvature", None)  # e.g. RF: the d x d Hessian in closed form
         if exact_top is not None and self.power_iters > 0:
             top = exact_top(draws[:, :, :, :1])  # (T, B, P, 1, d)
@@ -292,18 +289,17 @@ class Search:
         own = token.starts if token.starts is not None else top.new_zeros(*top.shape[:3], 0, top.shape[-1])
         struct = torch.cat([top, -top, own.to(dt)], dim=3)[:, :, :, : self.restarts]  # (T, B, P, S, d)
         rand = draws[:, :, :, 1 : 1 + self.restarts - struct.shape[3]]
-        rand = rand / rand.norm(dim=-1, keepdim=True).clamp_min(1e-30)  # (T, B, P, R - S, d)
-        return torch.cat([struct, rand], dim=3) * self.radius
+        return torch.cat([struct, _unit(rand)], dim=3) * self.radius
 
     def _search(
         self, token: TokenMove, starts: Tensor, pos: list[int], seeds: list[int], dt: torch.dtype, chain_chunk: int
-    ) -> list[Tensor]:
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """Rounds of chains for the positions of one chunk: the first from `starts`, then `restarts` random ones at a
         time for the trials whose best is not yet tight (`more_chains`).
 
         Returns:
-            [f (T, B) float64 best objective, delta (T, B, d) float64 its Delta, j (T, B) its position's index,
-            steps (T, B) most steps of a chain, values (T, B, P C) every chain's best objective (-inf: not run)].
+            f (T, B) float64 best objective, delta (T, B, d) float64 its Delta, j (T, B) its position's index,
+            steps (T, B) most steps of a chain, values (T, B, P C) every chain's best objective (-inf: not run).
         """
         T, B, P, _, d = starts.shape
         device = starts.device
@@ -316,19 +312,8 @@ class Search:
         chains = 0  # per (sample, position), of the trials still running
         for round_ in itertools.count():
             if round_ > 0:
-                starts = torch.stack(
-                    [
-                        torch.stack(
-                            [
-                                torch.randn(B, self.restarts, d, generator=generator(seeds[t], "ws.init", p, round_))
-                                for p in pos
-                            ],
-                            dim=1,
-                        )
-                        for t in run.tolist()
-                    ]
-                ).to(device=device, dtype=dt)
-                starts = starts / starts.norm(dim=-1, keepdim=True).clamp_min(1e-30) * self.radius
+                draws = _draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, round_)
+                starts = _unit(draws).to(device=device, dtype=dt) * self.radius
             tok = token if len(run) == T else token.select_trials(run.to(device))
             sub = run if tok is not None else torch.arange(T)  # a family that cannot restrict runs every trial
             tok = tok if tok is not None else token
@@ -363,7 +348,7 @@ class Search:
             run = run[more[run].any(dim=1)]
             if len(run) == 0:
                 break
-        return [f_best, delta_best, j_best, steps, torch.cat(values, dim=-1)]
+        return f_best, delta_best, j_best, steps, torch.cat(values, dim=-1)
 
     def _round(self, token: TokenMove, starts: Tensor, chain_chunk: int) -> tuple[Tensor, Tensor, Tensor]:
         """One round: every chain of `starts` (T, B, P, R, d) run to convergence, `chain_chunk` chains at a time.
