@@ -28,6 +28,7 @@ FLOORS = {  # prefix -> floor (higher imports lower); the longest matching prefi
     "wslight.chains": 5,
     "wslight.attack": 5,
     "wslight.attack_losses": 5,
+    "wslight.attack_inputs": 5,
     "wslight.interpolation": 5,
     "wslight.probes": 5,
     "wslight.plots": 4,

@@ -22,32 +22,22 @@ import math
 from collections.abc import Sequence
 from dataclasses import fields
 from functools import partial
-from typing import Literal, cast
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
-from . import validate
-from .attack_losses import LOSSES, Loss, attack_objective
+from .attack_inputs import AttackInputs, checked_inputs
+from .attack_losses import attack_objective
 from .chains import Evaluate, FixedStep, MomentumDescent, StepRule, autograd_evaluate, near_best, run_chains
-from .features import FreshMaps, map_dims, map_name
-from .features.move import token_move, trial_features
+from .features import FreshMaps
+from .features.move import TokenMove, token_move, trial_features
 from .interpolation import Heads, HeadScalars, fit_heads
 from .numerics import sum_last
 from .seeding import generator
-from .vocabulary import TRAININGS, Training
 
-# Authors' fixed-step schedules (docs/theory.md §6.5), per map: (lr, steps, steps per token); steps = fixed + per
-# token * n.
-FAITHFUL_SCHEDULES = {
-    "rf": (100.0, 300, 0),
-    "deep_rf": (100.0, 300, 0),
-    "raf": (1.0, 0, 50),
-    "relu_raf": (1.0, 0, 50),
-}
-# Defaults of the improved optimiser: momentum steps normalised per sample (initial length lr * radius), cosine decay,
+# The improved optimiser: momentum steps normalised per sample (initial length lr * radius), cosine decay,
 # restarts batched, early stop when the best loss improves by less than rtol * |loss| + atol over `patience` steps.
-DEFAULT_STEPS, DEFAULT_LR, DEFAULT_RESTARTS = 400, 0.1, 4
 PATIENCE, RTOL, ATOL = 25, 1e-5, 1e-12
 LR_FLOOR = 0.01
 
@@ -73,26 +63,6 @@ def _in_ball(seed: int, T: int, R: int, B: int, d: int, radius: float) -> Tensor
     u = u / u.norm(dim=-1, keepdim=True)
     rad = radius * torch.rand(T, R, B, 1, generator=g, dtype=torch.float64) ** (1.0 / d)  # uniform in the ball
     return u * rad
-
-
-def _check_ids(train_ids: Tensor | None, ctx_ids: Tensor | None, T: int, M: int, B: int, N: int) -> None:
-    """Raise a ValueError if a context sample id is also among the N training ids of its trial."""
-    if train_ids is None or ctx_ids is None:
-        return
-    tr = torch.as_tensor(train_ids).reshape(T, -1)
-    cx = torch.as_tensor(ctx_ids).reshape(T, -1)
-    if tr.shape[1] != M or cx.shape[1] != B:
-        raise ValueError(
-            f"train_ids/ctx_ids: expected {M} training and {B} context ids per trial, "
-            f"got {tr.shape[1]} and {cx.shape[1]}"
-        )
-    for t in range(T):
-        shared = sorted(set(tr[t, :N].tolist()) & set(cx[t].tolist()))
-        if shared:
-            raise ValueError(
-                f"ctx_ids: a context sample must not be one of the N={N} training samples (allowed: ids not in "
-                f"train_ids[:N]), got shared id(s) {shared[:10]} in trial {t}"
-            )
 
 
 def delta_attack(
@@ -183,97 +153,28 @@ def delta_attacks(
         restarts run) and near_best (how many ended within 1% of the best loss, docs/theory.md §4.3), gram_cond,
         gram_ill_conditioned.
     """
-    # ---- validation, before any heavy work
-    if not objectives:
-        raise ValueError("objectives: expected at least one (training, loss, penalty), got none")
-    attacks: list[tuple[Training, Loss, float]] = [
-        (
-            validate.choice("training", training, TRAININGS),
-            validate.choice("loss", loss, LOSSES),
-            validate.number("penalty", penalty, 0.0),
-        )
-        for training, loss, penalty in objectives
-    ]
-    if X_train.dim() not in (3, 4) or X_ctx.dim() != X_train.dim():
-        raise ValueError(
-            f"X_train/X_ctx: expected (M, n, d)/(B, n, d) or (T, M, n, d)/(T, B, n, d), "
-            f"got {tuple(X_train.shape)} and {tuple(X_ctx.shape)}"
-        )
-    batched = X_train.dim() == 4
-    if not batched:
-        X_train, Y, X_ctx, y_ctx = X_train[None], Y[None], X_ctx[None], y_ctx[None]
-    T, M, n, d = X_train.shape
-    B = X_ctx.shape[1]
-    if X_ctx.shape[0] != T or X_ctx.shape[2:] != (n, d):
-        raise ValueError(f"X_ctx: expected ({T}, B, {n}, {d}), got {tuple(X_ctx.shape)}")
-    if Y.shape != (T, M) or y_ctx.shape != (T, B):
-        raise ValueError(f"Y/y_ctx: expected {(T, M)} and {(T, B)}, got {tuple(Y.shape)} and {tuple(y_ctx.shape)}")
-    N = validate.integer("N", M if N is None else N, 1, M, why="the training samples available")
-    position = validate.integer("position", position, 0, n - 1)
-    radius = validate.number("radius", d**0.5 if radius is None else radius, 0.0, strict=True)
-    fresh = feature_map if isinstance(feature_map, FreshMaps) else None
-    maps: list[nn.Module]
-    if isinstance(feature_map, FreshMaps):
-        maps, kind = [], feature_map.name
-        if len(feature_map) != T:
-            raise ValueError(f"feature_map: FreshMaps with {len(feature_map)} seeds for {T} trials")
-    else:
-        maps = list(feature_map) if isinstance(feature_map, (Sequence, nn.ModuleList)) else [feature_map] * T
-        if len(maps) != T:
-            raise ValueError(f"feature_map: expected one map or {T} maps (one per trial), got {len(maps)}")
-        for m in maps:
-            map_dims(m)  # a ValueError for anything that is not a map of d-dimensional tokens
-        kind = map_name(maps[0])
-    if faithful:
-        if restarts not in (None, 1):
-            raise ValueError(f"restarts must be 1 (or None) when faithful=True, got {restarts!r}")
-        restarts = 1
-        schedule = FAITHFUL_SCHEDULES.get(kind)
-        if schedule is None and (lr is None or steps is None):
-            raise ValueError(
-                f"faithful: the authors' schedule exists for {sorted(FAITHFUL_SCHEDULES)}; give lr and steps for a "
-                f"{kind} map"
-            )
-        if schedule is not None:
-            lr = schedule[0] if lr is None else lr
-            steps = schedule[1] + schedule[2] * n if steps is None else steps
-    restarts = validate.integer("restarts", DEFAULT_RESTARTS if restarts is None else restarts, 1)
-    steps = validate.integer("steps", DEFAULT_STEPS if steps is None else steps, 1)
-    lr = validate.number("lr", DEFAULT_LR if lr is None else lr, 0.0, strict=True)
-    _check_ids(train_ids, ctx_ids, T, M, B, N)
-    per_trial_seeds = isinstance(seed, (list, tuple))
-    seeds = list(seed) if isinstance(seed, (list, tuple)) else [cast(int, seed)]  # one per trial, or one for all
-    if per_trial_seeds and len(seeds) != T:
-        raise ValueError(f"seed: expected one seed or {T} (one per trial), got {len(seeds)}")
-
-    # ---- closed-form heads, float64 (docs/theory.md §5.2), and the contexts' token-move algebra
-    X_train, Y = X_train[:, :N], Y[:, :N]
-    key = (
-        id(feature_map),
-        X_train.data_ptr(),
-        X_ctx.data_ptr(),
-        tuple(X_train.shape),
-        tuple(X_ctx.shape),
+    at = checked_inputs(
+        feature_map,
+        X_train,
+        Y,
+        X_ctx,
+        y_ctx,
+        objectives,
         position,
-        dtype,
+        radius,
+        steps,
+        lr,
+        restarts,
+        seed,
+        faithful,
+        N,
+        train_ids,
+        ctx_ids,
     )
-    if cache is not None and cache.get("key") == key:  # another objective on the same samples and maps
-        heads, token, hv = cache["heads"], cache["token"], cache["hv"]
-    else:
-        if fresh is not None:  # one draw of each trial's map for its training and context samples
-            Phi, phi, token = fresh.attack_inputs(X_train, X_ctx, position, dtype)
-        else:
-            Phi, phi = trial_features(maps, X_train), trial_features(maps, X_ctx)  # (T, N, p), (T, B, p)
-            token = token_move(maps, X_ctx, [position], dtype)
-        heads = fit_heads(Phi, Y, phi, y_ctx)
-        del Phi  # heads.Phi keeps the float64 copy for P
-        hv = torch.stack([heads.theta_star.unsqueeze(1).expand_as(heads.phi), heads.phi, heads.Pphi], -1).to(dtype)
-        # hv: (T, B, p, 3), the three vectors the losses need
-        if cache is not None:
-            cache.clear()
-            cache.update(key=key, heads=heads, token=token, hv=hv)
+    heads, token, hv = _prepare(at, feature_map, dtype, cache)
+    attacks, radius, T, B, d = at.attacks, at.radius, at.T, at.B, at.X_ctx.shape[-1]
     hR = _with_restart_dim(heads)  # (T, B, 1) scalars, broadcast over restarts
-    R, n_obj = restarts, len(attacks)
+    R, n_obj = at.restarts, len(attacks)
 
     def inner(delta: Tensor, token=token, hv=hv) -> Tensor:
         """(T, B, R, d) -> (T, B, R, 3): phi(X')^T [theta*, phi, P phi]."""
@@ -293,16 +194,48 @@ def delta_attacks(
             return None
         return autograd_evaluate(partial(gain, token=restricted, hv=hv[idx], hR=_trials(hR, idx)))
 
-    starts = _starts(seeds, per_trial_seeds, T, B, R, d, radius, dtype, X_ctx.device).repeat(1, 1, n_obj, 1)
-    if faithful:
-        rule: StepRule = FixedStep(radius, lr)
+    starts = _starts(at.seeds, at.per_trial_seeds, T, B, R, d, radius, dtype, at.X_ctx.device).repeat(1, 1, n_obj, 1)
+    if at.faithful:
+        rule: StepRule = FixedStep(radius, at.lr)
     else:
-        rule = MomentumDescent(radius, lr, steps, LR_FLOOR, PATIENCE, RTOL, ATOL)
-    chains = run_chains(autograd_evaluate(gain), starts, rule, steps, restrict)
+        rule = MomentumDescent(radius, at.lr, at.steps, LR_FLOOR, PATIENCE, RTOL, ATOL)
+    chains = run_chains(autograd_evaluate(gain), starts, rule, at.steps, restrict)
     with torch.no_grad():
         # Paper (authors' code): the final iterate; otherwise the best point of each chain
-        value, point = (chains.f, chains.x) if faithful else (chains.best_f, chains.best_x)
-        return _report(attacks, heads, inner, -value, point, chains.steps, return_delta, batched)
+        value, point = (chains.f, chains.x) if at.faithful else (chains.best_f, chains.best_x)
+        return _report(attacks, heads, inner, -value, point, chains.steps, return_delta, at.batched)
+
+
+def _prepare(at: AttackInputs, feature_map, dtype: torch.dtype, cache: dict | None) -> tuple[Heads, TokenMove, Tensor]:
+    """The closed-form heads, float64 (docs/theory.md §5.2), the contexts' token-move algebra and hv (T, B, p, 3), the
+    three vectors the losses read; from `cache` when it holds them for the same samples, maps and position."""
+    X_train, Y, X_ctx = at.X_train, at.Y, at.X_ctx
+    # ---- closed-form heads, float64 (docs/theory.md §5.2), and the contexts' token-move algebra
+    key = (
+        id(feature_map),
+        X_train.data_ptr(),
+        X_ctx.data_ptr(),
+        tuple(X_train.shape),
+        tuple(X_ctx.shape),
+        at.position,
+        dtype,
+    )
+    if cache is not None and cache.get("key") == key:  # another objective on the same samples and maps
+        heads, token, hv = cache["heads"], cache["token"], cache["hv"]
+    else:
+        if isinstance(feature_map, FreshMaps):  # one draw of each trial's map for its training and context samples
+            Phi, phi, token = feature_map.attack_inputs(X_train, X_ctx, at.position, dtype)
+        else:
+            Phi, phi = trial_features(at.maps, X_train), trial_features(at.maps, X_ctx)  # (T, N, p), (T, B, p)
+            token = token_move(at.maps, X_ctx, [at.position], dtype)
+        heads = fit_heads(Phi, Y, phi, at.y_ctx)
+        del Phi  # heads.Phi keeps the float64 copy for P
+        hv = torch.stack([heads.theta_star.unsqueeze(1).expand_as(heads.phi), heads.phi, heads.Pphi], -1).to(dtype)
+        # hv: (T, B, p, 3), the three vectors the losses need
+        if cache is not None:
+            cache.clear()
+            cache.update(key=key, heads=heads, token=token, hv=hv)
+    return heads, token, hv
 
 
 def _starts(seeds, per_trial_seeds, T, B, R, d, radius, dtype, device) -> Tensor:
