@@ -36,8 +36,9 @@ def test_rounds_only_raise_s_and_end_confirmed_or_at_the_cap(name):
     one = word_sensitivity(FreshMaps(name, seeds), X, restarts=4, max_chains=None, seed=seeds, max_steps=80)
     more = word_sensitivity(FreshMaps(name, seeds), X, restarts=4, max_chains=32, seed=seeds, max_steps=80)
     assert (one.chains == 4).all()
-    # the first round is the same search, so more rounds never lower the reported S
-    assert (more.ws >= one.ws - 1e-9).all()
+    # the first round is the same search, so more rounds never lower the reported S (up to the float32 objective
+    # that picks the best chain: a float64 S may sit a rounding error below another chain's)
+    assert (more.ws >= one.ws * (1 - 1e-6)).all()
     assert ((more.chains % 4) == 0).all() and (more.chains <= 32).all()
     assert ((more.near_best >= 2) | (more.chains == 32)).all()
     assert (more.near_best >= 1).all() and (more.near_best <= more.chains).all()

@@ -341,8 +341,8 @@ class Search:
             f_best = torch.where(better, top, f_best)
             steps[sub] = torch.maximum(steps[sub], steps_r.reshape(len(sub), B, -1).max(dim=-1).values)
             chains += R
-            # on S, not S^2; the first round has nothing to gain on: a best it confirms is taken
-            gain = (f_best.clamp_min(0) / before.clamp_min(1e-300)).sqrt() - 1 if round_ else torch.zeros_like(f_best)
+            # on S, not S^2; the first round gains on nothing (before = -inf), so a second round always follows
+            gain = (f_best.clamp_min(0) / before.clamp_min(1e-300)).sqrt() - 1
             near = near_best(torch.cat(values, dim=-1), f_best, squared=True)
             more = more_chains(gain, near, torch.full_like(near, chains), self.gain_tol, self.max_chains)  # (T, B)
             run = run[more[run].any(dim=1)]
