@@ -83,7 +83,8 @@ def word_sensitivity(
         dtype: working dtype of the search ("float32" or "float64"); None means the map's dtype (FreshMaps: theirs).
         chunk_elements: memory bound of one chunk, in working-dtype elements.
         power_iters: Hessian-vector products of the curvature starts.
-        max_chains: most chains per sample and position (None, or at most `restarts`: a single round). After the
+        max_chains: no round starts once a sample has run this many chains per position (None, or at most
+            `restarts`: a single round; the last round may pass it by less than `restarts`). After the
             first round (`restarts` chains), rounds of `restarts` random chains are added for a trial while a round
             raised its S by more than `gain_tol` (relatively) or no second chain ended within 1% of its best
             (docs/theory.md §4.3).

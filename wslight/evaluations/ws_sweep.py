@@ -46,7 +46,8 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         positions: "first" (token 0, the paper's figures), "all" (the true sup over i) or a list of token indices.
         radius_scale: the ball radius is radius_scale * sqrt(d) (the paper: 1). Must be > 0.
         restarts: ascent chains per sample and position in the first round (batched; then as many per round).
-        max_chains: most chains per sample and position; rounds of `restarts` more chains are added until the best
+        max_chains: the cap on chains per sample and position (the last round may pass it by less than `restarts`);
+            rounds of `restarts` more chains are added until the best
             is tight (docs/theory.md §4.3). None (or at most `restarts`): one round.
         gain_tol: a round that raises S by less than this (relatively), with the best confirmed by a second chain,
             is the last.
