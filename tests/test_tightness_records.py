@@ -84,7 +84,7 @@ def test_a_cell_of_old_records_beside_new_ones_shows_a_dash():
     text = markdown_table(rows)
     assert "| rf | 10 | 0.3162 | 0 | - | - | 1 |" in text and "| rf | 20 | 0.2236 | 0 | 4 | 0.5 | 2 |" in text
     note = evidence_note(rows)
-    assert note.startswith("chains: mean ascent chains") and "confirmed: share of the records" in note
+    assert note.startswith("chains: mean search chains") and "confirmed: share of the records" in note
     assert "-: records that predate" in note and "predate" not in evidence_note(rows[1:])
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 ATTACK_KEYS = ("map", "n", "N", "training", "loss", "p")  # one row of the attack table per such cell
 ATTACK_REQUIRED = ("y", "D1", "err", "sign_err", "gamma")  # the values every summarised attack record needs
 EVIDENCE_NOTES = {  # the captions of the search's evidence columns (`evidence_note`)
-    "chains": "chains: mean ascent chains per record",
+    "chains": "chains: mean search chains per record (restarts and rounds)",
     "confirmed": "confirmed: share of the records whose best was confirmed by a second chain (near_best >= 2; a lone "
     "best chain is a warning sign)",
 }
