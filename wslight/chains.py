@@ -158,9 +158,9 @@ class MonotoneAscent:
             c.extra["history"] = history[-self.window :]
 
 
-def _descent_step(c: Chains, x: Tensor) -> None:
-    """Move to x for good (a descent keeps every step; the engine keeps the best point)."""
-    c.x = x
+def _move_to(c: Chains, x: Tensor, f: Tensor, g: Tensor) -> None:
+    """Take every step for good (a descent moves on whatever the value; the engine keeps each chain's best point)."""
+    c.x, c.f, c.g = x, f, g
 
 
 @dataclass
@@ -177,7 +177,7 @@ class FixedStep:
         return x
 
     def accept(self, c: Chains, x: Tensor, f: Tensor, g: Tensor, t: int) -> None:
-        c.x, c.f, c.g = x, f, g
+        _move_to(c, x, f, g)
 
 
 @dataclass
@@ -220,7 +220,7 @@ class MomentumDescent:
         return x
 
     def accept(self, c: Chains, x: Tensor, f: Tensor, g: Tensor, t: int) -> None:
-        c.x, c.f, c.g = x, f, g
+        _move_to(c, x, f, g)
 
 
 def near_best(values: Tensor, best: Tensor, squared: bool = False, atol: float = 0.0) -> Tensor:

@@ -207,9 +207,10 @@ class AttentionMove(TokenMove):
         dirs = torch.stack([m * xu + (1 - m) * attract[:, :, None] for m in SELF_CAPTURE_MIXES], dim=3)
         delta = radius * dirs / dirs.norm(dim=-1, keepdim=True).clamp_min(1e-30)  # (T, B, P, K, d)
         others = (~self.onehot)[None, None, :, None, :].to(delta.dtype)  # (1, 1, P, 1, n)
+        query = XWt / self.sq  # (T, B, n, d): query i's score of key j is y . query_j
         for _ in range(SELF_CAPTURE_STEPS):
             y = self.xi[:, :, :, None] + delta
-            r = _rows_dot(XWt / self.sq, y)  # (T, B, P, K, n), scores of the keys j for query i
+            r = _rows_dot(query, y)  # (T, B, P, K, n), scores of the keys j for query i
             h = per_trial(y, self.Ws)
             r_ii = (h * y).sum(-1, keepdim=True) / self.sq
             push = torch.relu(r + 1) * others  # d/dr of 0.5 relu(r + 1)^2
