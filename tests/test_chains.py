@@ -5,6 +5,7 @@ import pytest
 import torch
 from conftest import unit_rows
 
+from wslight import ascent
 from wslight.chains import more_chains, near_best
 from wslight.features import FreshMaps, make_map
 from wslight.features.move import token_move
@@ -67,12 +68,36 @@ def test_relu_raf_self_capture_starts_leave_query_i_attending_to_itself_alone():
     X = unit_rows(B, n, d, seed=7)
     fmap = make_map("relu_raf", n, d, seed=1).double()
     token = token_move([fmap], X[None].double(), [0], torch.float64)
-    starts = token.starts[0, :, 0, 2:] * d**0.5  # (B, K, d): the self-capture starts, after attract and steer
-    assert starts.shape[1] == 4 and (starts.norm(dim=-1) <= d**0.5 * (1 + 1e-9)).all()
-    y = X[:, None, 0].double() + starts  # (B, K, d) the moved token
+    # (B, 2K, d): after attract and steer, the ascended self-capture starts, then the captured ones
+    starts = token.starts[0, :, 0, 2:] * d**0.5
+    assert starts.shape[1] == 8 and (starts.norm(dim=-1) <= d**0.5 * (1 + 1e-9)).all()
+    y = X[:, None, 0].double() + starts  # (B, 2K, d) the moved token
     W = fmap.W.double()
     Xd = X.double()
     others = torch.einsum("bkd,de,bje->bkj", y, W, Xd[:, 1:]) / d**0.5  # query 0's scores of keys 1..n-1
     self_score = torch.einsum("bkd,de,bke->bk", y, W, y) / d**0.5
     captured = (others <= 0).all(-1) & (self_score > 0)
-    assert captured.any(dim=1).float().mean() >= 0.9  # every sample but a rare one has a start in that region
+    ascended, plain = captured[:, :4], captured[:, 4:]
+    assert plain.any(dim=1).float().mean() >= 0.9  # every sample but a rare one has a start in that region
+    assert ascended.any(dim=1).float().mean() >= 0.9  # the captured ascent stays in it
+    # and climbs: the best ascended start's change beats the best captured one's
+    change = token.change_sq(starts[None, :, None])[0, :, 0]  # (B, 2K)
+    assert (change[:, :4].max(dim=1).values > change[:, 4:].max(dim=1).values).float().mean() >= 0.9
+
+
+def test_reported_s_is_the_best_float64_value_of_the_best_chains(monkeypatch):
+    """The float32 objective can be wrong at ReLU-RAF's discontinuity (a row whose only positive score is ~0): the
+    reported S is the largest float64 value among the FINAL_CANDIDATES best chains, never below the best of them."""
+    B, n, d = 6, 12, 32
+    X = unit_rows(B, n, d, seed=3)
+    fmap = make_map("relu_raf", n, d, seed=2)
+    res = word_sensitivity(fmap, X, restarts=8, max_chains=8, seed=5)
+    exact = make_map("relu_raf", n, d, seed=2).double()  # the same W (double() would convert fmap in place)
+    Xp = X.double().clone()
+    Xp[torch.arange(B), res.position] += res.delta
+    phi0, phi1 = exact(X.double()), exact(Xp)
+    recomputed = (phi1 - phi0).norm(dim=-1) / phi0.norm(dim=-1)
+    torch.testing.assert_close(res.ws, recomputed, rtol=1e-9, atol=1e-12)
+    monkeypatch.setattr(ascent, "FINAL_CANDIDATES", 1)  # the best chain by its float32 objective alone
+    one = word_sensitivity(fmap, X, restarts=8, max_chains=8, seed=5)
+    assert (res.ws >= one.ws * (1 - 1e-12)).all()

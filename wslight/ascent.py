@@ -19,6 +19,8 @@ from .seeding import generator
 
 # Elements (of the working dtype) one chunk of positions/restarts may hold; bounds the memory of the search.
 DEFAULT_CHUNK_ELEMENTS = 2**25
+# The best chains (by the working-dtype objective) whose S is recomputed in float64; the largest is reported
+FINAL_CANDIDATES = 4
 
 
 class _ClosedForm(Protocol):
@@ -214,13 +216,10 @@ class Search:
         """
         T, B, n, d = X.shape
         pos_chunk, chain_chunk = self._chunks(T, B, per_chain, per_pos, one_chunk)
-        best_f = torch.full((T, B), -1.0, dtype=torch.float64)  # the best chain's objective ||phi' - phi||^2
-        best_delta = torch.zeros(T, B, d, dtype=torch.float64)
         steps = torch.zeros(T, B, dtype=torch.long)  # most steps of any chain
-        best_pos = torch.zeros(T, B, dtype=torch.long)
-        best_ws = torch.full((T, B), math.nan, dtype=torch.float64)  # filled only by algebras with an exact64
-        phi_norm = torch.full((T, B), math.nan, dtype=torch.float64)
-        factor = torch.full((T, B), math.nan, dtype=torch.float64)  # of the bound at the best position, if any
+        # the best chains of every chunk, FINAL_CANDIDATES each: their objective, Delta, position, S, ||phi(X)||,
+        # bound factor (S and ||phi(X)|| stay NaN unless the algebra has an exact64)
+        cands: list[tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]] = []
         values = []  # per chunk, (T, B, P C) every chain's best objective
         for c0 in range(0, len(self.positions), pos_chunk):
             pos = self.positions[c0 : c0 + pos_chunk]
@@ -233,33 +232,41 @@ class Search:
             # x_i + 0.1 xi, so their ||Delta|| can reach about 1.1 sqrt(d) (docs/theory.md §9.1); we keep
             # docs/theory.md §1.3's
             delta_c = project_ball(delta_c, self.radius)  # float32 may leave ||Delta|| a hair out
-            better = f_c > best_f
-            if token.exact64 is not None:
-                ws_c, norm_c = token.exact64(delta_c, j_c)
-                best_ws = torch.where(better, ws_c, best_ws)
-                phi_norm = norm_c
-            factors = token.bound_factors(j_c)
-            if factors is not None:
-                factor = torch.where(better, factors, factor)
-            best_delta = torch.where(better[..., None], delta_c, best_delta)
-            best_pos = torch.where(better, torch.tensor(pos)[j_c], best_pos)
-            best_f = torch.where(better, f_c, best_f)
+            ws_c, norm_c, factor_c = (torch.full(f_c.shape, math.nan, dtype=torch.float64) for _ in range(3))
+            for k in range(f_c.shape[-1]):
+                if token.exact64 is not None:
+                    ws_c[..., k], norm_c[..., k] = token.exact64(delta_c[:, :, k], j_c[..., k])
+                factors = token.bound_factors(j_c[..., k])
+                if factors is not None:
+                    factor_c[..., k] = factors
+            cands.append((f_c, delta_c, torch.tensor(pos)[j_c], ws_c, norm_c, factor_c))
             steps = torch.maximum(steps, steps_c)
+        f, delta, position, ws, phi_norm, factor = (torch.cat(parts, dim=2) for parts in zip(*cands))
+        for k in range(f.shape[-1]):
+            if bool(ws[..., k].isnan().any()):
+                ws[..., k], phi_norm[..., k] = self._final_value(exact, X, position[..., k], delta[:, :, k])
+        # the candidate whose float64 value is largest: a float32 objective can be off at a discontinuity of the map
+        # (ReLU-RAF's row whose only positive score is ~0, docs/theory.md §4.3), so the reported S is the best of the
+        # best few chains' exact values
+        pick = torch.where(f.isfinite(), ws, -math.inf).argmax(dim=-1, keepdim=True)  # (T, B, 1)
 
-        if bool(best_ws.isnan().any()):
-            best_ws, phi_norm = self._final_value(exact, X, best_pos, best_delta)
+        def chosen(t: Tensor) -> Tensor:
+            return t.gather(2, pick if t.dim() == 3 else pick[..., None].expand(-1, -1, -1, d))[:, :, 0]
+
+        best_delta = chosen(delta)
         every = torch.cat(values, dim=-1)  # (T, B, chains at every position)
         delta_norm = best_delta.norm(dim=-1)
+        factor_best = chosen(factor)
         return WSResult(
-            ws=best_ws,
-            position=best_pos,
+            ws=chosen(ws),
+            position=chosen(position),
             delta=best_delta,
             delta_norm=delta_norm,
-            phi_norm=phi_norm,
+            phi_norm=chosen(phi_norm),
             steps=steps,
             chains=every.isfinite().sum(-1),
-            near_best=near_best(every, best_f, squared=True),
-            bound=None if factor.isnan().all() else factor * delta_norm / phi_norm.to(torch.float64),
+            near_best=near_best(every, chosen(f), squared=True),
+            bound=None if factor_best.isnan().all() else factor_best * delta_norm / chosen(phi_norm),
         )
 
     def _chunks(self, T: int, B: int, per_chain: int, per_pos: int, one_chunk: bool) -> tuple[int, int]:
@@ -298,14 +305,16 @@ class Search:
         time for the trials whose best is not yet tight (`more_chains`).
 
         Returns:
-            f (T, B) float64 best objective, delta (T, B, d) float64 its Delta, j (T, B) its position's index,
-            steps (T, B) most steps of a chain, values (T, B, P C) every chain's best objective (-inf: not run).
+            f (T, B, K) float64 the FINAL_CANDIDATES best chains' objectives (best first), delta (T, B, K, d)
+            float64 their Delta, j (T, B, K) their positions' indices, steps (T, B) most steps of a chain, values
+            (T, B, P C) every chain's best objective (-inf: not run).
         """
         T, B, P, _, d = starts.shape
         device = starts.device
-        f_best = torch.full((T, B), -math.inf, dtype=torch.float64)
-        delta_best = torch.zeros(T, B, d, dtype=torch.float64)
-        j_best = torch.zeros(T, B, dtype=torch.long)
+        K = FINAL_CANDIDATES
+        f_top = torch.full((T, B, K), -math.inf, dtype=torch.float64)  # the best chains so far, best first
+        x_top = torch.zeros(T, B, K, d, dtype=torch.float64)
+        j_top = torch.zeros(T, B, K, dtype=torch.long)
         steps = torch.zeros(T, B, dtype=torch.long)
         values: list[Tensor] = []
         run = torch.arange(T)  # the trials of this round
@@ -328,27 +337,25 @@ class Search:
             f_round = torch.full((T, B, P * R), -math.inf, dtype=torch.float64)
             f_round[sub] = f_r.reshape(len(sub), B, P * R)
             values.append(f_round)
-            top, idx = f_round.max(dim=-1)  # (T, B)
-            before = f_best.clone()
-            better = top > f_best
-            x_flat = x_r.reshape(len(sub), B, P * R, d).to(torch.float64)
-            chosen = torch.zeros(T, B, d, dtype=torch.float64)
-            chosen[sub] = x_flat.gather(2, idx[sub][..., None, None].expand(-1, -1, 1, d).to(x_flat.device))[
-                :, :, 0
-            ].cpu()
-            delta_best = torch.where(better[..., None], chosen, delta_best)
-            j_best = torch.where(better, idx // R, j_best)
-            f_best = torch.where(better, top, f_best)
+            before = f_top[..., 0].clone()
+            # merge this round's best chains into the kept ones
+            f_new, i_new = f_round[sub].topk(min(K, P * R), dim=-1)  # (T', B, k)
+            x_flat = x_r.reshape(len(sub), B, P * R, d)
+            x_new = x_flat.gather(2, i_new[..., None].expand(-1, -1, -1, d).to(x_flat.device)).cpu().to(torch.float64)
+            f_all = torch.cat([f_top[sub], f_new], dim=-1)
+            f_top[sub], order = f_all.topk(K, dim=-1)
+            x_top[sub] = torch.cat([x_top[sub], x_new], dim=2).gather(2, order[..., None].expand(-1, -1, -1, d))
+            j_top[sub] = torch.cat([j_top[sub], i_new // R], dim=-1).gather(2, order)
             steps[sub] = torch.maximum(steps[sub], steps_r.reshape(len(sub), B, -1).max(dim=-1).values)
             chains += R
             # on S, not S^2; the first round gains on nothing (before = -inf), so a second round always follows
-            gain = (f_best.clamp_min(0) / before.clamp_min(1e-300)).sqrt() - 1
-            near = near_best(torch.cat(values, dim=-1), f_best, squared=True)
+            gain = (f_top[..., 0].clamp_min(0) / before.clamp_min(1e-300)).sqrt() - 1
+            near = near_best(torch.cat(values, dim=-1), f_top[..., 0], squared=True)
             more = more_chains(gain, near, torch.full_like(near, chains), self.gain_tol, self.max_chains)  # (T, B)
             run = run[more[run].any(dim=1)]
             if len(run) == 0:
                 break
-        return f_best, delta_best, j_best, steps, torch.cat(values, dim=-1)
+        return f_top, x_top, j_top, steps, torch.cat(values, dim=-1)
 
     def _round(self, token: TokenMove, starts: Tensor, chain_chunk: int) -> tuple[Tensor, Tensor, Tensor]:
         """One round: every chain of `starts` (T, B, P, R, d) run to convergence, `chain_chunk` chains at a time.

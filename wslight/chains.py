@@ -22,7 +22,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from .features.move import project_ball
+from .features.move import project_ball, tangent_unit
 
 # x (T', ..., d) -> (f (T', ...), grad f (T', ..., d)), both detached
 Evaluate = Callable[[Tensor], tuple[Tensor, Tensor]]
@@ -135,12 +135,7 @@ class MonotoneAscent:
         if t == 0:
             c.extra["eta"] = torch.full_like(c.f, self.lr)
             c.extra["history"] = [c.f.clamp_min(0).sqrt()]
-        norm = c.x.norm(dim=-1, keepdim=True)
-        unit = c.x / norm.clamp_min(1e-300)
-        radial = (c.g * unit).sum(-1, keepdim=True)
-        on_sphere = (norm >= self.radius * (1 - 1e-6)) & (radial > 0)
-        direction = torch.where(on_sphere, c.g - radial * unit, c.g)  # tangential part on the sphere
-        direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+        direction = tangent_unit(c.x, c.g, self.radius)
         return project_ball(c.x + (c.extra["eta"] * self.radius)[..., None] * direction, self.radius)
 
     def accept(self, c: Chains, x: Tensor, f: Tensor, g: Tensor, t: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -10,7 +11,7 @@ from torch import Tensor
 from .. import validate
 from ..seeding import generator
 from .base import TokenwiseMap, register_map
-from .move import TokenMove, per_trial, project_ball, stack_trials
+from .move import TokenMove, per_trial, project_ball, stack_trials, tangent_unit
 
 
 class _RandomAttentionBase(TokenwiseMap):
@@ -99,6 +100,9 @@ class ReLUAttentionFeatures(_RandomAttentionBase):
 # ReLU-RAF self-capture starts: their mixes of x_i and the attracting direction, and their steps
 SELF_CAPTURE_MIXES = (1.0, 0.7, 0.4, 0.0)
 SELF_CAPTURE_STEPS = 60
+# then the captured ascent (docs/theory.md §4.3): its steps, and the score margin that keeps query i on key i alone
+CAPTURED_ASCENT_STEPS = 100
+CAPTURE_MARGIN = 0.2
 
 
 def _rows_dot(M: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -196,29 +200,45 @@ class AttentionMove(TokenMove):
         """ReLU-RAF starts where query i attends to itself alone (docs/theory.md §4.3): its output row becomes the moved
         token y = x_i + Delta, the largest change of that row, and the other rows' weight on key i stays free.
 
-        From radius * unit(mix x_i/||x_i|| + (1 - mix) attract), for each mix of SELF_CAPTURE_MIXES, a few projected
-        steps on sum_{j != i} relu(r_j + 1)^2 + relu(1 - r_ii)^2 (r_j the scores of query i) push every other key's
-        score below zero and the self score above it. XWt (T, B, n, d) the rows (W x_j)^T, attract (T, B, d) a unit
-        vector; returns (T, B, P, K, d) unit-radius starts.
+        From radius * unit(mix x_i/||x_i|| + (1 - mix) attract), for each mix of SELF_CAPTURE_MIXES, projected steps
+        on the capture penalty push every other key's score below zero and the self score above it (the "captured"
+        starts). From there, the captured ascent climbs the objective inside the capture region: its steps leave it
+        (the other rows pull y across the boundary of a key's score, where the objective has a ridge that plain
+        ascent stalls on), so each step is followed by steps back into the region with a margin. Both kinds are
+        returned: the ascended ones first, then the captured ones. XWt (T, B, n, d) the rows (W x_j)^T, attract (T, B, d) a
+        unit vector; returns (T, B, P, 2 K, d) unit-radius starts.
         """
-        T, B, n, d = XWt.shape
-        radius = d**0.5  # a start's direction only: the search scales it to its radius
+        radius = self.xi.shape[-1] ** 0.5  # a start's direction only: the search scales it to its radius
         xu = self.xi / self.xi.norm(dim=-1, keepdim=True).clamp_min(1e-30)  # (T, B, P, d)
         dirs = torch.stack([m * xu + (1 - m) * attract[:, :, None] for m in SELF_CAPTURE_MIXES], dim=3)
         delta = radius * dirs / dirs.norm(dim=-1, keepdim=True).clamp_min(1e-30)  # (T, B, P, K, d)
-        others = (~self.onehot)[None, None, :, None, :].to(delta.dtype)  # (1, 1, P, 1, n)
-        query = XWt / self.sq  # (T, B, n, d): query i's score of key j is y . query_j
         for _ in range(SELF_CAPTURE_STEPS):
-            y = self.xi[:, :, :, None] + delta
-            r = _rows_dot(query, y)  # (T, B, P, K, n), scores of the keys j for query i
-            h = per_trial(y, self.Ws)
-            r_ii = (h * y).sum(-1, keepdim=True) / self.sq
-            push = torch.relu(r + 1) * others  # d/dr of 0.5 relu(r + 1)^2
-            pull = torch.relu(1 - r_ii)
-            grad = (push.reshape(T, B, -1, n) @ XWt).reshape(y.shape) / self.sq - pull * 2 * h / self.sq
-            step = grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+            step, _ = self._capture_step(XWt, delta, 1.0)
             delta = project_ball(delta - 0.05 * radius * step, radius)
-        return delta / radius
+        captured = delta
+        for it in range(CAPTURED_ASCENT_STEPS):
+            eta = 0.002 + 0.05 * 0.5 * (1 + math.cos(math.pi * it / CAPTURED_ASCENT_STEPS))  # cosine-decayed length
+            _, g = self.value_and_grad(delta)
+            delta = project_ball(delta + eta * radius * tangent_unit(delta, g, radius), radius)
+            for _ in range(3):  # back into the capture region, only where it was left
+                step, outside = self._capture_step(XWt, delta, CAPTURE_MARGIN)
+                delta = torch.where(outside, project_ball(delta - 0.5 * eta * radius * step, radius), delta)
+        return torch.cat([delta, captured], dim=3) / radius
+
+    def _capture_step(self, XWt: Tensor, delta: Tensor, margin: float) -> tuple[Tensor, Tensor]:
+        """The unit descent direction of the capture penalty sum_{j != i} relu(r_j + margin)^2 + relu(margin -
+        r_ii)^2 (r_j the scores of query i, r_ii its self score) at delta (T, B, P, K, d), and whether it is > 0
+        there ((T, B, P, K, 1) bool)."""
+        T, B, n, _ = XWt.shape
+        y = self.xi[:, :, :, None] + delta
+        r = _rows_dot(XWt / self.sq, y)  # (T, B, P, K, n), query i's scores of the keys j
+        h = per_trial(y, self.Ws)
+        r_ii = (h * y).sum(-1, keepdim=True) / self.sq
+        push = torch.relu(r + margin) * (~self.onehot)[None, None, :, None, :].to(delta.dtype)  # keys j != i
+        pull = torch.relu(margin - r_ii)
+        grad = (push.reshape(T, B, -1, n) @ XWt).reshape(y.shape) / self.sq - pull * 2 * h / self.sq
+        outside = (push.pow(2).sum(-1, keepdim=True) + pull.pow(2)) > 0
+        return grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-30), outside
 
     def _project(self, y: torch.Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """y's products with the rows of K in one matmul: the scores t_l = x_l^T W y / sqrt(d) of the moved key,
