@@ -205,8 +205,8 @@ class AttentionMove(TokenMove):
         starts). From there, the captured ascent climbs the objective inside the capture region: its steps leave it
         (the other rows pull y across the boundary of a key's score, where the objective has a ridge that plain
         ascent stalls on), so each step is followed by steps back into the region with a margin. Both kinds are
-        returned: the ascended ones first, then the captured ones. XWt (T, B, n, d) the rows (W x_j)^T, attract (T, B, d) a
-        unit vector; returns (T, B, P, 2 K, d) unit-radius starts.
+        returned: the ascended ones first, then the captured ones. XWt (T, B, n, d) the rows (W x_j)^T, attract
+        (T, B, d) a unit vector; returns (T, B, P, 2 K, d) unit-radius starts.
         """
         radius = self.xi.shape[-1] ** 0.5  # a start's direction only: the search scales it to its radius
         xu = self.xi / self.xi.norm(dim=-1, keepdim=True).clamp_min(1e-30)  # (T, B, P, d)
