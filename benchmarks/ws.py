@@ -196,7 +196,9 @@ def part_package(a) -> dict:
     reset = reset_peak()
     t0 = time.perf_counter()
     fm = FreshMaps(a.map, map_seeds(a.seed, a.trials))  # a fresh map per trial; RF drawn from its law
-    res = word_sensitivity(fm, X, restarts=a.restarts, max_chains=a.max_chains, seed=restart_seeds(a.seed, a.trials))
+    res = word_sensitivity(
+        fm, X, restarts=a.restarts, max_chains=a.max_chains, max_steps=a.max_steps, seed=restart_seeds(a.seed, a.trials)
+    )
     wall = time.perf_counter() - t0
     return {
         "ws": res.ws[:, 0].tolist(),
@@ -215,7 +217,13 @@ def part_package_at_radius(a) -> dict:
     for t, r in enumerate(a.radii):
         fm = FreshMaps(a.map, [seeds[t]])
         res = word_sensitivity(
-            fm, X[t : t + 1], radius=r, restarts=a.restarts, max_chains=a.max_chains, seed=[restarts[t]]
+            fm,
+            X[t : t + 1],
+            radius=r,
+            restarts=a.restarts,
+            max_chains=a.max_chains,
+            max_steps=a.max_steps,
+            seed=[restarts[t]],
         )
         ws.append(res.ws.item())
     return {"ws": ws}
@@ -301,7 +309,9 @@ def part_largest(a) -> dict:
     fm = make_map("rf", n, d, a.seed)  # k = D = 115,200: memory-bounded, V regenerated block by block
     reset = reset_peak()
     t0 = time.perf_counter()
-    res = word_sensitivity(fm, X.float(), restarts=a.restarts, max_chains=a.max_chains, seed=a.seed)
+    res = word_sensitivity(
+        fm, X.float(), restarts=a.restarts, max_chains=a.max_chains, max_steps=a.max_steps, seed=a.seed
+    )
     wall = time.perf_counter() - t0
     return {
         "stored_V": fm.V is not None,
@@ -417,10 +427,11 @@ def restarts_for(map_: str, a) -> int:
 
 
 def search_args(map_: str, a) -> list[str]:
-    """--restarts and --max-chains for a part: the given ones, else the shipped config's (rounds of chains until the
-    best is tight, docs/theory.md §4.3)."""
+    """--restarts, --max-chains and --max-steps for a part: the given ones, else the shipped config's (rounds of chains
+    until the best is tight, docs/theory.md §4.3)."""
     max_chains = a.max_chains if a.max_chains is not None else shipped(map_, "max_chains")
-    return ["--restarts", str(restarts_for(map_, a)), "--max-chains", str(max_chains)]
+    max_steps = a.max_steps if a.max_steps is not None else shipped(map_, "max_steps")
+    return ["--restarts", str(restarts_for(map_, a)), "--max-chains", str(max_chains), "--max-steps", str(max_steps)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -429,6 +440,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--baseline-trials", type=int, default=None, help="baseline samples (default: --trials)")
     p.add_argument("--restarts", type=int, default=None, help="default: as configs/ws/<map>.yaml")
     p.add_argument("--max-chains", type=int, default=None, help="default: as configs/ws/<map>.yaml")
+    p.add_argument("--max-steps", type=int, default=None, help="steps per chain; default: as configs/ws/<map>.yaml")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", choices=["synthetic", "imdb"], default="synthetic")
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads in every part")

@@ -242,9 +242,8 @@ class Search:
             cands.append((f_c, delta_c, torch.tensor(pos)[j_c], ws_c, norm_c, factor_c))
             steps = torch.maximum(steps, steps_c)
         f, delta, position, ws, phi_norm, factor = (torch.cat(parts, dim=2) for parts in zip(*cands))
-        for k in range(f.shape[-1]):
-            if bool(ws[..., k].isnan().any()):
-                ws[..., k], phi_norm[..., k] = self._final_value(exact, X, position[..., k], delta[:, :, k])
+        if bool(ws.isnan().any()):
+            ws, phi_norm = self._final_value(exact, X, position, delta)
         # the candidate whose float64 value is largest: a float32 objective can be off at a discontinuity of the map
         # (ReLU-RAF's row whose only positive score is ~0, docs/theory.md §4.3), so the reported S is the best of the
         # best few chains' exact values
@@ -381,15 +380,16 @@ class Search:
             torch.cat([c.steps for c in out], dim=3).cpu(),
         )
 
-    def _final_value(self, exact, X: Tensor, best_pos: Tensor, best_delta: Tensor) -> tuple[Tensor, Tensor]:
-        """S and ||phi(X)|| with the full maps in float64 (clean and perturbed samples in one pass per trial)."""
+    def _final_value(self, exact, X: Tensor, position: Tensor, delta: Tensor) -> tuple[Tensor, Tensor]:
+        """S and ||phi(X)|| of every candidate with the full maps in float64, the clean samples and all the candidates'
+        perturbed ones in one pass per trial: position (T, B, K), delta (T, B, K, d) -> (T, B, K) twice."""
         assert exact is not None  # only algebras with an exact64 (which fills S) come without it
-        T, B = best_pos.shape
+        T, B, K = position.shape
         X64 = X.to(torch.float64)
-        Xp = X64.clone()
-        t_idx, b_idx = torch.meshgrid(torch.arange(T), torch.arange(B), indexing="ij")
-        Xp[t_idx, b_idx, best_pos.to(X.device)] += best_delta.to(X.device)
-        phi = exact(torch.cat([X64, Xp], dim=1))  # (T, 2B, p)
-        phi0, phi1 = phi[:, :B].cpu(), phi[:, B:].cpu()
-        phi_norm = phi0.norm(dim=-1)
-        return (phi1 - phi0).norm(dim=-1) / phi_norm, phi_norm
+        Xp = X64[:, :, None].repeat(1, 1, K, 1, 1)  # (T, B, K, n, d)
+        t_idx, b_idx, k_idx = torch.meshgrid(torch.arange(T), torch.arange(B), torch.arange(K), indexing="ij")
+        Xp[t_idx, b_idx, k_idx, position.to(X.device)] += delta.to(X.device)
+        phi = exact(torch.cat([X64, Xp.flatten(1, 2)], dim=1))  # (T, B + B K, p)
+        phi0, phi1 = phi[:, :B].cpu(), phi[:, B:].cpu().reshape(T, B, K, -1)
+        phi_norm = phi0.norm(dim=-1)[..., None].expand(T, B, K)
+        return (phi1 - phi0[:, :, None]).norm(dim=-1) / phi_norm, phi_norm.contiguous()
