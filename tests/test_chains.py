@@ -9,7 +9,7 @@ import yaml
 from conftest import unit_rows
 
 from wslight import ascent
-from wslight.chains import more_chains, near_best
+from wslight.chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
 from wslight.data import EmbeddingSpec, load_token_embeddings
 from wslight.features import FreshMaps, make_map
 from wslight.features.move import token_move
@@ -125,3 +125,20 @@ def test_relu_raf_at_d384_n50_is_within_one_percent_of_a_16x_reference_on_the_bu
     best = torch.maximum(shipped.ws, ref.ws)
     assert ((shipped.ws >= 0.99 * best).double().mean() >= 0.95).item()
     assert (shipped.ws.mean() >= 0.995 * best.mean()).item()
+
+
+def test_ridge_steps_walk_along_a_kink_where_plain_steps_stall():
+    """f(x) = x_2 - 3 |x_1| in the unit ball has its maximum 1 at (0, 1, 0), on the ridge x_1 = 0: plain normalised
+    steps zig-zag across the ridge and stop short, the ridge rule (`MonotoneAscent(ridge=True)`) reaches it."""
+
+    def ridge(x):
+        return x[..., 1] - 3 * x[..., 0].abs()
+
+    x0 = torch.tensor([[0.6, -0.8, 0.0], [-0.9, 0.1, 0.2], [0.3, 0.3, -0.5]], dtype=torch.float64)
+    ends = {
+        flag: run_chains(autograd_evaluate(ridge), x0.clone(), MonotoneAscent(1.0, 0.25, 1e-4, 20, ridge=flag), 300)
+        for flag in (False, True)
+    }
+    assert (ends[True].best_f > 1 - 1e-4).all()
+    assert (ends[False].best_f < 0.99).all()
+    assert (ends[True].best_x.norm(dim=-1) <= 1 + 1e-12).all()

@@ -369,7 +369,8 @@ class Search:
             narrowed = token.select_trials(idx) if closed is not None else None
             return None if narrowed is None else cast(_ClosedForm, narrowed).value_and_grad
 
-        rule = MonotoneAscent(self.radius, self.lr, self.tol, self.window)
+        # the generic path (autograd, no structured starts) walks ridges; the closed forms keep plain steps
+        rule = MonotoneAscent(self.radius, self.lr, self.tol, self.window, ridge=closed is None)
         out = [
             run_chains(evaluate, starts[:, :, :, r0 : r0 + chain_chunk].contiguous(), rule, self.max_steps, restrict)
             for r0 in range(0, starts.shape[3], chain_chunk)

@@ -22,7 +22,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from .features.move import project_ball, tangent_unit
+from .features.move import project_ball, tangent
 
 # x (T', ..., d) -> (f (T', ...), grad f (T', ..., d)), both detached
 Evaluate = Callable[[Tensor], tuple[Tensor, Tensor]]
@@ -124,22 +124,38 @@ class MonotoneAscent:
     and the gradient points outwards), then projects onto the ball. A chain keeps the move only if f increases: then
     eta grows by 1.5 (up to 1); otherwise eta halves. A chain stops when sqrt(f) has grown by less than a factor
     1 + tol over the last `window` steps.
+
+    With `ridge`, a step after a rejected one goes along the shortest vector of the segment between the (tangential)
+    gradients here and at the rejected point: where the objective has a ridge (a kink, as where a ReLU score
+    crosses zero) the two gradients point across it from both sides, and that vector points along it, where plain
+    steps zig-zag across and stall (docs/theory.md §4.3).
     """
 
     radius: float
     lr: float
     tol: float
     window: int
+    ridge: bool = False
 
     def propose(self, c: Chains, t: int) -> Tensor:
         if t == 0:
             c.extra["eta"] = torch.full_like(c.f, self.lr)
             c.extra["history"] = [c.f.clamp_min(0).sqrt()]
-        direction = tangent_unit(c.x, c.g, self.radius)
+        direction = tangent(c.x, c.g, self.radius)
+        if self.ridge and "rejected" in c.extra:
+            other = tangent(c.x, c.extra["rejected"], self.radius)
+            gap = direction - other
+            lam = ((-gap * other).sum(-1, keepdim=True) / gap.pow(2).sum(-1, keepdim=True).clamp_min(1e-30)).clamp(0, 1)
+            shortest = other + lam * gap  # the point of the segment [other, direction] nearest 0
+            use = (c.extra["rejected"].abs().sum(-1, keepdim=True) > 0) & (shortest.abs().sum(-1, keepdim=True) > 0)
+            direction = torch.where(use, shortest, direction)
+        direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-300)
         return project_ball(c.x + (c.extra["eta"] * self.radius)[..., None] * direction, self.radius)
 
     def accept(self, c: Chains, x: Tensor, f: Tensor, g: Tensor, t: int) -> None:
         accept = (f > c.f) & c.active
+        if self.ridge:  # the gradient at a rejected point, zero where the step was taken
+            c.extra["rejected"] = torch.where((accept | ~c.active)[..., None], torch.zeros_like(g), g)
         c.x = torch.where(accept[..., None], x, c.x)
         c.g = torch.where(accept[..., None], g, c.g)
         c.f = torch.where(accept, f, c.f)
