@@ -85,6 +85,21 @@ def test_fast_path_equals_generic_path(rows, name):
         assert fast.starts.shape[:3] == (T, B, len(positions)) and fast.starts.shape[-1] == D
 
 
+def test_multi_head_starts_put_the_whole_radius_in_one_head_best_first(rows):
+    """MultiHeadMove's first H starts: one head block each (the others zero), ordered by the change that head gives
+    alone with the whole radius (largest first); then the starts with every head along its own direction."""
+    X = rows(3, 6, 24)
+    fmap = make_map("raf_mh", 6, 24, seed=4)  # H = 4 heads of d_h = 6
+    token = token_move([fmap], X[None].double(), [0], torch.float64)
+    starts = token.starts[0, :, 0]  # (B, H + S, d)
+    H, dh = fmap.heads, fmap.dh
+    blocks = starts[:, :H].reshape(3, H, H, dh).norm(dim=-1)  # (B, start, head)
+    assert ((blocks > 0).sum(-1) == 1).all()  # one head each
+    assert (starts[:, H:].reshape(3, -1, H, dh).norm(dim=-1) > 0).all()  # then every head at once
+    alone = token.change_sq(starts[None, :, None, :H] * 24**0.5)[0, :, 0]  # (B, H)
+    assert (alone[:, :-1] >= alone[:, 1:] * (1 - 1e-9)).all()
+
+
 def test_mixed_head_counts_fall_back_to_the_generic_path():
     maps = [make_map("raf_mh", 5, D, heads=4), make_map("raf_mh", 5, D, heads=2)]
     assert move_class_for(maps) is GenericMove

@@ -117,11 +117,34 @@ class MultiHeadMove(TokenMove):
         Xh = X.reshape(T, B, n, self.H, self.dh).permute(0, 3, 1, 2, 4).reshape(T * self.H, B, n, self.dh)
         self.inner = AttentionMove(heads, Xh, positions, dtype)
         self.phi0 = self._join(self.inner.phi0.reshape(T * self.H, B, 1, 1, n * self.dh))[:, :, 0, 0]  # (T, B, n d)
-        st = self.inner.starts  # (T H, B, P, S, d_h): RAF's directions per head, all heads at once
+        st = self.inner.starts  # (T H, B, P, S, d_h): RAF's directions per head
         if st is not None:
-            P, S = st.shape[2], st.shape[3]
-            st = st.reshape(T, self.H, B, P, S, self.dh).permute(0, 2, 3, 4, 1, 5).reshape(T, B, P, S, d)
-            self.starts = st / st.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+            self.starts = self._head_starts(st, T, B, d)
+
+    def _head_starts(self, st: torch.Tensor, T: int, B: int, d: int) -> torch.Tensor:
+        """Starts from the heads' RAF directions st (T H, B, P, S, d_h), as unit vectors (T, B, P, H + S, d): the
+        whole radius in one head, along its first direction (attract), the heads in the order of the change that
+        gives alone (docs/theory.md §12.1: the change is a sum over heads, and one head's grows faster than linearly
+        with its share of the radius, so the best moves often put most of it in one head); then every head along its
+        own direction at once (S starts)."""
+        P, S = st.shape[2], st.shape[3]
+        together = st.reshape(T, self.H, B, P, S, self.dh).permute(0, 2, 3, 4, 1, 5).reshape(T, B, P, S, d)
+        together = together / together.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+        one = st[:, :, :, :1] / st[:, :, :, :1].norm(dim=-1, keepdim=True).clamp_min(1e-30)  # (T H, B, P, 1, d_h)
+        alone = self.inner.change_sq(one * d**0.5)  # (T H, B, P, 1): head h's change with the whole radius
+        alone = alone.reshape(T, self.H, B, P).permute(0, 2, 3, 1)  # (T, B, P, H)
+        order = alone.argsort(dim=-1, descending=True)  # (T, B, P, H)
+        blocks = one[:, :, :, 0].reshape(T, self.H, B, P, self.dh).permute(0, 2, 3, 1, 4)  # (T, B, P, H, d_h)
+        single = torch.zeros(T, B, P, self.H, self.H, self.dh, dtype=st.dtype, device=st.device)
+        rank = torch.arange(self.H, device=st.device)
+        for k in range(self.H):  # start k: head order[k] alone
+            h = order[..., k]  # (T, B, P)
+            single[..., k, :, :] = torch.where(
+                (rank == h[..., None])[..., None],
+                blocks.gather(3, h[..., None, None].expand(*h.shape, 1, self.dh)),
+                0.0,
+            )
+        return torch.cat([single.reshape(T, B, P, self.H, d), together], dim=3)
 
     @classmethod
     def supports(cls, maps) -> bool:
