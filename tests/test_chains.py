@@ -42,12 +42,14 @@ def test_rounds_only_raise_s_and_end_confirmed_or_at_the_cap(name):
     seeds = list(range(T))
     one = word_sensitivity(FreshMaps(name, seeds), X, restarts=4, max_chains=None, seed=seeds, max_steps=80)
     more = word_sensitivity(FreshMaps(name, seeds), X, restarts=4, max_chains=32, seed=seeds, max_steps=80)
-    assert (one.chains == 4).all()
+    # one round; a best no second chain confirms gets one confirmation round on top
+    assert (((one.chains == 4) & (one.near_best >= 2)) | (one.chains == 8)).all()
     # the first round is the same search, so more rounds never lower the reported S (up to the float32 objective
     # that picks the best chain: a float64 S may sit a rounding error below another chain's)
     assert (more.ws >= one.ws * (1 - 1e-6)).all()
-    assert ((more.chains % 4) == 0).all() and (more.chains <= 32).all()
-    assert ((more.near_best >= 2) | (more.chains == 32)).all()
+    assert ((more.chains % 4) == 0).all() and (more.chains <= 32 + 4).all()
+    # confirmed before the cap, or at the cap and then its confirmation round
+    assert ((more.near_best >= 2) & (more.chains <= 32) | (more.chains == 36)).all()
     assert (more.near_best >= 1).all() and (more.near_best <= more.chains).all()
 
 

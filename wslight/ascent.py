@@ -21,6 +21,8 @@ from .seeding import generator
 DEFAULT_CHUNK_ELEMENTS = 2**25
 # The best chains (by the working-dtype objective) whose S is recomputed in float64; the largest is reported
 FINAL_CANDIDATES = 4
+# The confirmation round's chains start this far (relative to the radius) from the lone best chain's start
+CONFIRM_JITTER = 0.3
 
 
 class _ClosedForm(Protocol):
@@ -120,7 +122,7 @@ def _top_curvature(
     return v.detach()
 
 
-def _draws(seeds: list[int], pos: list[int], B: int, count: int, d: int, *round_: int) -> Tensor:
+def _draws(seeds: list[int], pos: list[int], B: int, count: int, d: int, *round_: int | str) -> Tensor:
     """(T, B, P, count, d) Gaussian draws, one stream per trial seed and position (and round after the first), so a
     chain does not depend on the chunking, the other positions or the other trials."""
     return torch.stack(
@@ -314,12 +316,18 @@ class Search:
         f_top = torch.full((T, B, K), -math.inf, dtype=torch.float64)  # the best chains so far, best first
         x_top = torch.zeros(T, B, K, d, dtype=torch.float64)
         j_top = torch.zeros(T, B, K, dtype=torch.long)
+        s_top = torch.zeros(T, B, K, d, dtype=torch.float64)  # where those chains started
         steps = torch.zeros(T, B, dtype=torch.long)
         values: list[Tensor] = []
         run = torch.arange(T)  # the trials of this round
         chains = 0  # per (sample, position), of the trials still running
+        confirming = False  # the last round: chains started near the start of a best that stands alone
         for round_ in itertools.count():
-            if round_ > 0:
+            if confirming:
+                draws = _unit(_draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, "confirm"))
+                near_start = s_top[run][:, :, None, None, 0] + CONFIRM_JITTER * self.radius * draws  # (T', B, P, R, d)
+                starts = _unit(near_start).to(device=device, dtype=dt) * self.radius
+            elif round_ > 0:
                 draws = _draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, round_)
                 starts = _unit(draws).to(device=device, dtype=dt) * self.radius
             tok = token if len(run) == T else token.select_trials(run.to(device))
@@ -331,7 +339,7 @@ class Search:
                 starts = full
             f_r, x_r, steps_r = self._round(tok, starts, chain_chunk)  # (T', B, P, R) ...
             keep = torch.isin(sub, run)
-            f_r, x_r, steps_r, sub = f_r[keep], x_r[keep], steps_r[keep], sub[keep]
+            f_r, x_r, steps_r, st_r, sub = f_r[keep], x_r[keep], steps_r[keep], starts[keep.to(device)], sub[keep]
             R = f_r.shape[-1]
             f_round = torch.full((T, B, P * R), -math.inf, dtype=torch.float64)
             f_round[sub] = f_r.reshape(len(sub), B, P * R)
@@ -340,10 +348,13 @@ class Search:
             # merge this round's best chains into the kept ones
             f_new, i_new = f_round[sub].topk(min(K, P * R), dim=-1)  # (T', B, k)
             x_flat = x_r.reshape(len(sub), B, P * R, d)
-            x_new = x_flat.gather(2, i_new[..., None].expand(-1, -1, -1, d).to(x_flat.device)).cpu().to(torch.float64)
+            pick = i_new[..., None].expand(-1, -1, -1, d).to(x_flat.device)
+            x_new = x_flat.gather(2, pick).cpu().to(torch.float64)
+            s_new = st_r.reshape(len(sub), B, P * R, d).gather(2, pick).cpu().to(torch.float64)
             f_all = torch.cat([f_top[sub], f_new], dim=-1)
             f_top[sub], order = f_all.topk(K, dim=-1)
             x_top[sub] = torch.cat([x_top[sub], x_new], dim=2).gather(2, order[..., None].expand(-1, -1, -1, d))
+            s_top[sub] = torch.cat([s_top[sub], s_new], dim=2).gather(2, order[..., None].expand(-1, -1, -1, d))
             j_top[sub] = torch.cat([j_top[sub], i_new // R], dim=-1).gather(2, order)
             steps[sub] = torch.maximum(steps[sub], steps_r.reshape(len(sub), B, -1).max(dim=-1).values)
             chains += R
@@ -353,7 +364,15 @@ class Search:
             more = more_chains(gain, near, torch.full_like(near, chains), self.gain_tol, self.max_chains)  # (T, B)
             run = run[more[run].any(dim=1)]
             if len(run) == 0:
-                break
+                if confirming:
+                    break
+                # a best no second chain came within 1% of gets one round started near its own start: a chain from
+                # elsewhere that ends there says the maximum is no accident of one starting point (docs/theory.md §4.3)
+                lone = (near < 2) & f_top[..., 0].isfinite()  # (T, B)
+                run = lone.any(dim=1).nonzero()[:, 0]
+                if len(run) == 0:
+                    break
+                confirming = True
         return f_top, x_top, j_top, steps, torch.cat(values, dim=-1)
 
     def _round(self, token: TokenMove, starts: Tensor, chain_chunk: int) -> tuple[Tensor, Tensor, Tensor]:

@@ -86,8 +86,9 @@ def word_sensitivity(
         max_chains: no round starts once a sample has run this many chains per position (None, or at most
             `restarts`: a single round; the last round may pass it by less than `restarts`). After the
             first round (`restarts` chains), rounds of `restarts` random chains are added for a trial while a round
-            raised its S by more than `gain_tol` (relatively) or no second chain ended within 1% of its best
-            (docs/theory.md §4.3).
+            raised its S by more than `gain_tol` (relatively) or no second chain ended within 1% of its best.
+            A best that no second chain confirms by then gets one last round of `restarts` chains started near
+            that best chain's own start (docs/theory.md §4.3).
         gain_tol: the relative gain of S below which a round is the last (once the best is confirmed).
 
     Returns:

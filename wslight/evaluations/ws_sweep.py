@@ -47,8 +47,9 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         radius_scale: the ball radius is radius_scale * sqrt(d) (the paper: 1). Must be > 0.
         restarts: ascent chains per sample and position in the first round (batched; then as many per round).
         max_chains: the cap on chains per sample and position (the last round may pass it by less than `restarts`);
-            rounds of `restarts` more chains are added until the best
-            is tight (docs/theory.md §4.3). None (or at most `restarts`): one round.
+            rounds of `restarts` more chains are added until the best is tight, and a best still alone then gets
+            one confirmation round (docs/theory.md §4.3). None (or at most `restarts`): one round (and the
+            confirmation round where needed).
         gain_tol: a round that raises S by less than this (relatively), with the best confirmed by a second chain,
             is the last.
         max_steps: most ascent steps per chain.
