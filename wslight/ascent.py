@@ -303,7 +303,9 @@ class Search:
         self, token: TokenMove, starts: Tensor, pos: list[int], seeds: list[int], dt: torch.dtype, chain_chunk: int
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
         """Rounds of chains for the positions of one chunk: the first from `starts`, then `restarts` random ones at a
-        time for the trials whose best is not yet tight (`more_chains`).
+        time for the trials whose best is not yet tight (`more_chains`), then one confirmation round for the trials
+        with a best that no second chain came within 1% of (chains started CONFIRM_JITTER x the radius from where
+        that best chain started).
 
         Returns:
             f (T, B, K) float64 the FINAL_CANDIDATES best chains' objectives (best first), delta (T, B, K, d)
