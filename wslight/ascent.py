@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from . import validate
+from .allocation import ALLOCATION_RANDOM, allocated_start
 from .chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
 from .features.move import TokenMove, project_ball
 from .seeding import generator
@@ -295,6 +296,11 @@ class Search:
             product = getattr(token, "curvature_product", None)  # e.g. attention: H v in closed form
             top = _top_curvature(token.change_sq, draws[:, :, :, :1], self.power_iters, product)
         own = token.starts if token.starts is not None else top.new_zeros(*top.shape[:3], 0, top.shape[-1])
+        if getattr(token, "block_move", None) is not None and self.restarts > 2:
+            # a change that sums over blocks (multi-head): first the best split of the radius among them (§12.1)
+            rand = _draws(seeds, pos, B, ALLOCATION_RANDOM, d, "split").to(device=X.device, dtype=dt)
+            split = allocated_start(token, self.radius, self.lr, self.tol, self.window, self.max_steps, rand)  # type: ignore[arg-type]
+            own = torch.cat([_unit(split).to(own.dtype), own], dim=3)
         struct = torch.cat([top, -top, own.to(dt)], dim=3)[:, :, :, : self.restarts]  # (T, B, P, S, d)
         rand = draws[:, :, :, 1 : 1 + self.restarts - struct.shape[3]]
         return torch.cat([struct, _unit(rand)], dim=3) * self.radius

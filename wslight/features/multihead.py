@@ -155,7 +155,7 @@ class MultiHeadMove(TokenMove):
         H = maps[0].heads
         return 12 * n * H + 8 * d, B * (3 * n * n * H + 3 * n * d)
 
-    def _split(self, delta: torch.Tensor) -> torch.Tensor:
+    def split(self, delta: torch.Tensor) -> torch.Tensor:
         """(T, B, P, R, d) -> (T H, B, P, R, d_h)."""
         T, B, P, R, _ = delta.shape
         return delta.reshape(T, B, P, R, self.H, self.dh).permute(0, 4, 1, 2, 3, 5).reshape(T * self.H, B, P, R, -1)
@@ -167,12 +167,28 @@ class MultiHeadMove(TokenMove):
         f = f.reshape(T, self.H, B, P, R, -1, self.dh).permute(0, 2, 3, 4, 5, 1, 6)  # (T, B, P, R, n, H, d_h)
         return f.reshape(T, B, P, R, -1)
 
+    @property
+    def blocks(self) -> int:
+        """The change is a sum over the H heads, head h seeing block h of Delta only (`wslight.allocation`)."""
+        return self.H
+
+    @property
+    def block_move(self) -> AttentionMove:
+        """The heads' own algebra: T H RAF problems of dimension d_h, trial-major."""
+        return self.inner
+
+    def merge(self, delta: torch.Tensor) -> torch.Tensor:
+        """Per-head blocks back into moves, the inverse of `split`: (T H, B, P, R, d_h) -> (T, B, P, R, d)."""
+        TH, B, P, R, _ = delta.shape
+        T = TH // self.H
+        return delta.reshape(T, self.H, B, P, R, self.dh).permute(0, 2, 3, 4, 1, 5).reshape(T, B, P, R, -1)
+
     def features(self, delta: torch.Tensor) -> torch.Tensor:
-        return self._join(self.inner.features(self._split(delta)))
+        return self._join(self.inner.features(self.split(delta)))
 
     def change_sq(self, delta: torch.Tensor) -> torch.Tensor:
         T = delta.shape[0]
-        per_head = self.inner.change_sq(self._split(delta))  # (T H, B, P, R)
+        per_head = self.inner.change_sq(self.split(delta))  # (T H, B, P, R)
         per_head = per_head.reshape(T, self.H, *per_head.shape[1:]).movedim(1, -1)  # (T, B, P, R, H)
         return sum_last(per_head)
 
