@@ -144,3 +144,39 @@ def test_ridge_steps_walk_along_a_kink_where_plain_steps_stall():
     assert (ends[True].best_f > 1 - 1e-4).all()
     assert (ends[False].best_f < 0.99).all()
     assert (ends[True].best_x.norm(dim=-1) <= 1 + 1e-12).all()
+
+
+class _Plain(torch.nn.Module):
+    """A user's map that only forwards: no token-move algebra, so the search takes the generic path."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner, self.n, self.d = inner, inner.n, inner.d
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.inner(X)
+
+
+def test_generic_path_first_round_runs_more_random_chains_after_the_usual_starts():
+    """A map without structured starts runs GENERIC_FIRST_ROUND x restarts chains in its first round: the usual
+    `restarts` starts first (the same as with one round's worth), then random ones from their own stream; a map with
+    its own algebra keeps `restarts`."""
+    B, n, d = 4, 10, 24
+    X = unit_rows(B, n, d, seed=7)
+    inner = make_map("relu_raf", n, d, seed=3)
+    plain = _Plain(inner)
+    res = word_sensitivity(plain, X, restarts=3, max_chains=3, seed=1)
+    assert (res.chains >= 3 * ascent.GENERIC_FIRST_ROUND).all()
+    assert (word_sensitivity(inner, X, restarts=3, max_chains=3, seed=1).chains < 3 * ascent.GENERIC_FIRST_ROUND).all()
+    search = ascent.Search.checked(d, n, [0], None, 3, 50, 0.25, 1e-4, 20, 2**25, 10, 3, 1e-3)
+    token = token_move([plain], X[None], [0], torch.float32)
+    starts = search._starts(token, [0], [1], torch.float32, X[None])
+    assert starts.shape[3] == 3 * ascent.GENERIC_FIRST_ROUND
+    first = ascent.GENERIC_FIRST_ROUND
+    try:
+        ascent.GENERIC_FIRST_ROUND = 1
+        usual = search._starts(token, [0], [1], torch.float32, X[None])
+    finally:
+        ascent.GENERIC_FIRST_ROUND = first
+    torch.testing.assert_close(starts[:, :, :, :3], usual, rtol=0, atol=0)
+    torch.testing.assert_close(starts.norm(dim=-1), torch.full(starts.shape[:-1], d**0.5), rtol=1e-5, atol=0)
