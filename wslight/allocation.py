@@ -30,6 +30,9 @@ from .chains import MonotoneAscent, run_chains
 ALLOCATION_LEVELS = 2
 # Random chains per block and level besides the block's structured starts and their negatives
 ALLOCATION_RANDOM = 64
+# Chains of the blocks' problems run together (bounds their memory: with every position of a long sample they would
+# outnumber the search's own chains by far)
+CHAIN_BATCH = 16
 
 
 class BlockMove(Protocol):
@@ -86,12 +89,21 @@ def allocated_start(
     # scaled objective u -> f(s u), s = sqrt(m/M), which one MonotoneAscent with a single radius can run
     scale = torch.arange(1, levels + 1, dtype=starts.dtype, device=starts.device).div(levels).sqrt()  # (M,)
     scale = scale.repeat_interleave(S)[:, None]  # (M S, 1)
-    evaluate = _scaled(inner.value_and_grad, scale)
     u0 = starts.repeat(1, 1, 1, levels, 1) * radius  # (G, B, P, M S, d_h), level-major
-    chains = run_chains(evaluate, u0, MonotoneAscent(radius, lr, tol, window), max_steps)
-    value = chains.best_f.reshape(G, B, P, levels, S)
+    rule = MonotoneAscent(radius, lr, tol, window)
+    # CHAIN_BATCH chains a batch: the blocks' chains outnumber the search's own, and only their best point is kept
+    runs = [
+        run_chains(
+            _scaled(inner.value_and_grad, scale[r0 : r0 + CHAIN_BATCH]),
+            u0[:, :, :, r0 : r0 + CHAIN_BATCH],
+            rule,
+            max_steps,
+        )
+        for r0 in range(0, levels * S, CHAIN_BATCH)
+    ]
+    value = torch.cat([c.best_f for c in runs], dim=3).reshape(G, B, P, levels, S)
     best, which = value.max(dim=-1)  # (G, B, P, M): g_h at each level, and the start that reached it
-    x = chains.best_x.reshape(G, B, P, levels, S, dh)
+    x = torch.cat([c.best_x for c in runs], dim=3).reshape(G, B, P, levels, S, dh)
     x = x.gather(4, which[..., None, None].expand(-1, -1, -1, -1, 1, dh))[..., 0, :] * scale[::S, 0, None]
     g = torch.cat([torch.zeros_like(best[..., :1]), best], dim=-1)  # (G, B, P, M + 1), g_h(0) = 0
     level = _share_out(g.reshape(T, H, B, P, levels + 1))  # (T, H, B, P) levels per block, summing to <= M
