@@ -237,3 +237,29 @@ def test_tiny_zoo_writes_the_figure_and_the_slope_table(tmp_path):
     assert (out_dir / "ws_maps.png").exists() and (out_dir / "ws_maps.pdf").exists()
     table = (out_dir / "slopes.md").read_text()
     assert all(f"| {m} | 384 |" in table for m in sweep.maps)
+
+
+def test_sigmoid_switch_start_turns_on_every_weight_it_controls(rows):
+    """Sigmoid attention's first start moves token i so that key i's weight in every row and every weight of row i
+    (its own included) is on, sigmoid > 1/2, where random directions leave most of them off; the second turns on the
+    column alone. Both are unit directions; linear attention has no such starts."""
+    n, d = 6, 192  # Gaussian tokens: at small d the 2n - 1 half-spaces need not meet inside the ball
+    X = rows(4, n, d)[None].double()
+    fmap = make_map("sigmoid_raf", n, d, seed=3)
+    token = token_move([fmap], X, [0], torch.float64)
+    assert token.starts.shape == (1, 4, 1, 2, d)
+    torch.testing.assert_close(token.starts.norm(dim=-1), torch.ones(1, 4, 1, 2, dtype=torch.float64))
+
+    def weights(delta):  # (B, d) -> row i's and column i's weights after the move, (B, 2n)
+        Xp = X[0].clone()
+        Xp[:, 0] += delta
+        A = torch.sigmoid(Xp @ fmap.W.double() @ Xp.transpose(1, 2) / d**0.5 - math.log(n))
+        return torch.cat([A[:, 0], A[:, :, 0]], dim=1)
+
+    on = weights(token.starts[0, :, 0, 0] * d**0.5)
+    assert (on > 0.5).all()
+    column = weights(token.starts[0, :, 0, 1] * d**0.5)[:, n + 1 :]
+    assert (column > 0.5).all()
+    noise = torch.randn(4, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert (weights(noise / noise.norm(dim=-1, keepdim=True) * d**0.5) > 0.5).double().mean() < 0.9
+    assert token_move([make_map("linear_raf", n, d, seed=3)], X, [0], torch.float64).starts is None

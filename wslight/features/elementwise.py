@@ -53,6 +53,12 @@ class SigmoidAttentionFeatures(_ElementwiseAttention):
         return torch.sigmoid(S - math.log(n))
 
 
+# Sigmoid attention's switch-on starts: steps of their projected ascent, and the soft minimum's temperature (in units
+# of the margin, a distance in the token space of norm about sqrt(d))
+SWITCH_STEPS = 200
+SWITCH_TEMPERATURE = 0.5
+
+
 class ElementwiseMove(TokenMove):
     """Element-wise attention with one token moved: only row i and column i of f(S) change (docs/theory.md §12.2).
 
@@ -78,6 +84,48 @@ class ElementwiseMove(TokenMove):
             xi = self.xi = X0[:, :, pos_t]  # (T, B, P, d)
             a_i = A[:, :, :, pos_t].permute(0, 1, 3, 2)  # (T, B, P, n): column i, the weight of key i per row
             self.U = out0[:, :, None] - a_i[..., None] * xi[:, :, :, None]  # (T, B, P, n, d)
+            if isinstance(self.fmap, SigmoidAttentionFeatures):
+                self.starts = self._switch_starts(math.log(n))
+
+    def _switch_starts(self, bias: float) -> torch.Tensor:
+        """Sigmoid attention's starts (docs/theory.md §12.2): the move that turns on, with the widest margin, every
+        weight it controls, sigmoid(x_l^T W y / sqrt(d) - log n) of key i in every row l and sigmoid(y^T W x_j /
+        sqrt(d) - log n) of row i; then the same for the column alone. Each weight is on in a half-space of y, and
+        the smallest margin over those half-spaces is concave in Delta: its maximum over the ball is found by a
+        short projected ascent of a soft minimum, where the search's ascent stalls once a weight has saturated
+        off. Returns (T, B, P, 2, d) unit directions."""
+        n = self.X0.shape[2]
+        keep = ~self.onehot  # (P, n): the other tokens
+        col = self.XW[:, :, None].expand(-1, -1, len(self.positions), -1, -1)  # (T, B, P, n, d): normals x_l^T W
+        row = self.XWt[:, :, None].expand_as(col)  # normals (W x_j)^T
+        radius = self.sq  # the word-sensitivity ball, ||Delta|| <= sqrt(d)
+        Ws = (self.W + self.W.transpose(1, 2)) / 2  # (T, d, d): y^T W y = y^T Ws y
+        starts = []
+        for normals in (torch.cat([col, row], dim=3), col):
+            mask = torch.cat([keep, keep], dim=1) if normals.shape[3] == 2 * n else keep  # (P, K)
+            unit = normals / normals.norm(dim=-1, keepdim=True).clamp_min(1e-30)  # (T, B, P, K, d)
+            # margin_k = (a_k . y / sqrt(d) - log n) / (|a_k| / sqrt(d)) = unit_k . y - log n sqrt(d) / |a_k|
+            offset = bias * self.sq / normals.norm(dim=-1).clamp_min(1e-30) - (unit * self.xi[:, :, :, None]).sum(-1)
+            delta = (unit * mask[None, None, :, :, None]).sum(3)  # (T, B, P, d)
+            delta = delta * radius / delta.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+            with_self = normals.shape[3] == 2 * n  # row i's own weight, sigmoid(y^T W y / sqrt(d) - log n), too
+            for k in range(SWITCH_STEPS):
+                margin = (unit @ delta[..., None])[..., 0] - offset  # (T, B, P, K)
+                margin = margin.masked_fill(~mask[None, None], torch.inf)
+                normal = unit
+                if with_self:  # its margin to first order: the score's excess over the norm of its gradient
+                    y = self.xi + delta
+                    q = per_trial(y, Ws) / self.sq  # (T, B, P, d), half the gradient of y^T Ws y / sqrt(d)
+                    own = ((q * y).sum(-1) - bias) / (2 * q.norm(dim=-1)).clamp_min(1e-30)
+                    margin = torch.cat([margin, own[..., None]], dim=-1)
+                    normal = torch.cat([unit, (q / q.norm(dim=-1, keepdim=True).clamp_min(1e-30))[:, :, :, None]], 3)
+                weight = torch.softmax(-margin / SWITCH_TEMPERATURE, dim=-1)  # the soft minimum's weights
+                step = radius * 0.1 * (1 - k / SWITCH_STEPS)
+                grad = (weight[..., None] * normal).sum(3)
+                delta = delta + step * grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+                delta = delta * (radius / delta.norm(dim=-1, keepdim=True).clamp_min(radius))
+            starts.append(delta / delta.norm(dim=-1, keepdim=True).clamp_min(1e-30))
+        return torch.stack(starts, dim=3)
 
     @classmethod
     def supports(cls, maps) -> bool:
