@@ -79,14 +79,14 @@ def _autograd_value_and_grad(token, delta):
     return f.detach(), g
 
 
-@pytest.mark.parametrize("kind", ["rf", "raf", "relu_raf"])
+@pytest.mark.parametrize("kind", ["rf", "deep_rf", "raf", "relu_raf"])
 @pytest.mark.parametrize("scores", ["plain", "all_negative"])
 def test_hand_written_value_and_grad_equal_the_generic_path(case, kind, scores):
     """The ascent's closed-form value and gradient (no autograd) against autograd through the full forward; with
     scores all negative every ReLU-RAF row is a zero row (the authors' divisor 1)."""
     maps, X, positions, delta = case(kind)
     if scores == "all_negative":
-        if kind == "rf":
+        if kind in ("rf", "deep_rf"):
             pytest.skip("no scores")
         for m in maps:
             m.W.copy_(-torch.eye(m.d, dtype=m.W.dtype))  # x_l^T W x_j < 0 for positive rows
@@ -102,9 +102,9 @@ def test_hand_written_value_and_grad_equal_the_generic_path(case, kind, scores):
     assert torch.equal(f_sel, f[idx]) and torch.equal(g_sel, g[idx])
 
 
-@pytest.mark.parametrize("kind", ["raf", "relu_raf"])
+@pytest.mark.parametrize("kind", ["deep_rf", "raf", "relu_raf"])
 @pytest.mark.parametrize("n", [1, 7])
-def test_attention_curvature_product_is_the_hessian_at_zero(case, kind, n):
+def test_closed_form_curvature_product_is_the_hessian_at_zero(case, kind, n):
     """H v = 2 J^T J v in closed form against the double backward of the squared change at Delta = 0."""
     maps, X, positions, delta = case(kind, n=n, positions=(0,) if n == 1 else (0, 3, 6))
     token = token_move(maps, X, positions, torch.float64)

@@ -404,8 +404,10 @@ class Search:
             narrowed = token.select_trials(idx) if closed is not None else None
             return None if narrowed is None else cast(_ClosedForm, narrowed).value_and_grad
 
-        # the generic path (autograd, no structured starts) walks ridges; the closed forms keep plain steps
-        rule = MonotoneAscent(self.radius, self.lr, self.tol, self.window, ridge=closed is None)
+        # the generic path (autograd, no structured starts) walks ridges, and so do closed forms with kinks (DeepRF's
+        # ReLU layers); the other closed forms keep plain steps
+        ridge = closed is None or getattr(token, "ridges", False)
+        rule = MonotoneAscent(self.radius, self.lr, self.tol, self.window, ridge=ridge)
         out = [
             run_chains(evaluate, starts[:, :, :, r0 : r0 + chain_chunk].contiguous(), rule, self.max_steps, restrict)
             for r0 in range(0, starts.shape[3], chain_chunk)

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from .. import validate
+from ..numerics import sum_last
 from ..seeding import derive_seed, generator
 from .base import FeatureMap, register_map
 from .move import TokenMove, matmul64, per_trial, stack_trials
@@ -146,6 +147,9 @@ class DeepRandomFeatures(FeatureMap):
 class DeepRFMove(TokenMove):
     """DeepRF with one token moved: the first layer by the RF identity z1 + V1^(i) Delta, deeper layers dense."""
 
+    # the ReLU layers' kinks make ridges: the search keeps its ridge steps on this closed form (docs/theory.md §4.3)
+    ridges = True
+
     def __init__(self, maps, X, positions, dtype) -> None:
         super().__init__(maps, X, positions, dtype)
         d = maps[0].d
@@ -204,12 +208,75 @@ class DeepRFMove(TokenMove):
             h = torch.relu(per_trial(h, V.transpose(1, 2)))  # (T, ..., width) @ (T, width, width) -> (T, ..., width)
         return h
 
-    def features(self, delta: torch.Tensor) -> torch.Tensor:
+    def _moved(self, delta: torch.Tensor) -> torch.Tensor:
+        """V1^(i) Delta, the first layer's change: (T, B, P, R, d) -> (T, B, P, R, width)."""
         T, B, P, R, d = delta.shape
         flat = delta.permute(0, 2, 1, 3, 4).reshape(T, P, B * R, d)  # (T, P, B R, d)
-        moved = (flat @ self.V1.transpose(-1, -2)).reshape(T, P, B, R, -1).permute(0, 2, 1, 3, 4)  # (T, B, P, R, w)
+        return (flat @ self.V1.transpose(-1, -2)).reshape(T, P, B, R, -1).permute(0, 2, 1, 3, 4)  # (T, B, P, R, w)
+
+    def _moved_back(self, g: torch.Tensor) -> torch.Tensor:
+        """The transpose of `_moved`, V1^(i)T g: (T, B, P, R, width) -> (T, B, P, R, d)."""
+        T, B, P, R, w = g.shape
+        flat = g.permute(0, 2, 1, 3, 4).reshape(T, P, B * R, w)  # (T, P, B R, w)
+        return (flat @ self.V1).reshape(T, P, B, R, -1).permute(0, 2, 1, 3, 4)  # (T, P, B R, w) @ (T, P, w, d)
+
+    def features(self, delta: torch.Tensor) -> torch.Tensor:
         # first layer: the token-move identity of RF; deeper layers: full matrices
-        return self._deeper_layers(torch.relu(self.z1[:, :, None, None] + moved))
+        return self._deeper_layers(torch.relu(self.z1[:, :, None, None] + self._moved(delta)))
+
+    def value_and_grad(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`change_sq` and its gradient in Delta by hand-written backpropagation through the L layers (no autograd
+        graph; docs/theory.md §3.3): (T, B, P, R, d) -> (T, B, P, R), (T, B, P, R, d)."""
+        pre = [self.z1[:, :, None, None] + self._moved(delta)]  # every layer's pre-activation, (T, B, P, R, width)
+        h = torch.relu(pre[0])
+        for V in self.deeper:
+            pre.append(_batched(h, V.transpose(1, 2)))  # (T, ..., width) @ (T, width, width)
+            h = torch.relu(pre[-1])
+        e = h - self.phi0[:, :, None, None]
+        f = sum_last(e.pow(2))
+        g = 2 * e
+        for k in range(len(self.deeper), 0, -1):  # back through layer k + 1 (weight deeper[k - 1]) and its ReLU
+            g = _batched(torch.where(pre[k] > 0, g, torch.zeros_like(g)), self.deeper[k - 1])
+        return f, self._moved_back(torch.where(pre[0] > 0, g, torch.zeros_like(g)))
+
+    def curvature_product(self, v: torch.Tensor) -> torch.Tensor:
+        """H v for the Hessian H = 2 J^T J of `change_sq` at Delta = 0 (J: the Jacobian of the features there; the
+        ReLUs are linear almost everywhere), one pass forward and one back: (T, B, P, R, d) -> (T, B, P, R, d)."""
+        on = self._clean_masks()
+        u = torch.where(on[0], self._moved(v), torch.zeros(()))  # (T, B, P, R, width): J v, layer by layer
+        for V, mask in zip(self.deeper, on[1:]):
+            u = torch.where(mask, per_trial(u, V.transpose(1, 2)), torch.zeros(()))
+        for k in range(len(self.deeper), 0, -1):
+            u = torch.where(on[k - 1], per_trial(u, self.deeper[k - 1]), torch.zeros(()))
+        return 2 * self._moved_back(u)
+
+    def _clean_masks(self) -> list[torch.Tensor]:
+        """Which units of every layer are active on the clean sample: [(T, B, 1, 1, width)] * L."""
+        pre = self.z1
+        masks = [pre > 0]
+        for V in self.deeper:
+            pre = per_trial(torch.relu(pre), V.transpose(1, 2))
+            masks.append(pre > 0)
+        return [m[:, :, None, None] for m in masks]
+
+    def select_trials(self, idx: torch.Tensor) -> DeepRFMove:
+        """The algebra of the trials idx only (the search leaves its finished trials out)."""
+        token = DeepRFMove.__new__(DeepRFMove)
+        TokenMove.__init__(
+            token, [self.maps[i] for i in idx.tolist()] if self.maps else [], self.z1, self.positions, self.dtype
+        )
+        token.z1, token.V1, token.phi0 = self.z1[idx], self.V1[idx], self.phi0[idx]
+        token.deeper = [V[idx] for V in self.deeper]
+        if getattr(self, "_z1_64", None) is not None:
+            token._z1_64 = self._z1_64[idx]
+        return token
+
+
+def _batched(h: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """h[t] @ W[t] by one bmm whatever the number of trials: (T, ..., a), (T, a, b) -> (T, ..., b). A trial's value
+    then does not depend on how many trials are still searched (`select_trials`), to the last bit."""
+    T = h.shape[0]
+    return torch.bmm(h.reshape(T, -1, h.shape[-1]), W).reshape(*h.shape[:-1], W.shape[-1])
 
 
 def fresh_deeper_layers(
