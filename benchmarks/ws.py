@@ -24,7 +24,7 @@ Every measured part runs in its own subprocess, so the reported peak memory (ru_
     python benchmarks/ws.py --threads 1                           # RAF cell, RF cell, per-step cost of RAF against n
     python benchmarks/ws.py --threads 1 --baseline-trials 3       # the baseline on the first 3 trials, time scaled
     python benchmarks/ws.py --largest             # also RF at d=768, n=150, k=D=115,200 (one map, minutes)
-    python benchmarks/ws.py --data imdb           # token embeddings from wslight.data instead of synthetic rows
+    python benchmarks/ws.py --data synthetic      # Gaussian rows instead of the bundled reviews (the default)
 """
 
 from __future__ import annotations
@@ -442,7 +442,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-chains", type=int, default=None, help="default: as configs/ws/<map>.yaml")
     p.add_argument("--max-steps", type=int, default=None, help="steps per chain; default: as configs/ws/<map>.yaml")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data", choices=["synthetic", "imdb"], default="synthetic")
+    p.add_argument(
+        "--data",
+        choices=["synthetic", "imdb"],
+        default="imdb",
+        help="imdb: the bundled reviews (MiniLM layer-0 token embeddings), the workload users run; synthetic: "
+        "Gaussian rows, labelled as such in the output",
+    )
     p.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch threads in every part")
     p.add_argument("--skip", nargs="*", default=[], choices=["raf", "rf", "step"], help="parts to skip")
     p.add_argument("--largest", action="store_true", help="also RF at d=768, n=150, k=D (minutes)")
@@ -482,7 +488,8 @@ def main(argv: list[str] | None = None) -> None:
         "--threads",
         str(a.threads),
     ]
-    print(f"torch {torch.__version__}, {a.threads} thread(s), data={a.data}, seed={a.seed}")
+    data = "bundled IMDb reviews (MiniLM layer 0)" if a.data == "imdb" else "SYNTHETIC Gaussian rows (not reviews)"
+    print(f"torch {torch.__version__}, {a.threads} thread(s), data: {data}, seed={a.seed}")
     if "raf" not in a.skip:
         compare_cell("RAF cell", "raf", 384, 50, a, [*common, *search_args("raf", a)])
     if "rf" not in a.skip:
