@@ -23,11 +23,11 @@ from torch import Tensor
 
 from .chains import MonotoneAscent, run_chains
 
-# Radius levels per block: r^2 is shared out in units of r^2 / ALLOCATION_LEVELS
-# (raf_mh12 at n = 8 on 20 bundled reviews, the start alone within 1% of a 1,024-chain reference: 75% with 8 levels
-# and the structured starts only, 90-95% with 2 or 4 levels and 32 random chains besides, 2 levels costing a quarter;
-# the whole search at the zoo config's settings: 85% with 32 random chains, 100% with 64)
-ALLOCATION_LEVELS = 2
+# Radius levels per block: r^2 is shared out in units of r^2 / ALLOCATION_LEVELS. Measured on raf_mh12 at n = 8, 20
+# bundled reviews, the zoo config's search against the best value of every run (512-1,024 chains): with 32 random
+# chains per block and level, 2 levels gave 85-100% within 1% (two random streams); with 64, 2 levels gave 100% on one
+# draw of reviews and maps and 85% on another, 4 levels 100% and 95%, at about twice the cost of 2
+ALLOCATION_LEVELS = 4
 # Random chains per block and level besides the block's structured starts and their negatives
 ALLOCATION_RANDOM = 64
 # Chains of the blocks' problems run together (bounds their memory: with every position of a long sample they would
