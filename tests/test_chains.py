@@ -180,3 +180,18 @@ def test_generic_path_first_round_runs_more_random_chains_after_the_usual_starts
         ascent.GENERIC_FIRST_ROUND = first
     torch.testing.assert_close(starts[:, :, :, :3], usual, rtol=0, atol=0)
     torch.testing.assert_close(starts.norm(dim=-1), torch.full(starts.shape[:-1], d**0.5), rtol=1e-5, atol=0)
+
+
+def test_generic_path_polishing_round_only_adds_chains(monkeypatch):
+    """The generic path ends with a round started next to the best point: the rounds before it are the same as
+    without it, so S is never lower and more chains are counted; a closed-form map has no such round."""
+    B, n, d = 4, 10, 24
+    X = unit_rows(B, n, d, seed=11)
+    plain = _Plain(make_map("relu_raf", n, d, seed=5))
+    polished = word_sensitivity(plain, X, restarts=3, max_chains=6, seed=2)
+    monkeypatch.setattr(ascent.Search, "_polishes", staticmethod(lambda token: False))
+    plain_rounds = word_sensitivity(plain, X, restarts=3, max_chains=6, seed=2)
+    assert (polished.chains > plain_rounds.chains).all()
+    assert (polished.ws >= plain_rounds.ws * (1 - 1e-9)).all()
+    token = token_move([make_map("relu_raf", n, d, seed=5)], X[None], [0], torch.float32)
+    assert not ascent.Search._polishes(token)
