@@ -27,6 +27,7 @@ FLOORS = {  # prefix -> floor (higher imports lower); the longest matching prefi
     "wslight.ascent": 5,
     "wslight.chains": 5,
     "wslight.allocation": 5,
+    "wslight.substitution": 5,
     "wslight.attack": 5,
     "wslight.attack_losses": 5,
     "wslight.attack_inputs": 5,

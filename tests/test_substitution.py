@@ -1,0 +1,117 @@
+"""The exact one-word substitution (docs/theory.md §13): for every map family the maximum over the words equals a
+brute-force loop through the full forward, and so do the best word, its distance and the heads' flip counts."""
+
+import pytest
+import torch
+from conftest import unit_rows
+
+from wslight.features import make_map
+from wslight.substitution import word_substitution
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+FAMILIES = ["rf", "deep_rf", "raf", "relu_raf", "raf_mh", "linear_raf", "sigmoid_raf", "transformer", "plain"]
+B, N, D, V = 2, 6, 12, 40
+POSITIONS = [0, 4]
+
+
+class _Plain(torch.nn.Module):
+    """A module with no token-move algebra of its own: the generic path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.n, self.d = N, D
+        g = torch.Generator().manual_seed(3)
+        self.W = torch.nn.Parameter(torch.randn(D, D, generator=g, dtype=torch.float64) / D**0.5)
+
+    def forward(self, X):
+        return torch.tanh(X @ self.W).flatten(1)
+
+
+def build(kind, seed=1):
+    if kind == "plain":
+        return _Plain()
+    if kind == "transformer":
+        return make_map(kind, N, D, seed=seed).double()
+    return make_map(kind, N, D, seed=seed, dtype="float64", **({"heads": 3} if kind == "raf_mh" else {}))
+
+
+def brute_force(m, X, cand, allowed, heads=None):
+    """Every (sample, position, word) through the full forward."""
+    phi0 = m(X)
+    out = torch.full((B, len(POSITIONS), V), float("-inf"), dtype=torch.float64)
+    flips = torch.zeros(B, len(POSITIONS), heads.shape[1] if heads is not None else 0, dtype=torch.long)
+    for j, i in enumerate(POSITIONS):
+        Xp = X[:, None].repeat(1, V, 1, 1)  # (B, V, n, d)
+        Xp[:, :, i] = cand[j][None]
+        phi = m(Xp.flatten(0, 1)).reshape(B, V, -1)
+        rel = (phi - phi0[:, None]).norm(dim=-1) / phi0.norm(dim=-1, keepdim=True)
+        out[:, j] = torch.where(allowed[:, j], rel, float("-inf"))
+        if heads is not None:
+            flipped = torch.sign(phi @ heads) != torch.sign(phi0 @ heads)[:, None]  # (B, V, C)
+            flips[:, j] = (flipped & allowed[:, j, :, None]).sum(1)
+    return out, flips
+
+
+@pytest.mark.parametrize("kind", FAMILIES)
+def test_equals_brute_force_through_the_full_forward(kind):
+    m = build(kind)
+    X = unit_rows(B, N, D, seed=2, dtype=torch.float64)
+    g = torch.Generator().manual_seed(5)
+    cand = torch.randn(len(POSITIONS), V, D, generator=g, dtype=torch.float64)
+    cand = cand / cand.norm(dim=-1, keepdim=True) * D**0.5  # the words' rows at the rows' norm
+    allowed = torch.rand(B, len(POSITIONS), V, generator=g) > 0.3
+    heads = torch.randn(m(X).shape[1], 3, generator=g, dtype=torch.float64)
+    res = word_substitution(m, X, POSITIONS, cand, allowed, heads=heads, chunk_elements=4000)  # several chunks
+    ref, ref_flips = brute_force(m, X, cand, allowed, heads)
+    best, word = ref.max(dim=-1)
+    torch.testing.assert_close(res.ws, best, rtol=1e-6, atol=1e-9)
+    assert torch.equal(res.word, word)
+    moved = cand[torch.arange(len(POSITIONS)), word] - X[:, POSITIONS]  # (B, P, d)
+    torch.testing.assert_close(res.distance, moved.norm(dim=-1) / D**0.5, rtol=1e-9, atol=1e-12)
+    assert torch.equal(res.flips, ref_flips)
+    assert torch.equal(res.admissible, allowed.sum(-1))
+    if kind in ("raf", "relu_raf", "sigmoid_raf"):  # attention: some word flips some head on these draws
+        assert res.flips.sum() > 0
+
+
+def test_trials_shared_rows_and_the_best_flipping_word():
+    """T maps with their own heads, the same rows at every position: each trial's result is its map's alone, and the
+    best flipping word has the largest opposite output among the flipping ones."""
+    maps = [build("raf", seed=s) for s in (1, 2)]
+    X = unit_rows(2 * B, N, D, seed=4, dtype=torch.float64).reshape(2, B, N, D)
+    g = torch.Generator().manual_seed(6)
+    rows = torch.randn(V, D, generator=g, dtype=torch.float64)
+    heads = torch.randn(2, N * D, 2, generator=g, dtype=torch.float64)
+    both = word_substitution(maps, X, POSITIONS, rows, heads=heads)
+    for t in range(2):
+        one = word_substitution(maps[t], X[t], POSITIONS, rows, heads=heads[t])
+        torch.testing.assert_close(both.ws[t], one.ws, rtol=1e-12, atol=0)
+        assert torch.equal(both.flip_word[t], one.flip_word)
+        for b in range(B):
+            for j, i in enumerate(POSITIONS):
+                Xp = X[t, b][None].repeat(V, 1, 1)
+                Xp[:, i] = rows
+                out = maps[t](Xp) @ heads[t]  # (V, C)
+                sign0 = torch.sign(maps[t](X[t, b : b + 1]) @ heads[t])[0]
+                opposite = torch.where(torch.sign(out) != sign0, -out * sign0, float("-inf"))
+                want = torch.where(opposite.isfinite().any(0), opposite.argmax(0), -1)
+                assert torch.equal(one.flip_word[b, j], want)
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"candidates": torch.zeros(5, 7)}, "candidates"),
+        ({"candidates": torch.zeros(3, 5, D)}, "candidates"),
+        ({"allowed": torch.ones(B, 2, 5)}, "allowed"),
+        ({"heads": torch.zeros(N * D)}, "heads"),
+        ({"heads": torch.zeros(7, 2)}, "heads"),
+        ({"positions": [N]}, "positions"),
+    ],
+)
+def test_bad_arguments_name_the_argument(kwargs, key):
+    m = build("raf")
+    args = {"positions": POSITIONS, "candidates": torch.zeros(5, D, dtype=torch.float64)} | kwargs
+    with pytest.raises(ValueError, match=key):
+        word_substitution(m, unit_rows(B, N, D, dtype=torch.float64), **args)

@@ -1,0 +1,199 @@
+"""The exact one-word substitution: of all the real words that could stand at position i, which moves phi(X) most,
+and which flip a linear head (docs/theory.md §13).
+
+A map of this package reads layer-0 token embeddings, where replacing the word at position i changes row i only:
+x_i -> h_w, the embedding of word w at position i (LayerNorm(E_w + P_i + T), at the rows' norm). So every
+vocabulary word is one single-token move Delta_w = h_w - x_i, which the map's token-move algebra evaluates in closed
+form (the generic path for any other module), for a chunk of words at once. The maximum over the admissible words is
+then exact, not a search: the discrete word sensitivity
+
+    S_words(X, i) = max_{w admissible} ||phi(X with x_i = h_w) - phi(X)|| / ||phi(X)||,
+
+a lower bound of the continuous S of the same position whenever every ||h_w - x_i|| is within its radius (and a
+number of its own otherwise: a real word may move the token further than sqrt(d)).
+
+No Lightning import: plain maths, called by the evaluation and usable from a notebook.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, cast
+
+import torch
+from torch import Tensor, nn
+
+from . import validate
+from .ascent import DEFAULT_CHUNK_ELEMENTS
+from .features import map_dims
+from .features.move import move_class_for, token_move
+from .sensitivity import _device, working_dtype
+
+
+@dataclass
+class SubstitutionResult:
+    """The exact best word per sample and position (all tensors on the CPU; a leading trial axis T for a list of
+    maps, none for one map).
+
+    Attributes:
+        ws: (B, P) float64, the discrete word sensitivity S_words (NaN where no word is admissible).
+        word: (B, P) long, the index (into the candidate rows) of the word that attains it; -1 where none.
+        distance: (B, P) float64, ||h_w - x_i|| / sqrt(d) of that word (its realised move, in units of the radius).
+        phi_norm: (B,) float64, ||phi(X)|| of the clean sample.
+        admissible: (B, P) long, words evaluated (the admissible ones).
+        flips: (B, P, C) long, admissible words that flip the sign of head c's output phi^T theta_c; None without
+            heads.
+        flip_word: (B, P, C) long, among them the one with the largest opposite output; -1 where none flips.
+    """
+
+    ws: Tensor
+    word: Tensor
+    distance: Tensor
+    phi_norm: Tensor
+    admissible: Tensor
+    flips: Tensor | None = None
+    flip_word: Tensor | None = None
+
+
+def word_substitution(
+    feature_map: nn.Module | Sequence[nn.Module],
+    X: Tensor,
+    positions: Sequence[int],
+    candidates: Tensor,
+    allowed: Tensor | None = None,
+    heads: Tensor | None = None,
+    dtype: Literal["float32", "float64"] | torch.dtype = "float64",
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+) -> SubstitutionResult:
+    """For each sample and position, the exact maximum over admissible words of the relative change of phi(X), the
+    word that attains it, its distance, and (given heads) how many words flip each head (docs/theory.md §13).
+
+    Args:
+        feature_map: one map, or a list of T maps (one per trial, X then (T, B, n, d)).
+        X: (B, n, d) clean samples (rows as the map reads them, e.g. at norm sqrt(d)), or (T, B, n, d).
+        positions: P token indices to substitute.
+        candidates: the words' rows h_w at each position, (P, V, d), or (V, d) for the same rows at every position.
+        allowed: (B, P, V) bool, the admissible words per sample and position (e.g. no special tokens, the original
+            token's WordPiece continuation status); None: all.
+        heads: linear heads theta, (p, C) for one map or (T, p, C) for T maps (one set per trial); None: no flips.
+        dtype: working dtype; float64 (the default) makes the maximum exact to rounding.
+        chunk_elements: working-dtype elements one chunk of words may hold (bounds the memory).
+
+    Returns:
+        SubstitutionResult.
+    """
+    trials = not isinstance(feature_map, nn.Module)
+    maps: list[nn.Module] = list(cast(Sequence[nn.Module], feature_map)) if trials else [cast(nn.Module, feature_map)]
+    if not maps:
+        raise ValueError("feature_map: expected a map or a non-empty list of maps")
+    d, n_map = map_dims(maps[0])
+    X4 = X if trials else X[None]
+    if not isinstance(X4, Tensor) or X4.dim() != 4 or X4.shape[0] != len(maps):
+        raise ValueError(f"X: expected ({len(maps)}, B, n, d) for {len(maps)} maps, got {tuple(X.shape)}")
+    X4 = validate.samples("X", X4.flatten(0, 1), d, n_map).reshape(X4.shape)
+    T, B, n, _ = X4.shape
+    pos = validate.positions("positions", list(positions), n)
+    P = len(pos)
+    dt = working_dtype(maps[0], dtype)
+    cand = _checked_candidates(candidates, P, d)  # (P, V, d)
+    V = cand.shape[1]
+    ok = _checked_allowed(allowed, B, P, V)  # (B, P, V)
+    H = _checked_heads(heads, T, trials)  # (T, p, C) or None
+    device = _device(maps[0])
+    X4 = X4.to(device)
+    token = token_move(maps, X4, pos, dt)
+    phi_norm = token.phi0.norm(dim=-1)  # (T, B)
+    if H is not None:
+        if H.shape[1] != token.phi0.shape[-1]:
+            raise ValueError(f"heads: expected {token.phi0.shape[-1]} features per head, got {H.shape[1]}")
+        Hb = H.to(device=device, dtype=dt)[:, None].expand(-1, B, -1, -1)  # (T, B, p, C)
+        sign0 = torch.sign(token.phi0[:, :, None, :] @ Hb)[:, :, 0]  # (T, B, C)
+    xi = X4[:, :, pos].to(dt)  # (T, B, P, d)
+    per_chain, _ = move_class_for(maps).chain_elements(maps, B, n, d)
+    chunk = max(1, chunk_elements // max(1, T * B * P * (per_chain + d)))
+    best = torch.full((T, B, P), -math.inf, dtype=dt, device=device)
+    word = torch.full((T, B, P), -1, dtype=torch.long, device=device)
+    C = 0 if H is None else H.shape[-1]
+    flips = torch.zeros(T, B, P, C, dtype=torch.long, device=device)
+    flip_word = torch.full((T, B, P, C), -1, dtype=torch.long, device=device)
+    flip_out = torch.full((T, B, P, C), -math.inf, dtype=dt, device=device)  # the largest opposite output
+    with torch.no_grad():
+        for v0 in range(0, V, chunk):
+            rows = cand[:, v0 : v0 + chunk].to(device=device, dtype=dt)  # (P, R, d)
+            delta = rows[None, None] - xi[:, :, :, None]  # (T, B, P, R, d): the moves to every word of the chunk
+            mask = ok[None, :, :, v0 : v0 + chunk].to(device)  # (1, B, P, R)
+            f = token.change_sq(delta).masked_fill(~mask, -math.inf)  # (T, B, P, R)
+            top, arg = f.max(dim=-1)
+            better = top > best
+            best = torch.where(better, top, best)
+            word = torch.where(better, arg + v0, word)
+            if H is not None:
+                out = token.readout(delta, Hb) * -sign0[:, :, None, None]  # (T, B, P, R, C): > 0 when flipped
+                flipped = (out > 0) & mask[..., None]
+                flips = flips + flipped.sum(dim=3)
+                top_out, arg_out = out.masked_fill(~flipped, -math.inf).max(dim=3)  # (T, B, P, C)
+                take = top_out > flip_out
+                flip_out = torch.where(take, top_out, flip_out)
+                flip_word = torch.where(take, arg_out + v0, flip_word)
+    found = word >= 0
+    ws = torch.where(found, best.clamp_min(0).sqrt() / phi_norm[..., None], math.nan)
+    chosen = cand.to(device=device, dtype=dt)[torch.arange(P, device=device), word.clamp_min(0)]  # (T, B, P, d)
+    distance = torch.where(found, (chosen - xi).norm(dim=-1) / math.sqrt(d), math.nan)
+    res = SubstitutionResult(
+        ws=ws.double().cpu(),
+        word=word.cpu(),
+        distance=distance.double().cpu(),
+        phi_norm=phi_norm.double().cpu(),
+        admissible=ok.sum(-1).expand(T, -1, -1).cpu(),
+        flips=None if H is None else flips.cpu(),
+        flip_word=None if H is None else flip_word.cpu(),
+    )
+    return res if trials else _first_trial(res)
+
+
+def _first_trial(res: SubstitutionResult) -> SubstitutionResult:
+    """The one map's result without the trial axis."""
+    return SubstitutionResult(
+        ws=res.ws[0],
+        word=res.word[0],
+        distance=res.distance[0],
+        phi_norm=res.phi_norm[0],
+        admissible=res.admissible[0],
+        flips=None if res.flips is None else res.flips[0],
+        flip_word=None if res.flip_word is None else res.flip_word[0],
+    )
+
+
+def _checked_candidates(candidates: Tensor, P: int, d: int) -> Tensor:
+    if not isinstance(candidates, Tensor) or candidates.dim() not in (2, 3) or candidates.shape[-1] != d:
+        shape = tuple(candidates.shape) if isinstance(candidates, Tensor) else type(candidates).__name__
+        raise ValueError(f"candidates: expected (V, {d}) or ({P}, V, {d}) word rows, got {shape}")
+    if candidates.dim() == 3 and candidates.shape[0] != P:
+        raise ValueError(f"candidates: expected {P} position blocks (one per position), got {candidates.shape[0]}")
+    if candidates.shape[-2] == 0:
+        raise ValueError("candidates: no word rows")
+    return candidates[None].expand(P, -1, -1) if candidates.dim() == 2 else candidates
+
+
+def _checked_allowed(allowed: Tensor | None, B: int, P: int, V: int) -> Tensor:
+    if allowed is None:
+        return torch.ones(B, P, V, dtype=torch.bool)
+    if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool or tuple(allowed.shape) != (B, P, V):
+        shape = tuple(allowed.shape) if isinstance(allowed, Tensor) else type(allowed).__name__
+        raise ValueError(f"allowed: expected a ({B}, {P}, {V}) bool mask, got {shape}")
+    return allowed.cpu()
+
+
+def _checked_heads(heads: Tensor | None, T: int, trials: bool) -> Tensor | None:
+    if heads is None:
+        return None
+    want = "(T, p, C)" if trials else "(p, C)"
+    if not isinstance(heads, Tensor) or heads.dim() != (3 if trials else 2):
+        shape = tuple(heads.shape) if isinstance(heads, Tensor) else type(heads).__name__
+        raise ValueError(f"heads: expected {want}, got {shape}")
+    H = heads if trials else heads[None]
+    if H.shape[0] != T:
+        raise ValueError(f"heads: expected one set of heads per map ({T}), got {H.shape[0]}")
+    return H
