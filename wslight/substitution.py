@@ -28,7 +28,8 @@ from torch import Tensor, nn
 from . import validate
 from .ascent import DEFAULT_CHUNK_ELEMENTS
 from .features import map_dims
-from .features.move import move_class_for, token_move
+from .features.move import GenericMove, move_class_for, token_move
+from .numerics import sum_last
 from .sensitivity import _device, working_dtype
 
 
@@ -111,6 +112,7 @@ def word_substitution(
         Hb = H.to(device=device, dtype=dt)[:, None].expand(-1, B, -1, -1)  # (T, B, p, C)
         sign0 = torch.sign(token.phi0[:, :, None, :] @ Hb)[:, :, 0]  # (T, B, C)
     xi = X4[:, :, pos].to(dt)  # (T, B, P, d)
+    generic = isinstance(token, GenericMove)
     per_chain, _ = move_class_for(maps).chain_elements(maps, B, n, d)
     chunk = max(1, chunk_elements // max(1, T * B * P * (per_chain + d)))
     best = torch.full((T, B, P), -math.inf, dtype=dt, device=device)
@@ -124,13 +126,19 @@ def word_substitution(
             rows = cand[:, v0 : v0 + chunk].to(device=device, dtype=dt)  # (P, R, d)
             delta = rows[None, None] - xi[:, :, :, None]  # (T, B, P, R, d): the moves to every word of the chunk
             mask = ok[None, :, :, v0 : v0 + chunk].to(device)  # (1, B, P, R)
-            f = token.change_sq(delta).masked_fill(~mask, -math.inf)  # (T, B, P, R)
+            if generic:  # no closed form: one full forward serves the change and the heads' outputs
+                feats = token.features(delta)  # (T, B, P, R, p)
+                f = sum_last((feats - token.phi0[:, :, None, None]).pow(2))
+            else:
+                f = token.change_sq(delta)
+            f = f.masked_fill(~mask, -math.inf)  # (T, B, P, R)
             top, arg = f.max(dim=-1)
             better = top > best
             best = torch.where(better, top, best)
             word = torch.where(better, arg + v0, word)
             if H is not None:
-                out = token.readout(delta, Hb) * -sign0[:, :, None, None]  # (T, B, P, R, C): > 0 when flipped
+                out = (feats @ Hb[:, :, None]) if generic else token.readout(delta, Hb)  # (T, B, P, R, C)
+                out = out * -sign0[:, :, None, None]  # > 0 where the word flips the head
                 flipped = (out > 0) & mask[..., None]
                 flips = flips + flipped.sum(dim=3)
                 top_out, arg_out = out.masked_fill(~flipped, -math.inf).max(dim=3)  # (T, B, P, C)
