@@ -90,10 +90,10 @@ class ElementwiseMove(TokenMove):
     def _switch_starts(self, bias: float) -> torch.Tensor:
         """Sigmoid attention's starts (docs/theory.md §12.2): the move that turns on, with the widest margin, every
         weight it controls, sigmoid(x_l^T W y / sqrt(d) - log n) of key i in every row l and sigmoid(y^T W x_j /
-        sqrt(d) - log n) of row i; then the same for the column alone. Each weight is on in a half-space of y, and
-        the smallest margin over those half-spaces is concave in Delta: its maximum over the ball is found by a
-        short projected ascent of a soft minimum, where the search's ascent stalls once a weight has saturated
-        off. Returns (T, B, P, 2, d) unit directions."""
+        sqrt(d) - log n) of row i (its own, quadratic in y, with its first-order margin); then key i's column alone.
+        Each linear weight is on in a half-space of y, and the smallest margin over those half-spaces is concave in
+        Delta: a short projected ascent of a soft minimum finds its maximum over the ball, where the search's ascent
+        stalls once a weight has saturated off. Returns (T, B, P, 2, d) unit directions."""
         n = self.X0.shape[2]
         keep = ~self.onehot  # (P, n): the other tokens
         col = self.XW[:, :, None].expand(-1, -1, len(self.positions), -1, -1)  # (T, B, P, n, d): normals x_l^T W
