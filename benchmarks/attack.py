@@ -9,9 +9,11 @@ a start exactly at the clean token 0, plain projected gradient descent on the te
 (RAF / ReLU-RAF; RF: lr 100 for 300 steps) and autograd through the full map. The package batches all trials in one
 call (closed forms in N x N space, single-token structure, normalised momentum steps, 4 restarts, early stop).
 
-Both sides see the same data (synthetic "aniso" unit-norm rows of docs/theory.md §11, random +-1 labels; the context
-sample is not a training sample) and the same random weights. Each side runs in its own subprocess, so the peak memory
-(ru_maxrss from wait4) is its own. Times cover everything after drawing the data: features, heads, search, records.
+Both sides see the same data (by default N + 1 distinct bundled reviews per trial, MiniLM layer-0 token embeddings
+with rows rescaled to sqrt(d) and their labels, the first one the context sample; `--data synthetic`: the "aniso"
+rows of docs/theory.md §11 with random +-1 labels; the largest cell, d = 768, is synthetic) and the same random
+weights. Each side runs in its own subprocess, so the peak memory (ru_maxrss from wait4) is its own. Times cover
+everything after drawing the data: features, heads, search, records.
 Both parts use the same number of torch threads (1 by default: thousands of tiny steps gain nothing from intra-op
 threads, and on a shared machine oversubscription slows both sides by an order of magnitude; --threads 0 for torch's
 default).
@@ -41,11 +43,27 @@ from wslight.seeding import derive_seed, generator
 MAPS = ("raf", "relu_raf", "rf")
 
 
-def trial_data(t: int, n: int, d: int, N: int, seed: int) -> tuple[torch.Tensor, ...]:
-    """One trial: aniso rows (docs/theory.md §11), 0.7 u + sqrt(0.51) g / sqrt(d) renormalised to sqrt(d), float64.
+# The pool of bundled reviews the trials draw from (distinct reviews, balanced labels +-1)
+REVIEW_POOL = 1000
+
+
+def trial_data(t: int, n: int, d: int, N: int, seed: int, data: str = "imdb") -> tuple[torch.Tensor, ...]:
+    """One trial, float64, rows of norm sqrt(d): N + 1 distinct bundled reviews (MiniLM layer-0 token embeddings,
+    their labels), drawn from the pool by the trial's own permutation; or (`data="synthetic"`) aniso rows
+    (docs/theory.md §11), 0.7 u + sqrt(0.51) g / sqrt(d) renormalised, with random +-1 labels.
 
     Returns X_train (N, n, d), Y (N,), X_ctx (1, n, d), y (1,): N + 1 distinct samples, the first is the context.
     """
+    if data == "imdb":
+        emb = _reviews(max(REVIEW_POOL, N + 1))
+        first = emb.first_copies()  # skip a review the source holds twice
+        order = torch.randperm(len(emb), generator=generator(seed, "bench.attack.reviews", t)).tolist()
+        idx = [i for i in order if first[i]][: N + 1]
+        if len(idx) < N + 1:
+            raise SystemExit(f"the bundled pool holds {len(idx)} distinct reviews, need N + 1 = {N + 1}")
+        X, lab = emb.samples(idx, n, d, dtype=torch.float64)
+        lab = lab.double()
+        return X[1:], lab[1:], X[:1], lab[:1]
     g = generator(seed, "bench.attack.data", t)
     u = torch.randn(d, generator=g, dtype=torch.float64)
     u = u / u.norm()
@@ -53,6 +71,18 @@ def trial_data(t: int, n: int, d: int, N: int, seed: int) -> tuple[torch.Tensor,
     X = X / X.norm(dim=-1, keepdim=True) * d**0.5  # (N + 1, n, d), rows of norm sqrt(d)
     lab = torch.randint(0, 2, (N + 1,), generator=g).double() * 2 - 1
     return X[1:], lab[1:], X[:1], lab[:1]
+
+
+_POOL: dict[int, object] = {}
+
+
+def _reviews(size: int):
+    """The bundled reviews' token embeddings (built once into the cache, then read)."""
+    if size not in _POOL:
+        from wslight.data import EmbeddingSpec, load_token_embeddings  # type: ignore[attr-defined]
+
+        _POOL[size] = load_token_embeddings(EmbeddingSpec(num_samples=size))
+    return _POOL[size]
 
 
 def trial_seed(t: int, seed: int) -> int:
@@ -107,7 +137,7 @@ def baseline_trial(fm, X_tr, Y, X_ctx, y, training: str, lr: float, steps: int) 
 
 def part_baseline(a) -> dict:
     lr, steps = (100.0, 300) if a.map == "rf" else (1.0, 50 * a.n)
-    data = [trial_data(t, a.n, a.d, a.N, a.seed) for t in range(a.trials)]
+    data = [trial_data(t, a.n, a.d, a.N, a.seed, a.data) for t in range(a.trials)]
     maps = [trial_map(a.map, t, a.n, a.d, a.seed, dtype="float64") for t in range(a.trials)]
     start = time.perf_counter()
     rows = [baseline_trial(maps[t], *data[t], a.training, lr, steps) for t in range(a.trials)]
@@ -120,7 +150,7 @@ def part_baseline(a) -> dict:
 
 
 def part_ours(a) -> dict:
-    data = [trial_data(t, a.n, a.d, a.N, a.seed) for t in range(a.trials)]
+    data = [trial_data(t, a.n, a.d, a.N, a.seed, a.data) for t in range(a.trials)]
     X_tr, Y, X_ctx, y = (torch.stack([dt[i] for dt in data]) for i in range(4))  # (T, N, n, d), (T, N), ...
     if a.largest:
         X_tr = X_tr.float()  # the map works in float32; halves the largest input (1300 x 120 x 768)
@@ -164,6 +194,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--training", default="retrain", choices=["finetune", "retrain"])
     ap.add_argument("--trials", type=int, default=10, help="trials of the comparison (both sides)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--data",
+        choices=["imdb", "synthetic"],
+        default="imdb",
+        help="imdb: the bundled reviews, the workload users run; synthetic: aniso rows, labelled as such",
+    )
     ap.add_argument("--threads", type=int, default=1, help="torch threads in each part, both sides (0: torch default)")
     ap.add_argument("--largest", action="store_true", help="also RAF d=768, n=120, N=1300, re-trained (ours only)")
     ap.add_argument("--largest-trials", type=int, default=1)
@@ -180,8 +216,9 @@ def main(argv: list[str] | None = None) -> None:
         return
 
     common = ["--map", a.map, "--d", str(a.d), "--n", str(a.n), "--N", str(a.N), "--training", a.training]
-    common += ["--trials", str(a.trials), "--seed", str(a.seed), "--threads", str(a.threads)]
-    print(f"# {a.map}, d={a.d}, n={a.n}, N={a.N}, {a.training}, loss err, {a.trials} trials, aniso synthetic rows")
+    common += ["--trials", str(a.trials), "--seed", str(a.seed), "--threads", str(a.threads), "--data", a.data]
+    data = "bundled IMDb reviews (MiniLM layer 0)" if a.data == "imdb" else "SYNTHETIC aniso rows (not reviews)"
+    print(f"# {a.map}, d={a.d}, n={a.n}, N={a.N}, {a.training}, loss err, {a.trials} trials, data: {data}")
     base = run_part("baseline", common)
     ours = run_part("ours", common)
     print(f"threads per part: {ours['threads']}; trials share a map: no (own map and training set per trial, the same")
@@ -204,7 +241,9 @@ def main(argv: list[str] | None = None) -> None:
     if a.largest:
         big = ["--map", "raf", "--d", "768", "--n", "120", "--N", "1300", "--training", "retrain"]
         big += ["--trials", str(a.largest_trials), "--seed", str(a.seed), "--threads", str(a.threads), "--largest"]
-        print(f"\n# largest: raf, d=768, n=120, N=1300, retrain, loss err, {a.largest_trials} trial(s), ours only")
+        big += ["--data", "synthetic"]  # d = 768 is wider than the bundled encoder
+        print(f"\n# largest: raf, d=768, n=120, N=1300, retrain, loss err, {a.largest_trials} trial(s), ours only,")
+        print("# SYNTHETIC aniso rows")
         res = run_part("ours", big)
         errs = [r["err"] for r in res["trials"]]
         print(
