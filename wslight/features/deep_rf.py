@@ -245,9 +245,9 @@ class DeepRFMove(TokenMove):
         on = self._clean_masks()
         u = torch.where(on[0], self._moved(v), torch.zeros(()))  # (T, B, P, R, width): J v, layer by layer
         for V, mask in zip(self.deeper, on[1:]):
-            u = torch.where(mask, per_trial(u, V.transpose(1, 2)), torch.zeros(()))
+            u = torch.where(mask, _batched(u, V.transpose(1, 2)), torch.zeros(()))
         for k in range(len(self.deeper), 0, -1):
-            u = torch.where(on[k - 1], per_trial(u, self.deeper[k - 1]), torch.zeros(()))
+            u = torch.where(on[k - 1], _batched(u, self.deeper[k - 1]), torch.zeros(()))
         return 2 * self._moved_back(u)
 
     def _clean_masks(self) -> list[torch.Tensor]:
@@ -255,7 +255,7 @@ class DeepRFMove(TokenMove):
         pre = self.z1
         masks = [pre > 0]
         for V in self.deeper:
-            pre = per_trial(torch.relu(pre), V.transpose(1, 2))
+            pre = _batched(torch.relu(pre), V.transpose(1, 2))
             masks.append(pre > 0)
         return [m[:, :, None, None] for m in masks]
 
