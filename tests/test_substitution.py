@@ -99,6 +99,19 @@ def test_trials_shared_rows_and_the_best_flipping_word():
                 assert torch.equal(one.flip_word[b, j], want)
 
 
+def test_a_mask_per_trial_is_each_trials_own():
+    """allowed (T, B, P, V): trial t's maximum runs over its own words only (a review per trial has its own)."""
+    maps = [build("raf", seed=s) for s in (1, 2)]
+    X = unit_rows(2 * B, N, D, seed=4, dtype=torch.float64).reshape(2, B, N, D)
+    rows = torch.randn(V, D, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    masks = torch.rand(2, B, len(POSITIONS), V, generator=torch.Generator().manual_seed(8)) > 0.5
+    both = word_substitution(maps, X, POSITIONS, rows, masks)
+    for t in range(2):
+        one = word_substitution(maps[t], X[t], POSITIONS, rows, masks[t])
+        assert torch.equal(both.word[t], one.word) and torch.equal(both.admissible[t], masks[t].sum(-1))
+        assert bool(masks[t].gather(-1, one.word[..., None]).all())  # the best word is one of the trial's own
+
+
 @pytest.mark.parametrize(
     "kwargs, key",
     [

@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from . import validate
 from .ascent import DEFAULT_CHUNK_ELEMENTS
 from .features import map_dims
-from .features.move import GenericMove, move_class_for, token_move
+from .features.move import GenericMove, TokenMove, move_class_for, token_move
 from .numerics import sum_last
 from .sensitivity import _device, working_dtype
 
@@ -76,8 +76,9 @@ def word_substitution(
         X: (B, n, d) clean samples (rows as the map reads them, e.g. at norm sqrt(d)), or (T, B, n, d).
         positions: P token indices to substitute.
         candidates: the words' rows h_w at each position, (P, V, d), or (V, d) for the same rows at every position.
-        allowed: (B, P, V) bool, the admissible words per sample and position (e.g. no special tokens, the original
-            token's WordPiece continuation status); None: all.
+        allowed: the admissible words per sample and position (e.g. no special tokens, the original token's WordPiece
+            continuation status, the tokenizer's round trip: `wslight.data.words.EncoderWords.admissible`), a bool
+            (B, P, V) mask, or (T, B, P, V) with one per trial; None: all.
         heads: linear heads theta, (p, C) for one map or (T, p, C) for T maps (one set per trial); None: no flips.
         dtype: working dtype; float64 (the default) makes the maximum exact to rounding.
         chunk_elements: working-dtype elements one chunk of words may hold (bounds the memory).
@@ -90,42 +91,68 @@ def word_substitution(
     if not maps:
         raise ValueError("feature_map: expected a map or a non-empty list of maps")
     d, n_map = map_dims(maps[0])
+    T, dt, device = len(maps), working_dtype(maps[0], dtype), _device(maps[0])
     X4 = X if trials else X[None]
-    if not isinstance(X4, Tensor) or X4.dim() != 4 or X4.shape[0] != len(maps):
-        raise ValueError(f"X: expected ({len(maps)}, B, n, d) for {len(maps)} maps, got {tuple(X.shape)}")
-    X4 = validate.samples("X", X4.flatten(0, 1), d, n_map).reshape(X4.shape)
-    T, B, n, _ = X4.shape
+    if not isinstance(X4, Tensor) or X4.dim() != 4 or X4.shape[0] != T:
+        raise ValueError(f"X: expected ({T}, B, n, d) for {T} maps, got {tuple(X.shape)}")
+    X4 = validate.samples("X", X4.flatten(0, 1), d, n_map).reshape(X4.shape).to(device)
+    _, B, n, _ = X4.shape
     pos = validate.positions("positions", list(positions), n)
-    P = len(pos)
-    dt = working_dtype(maps[0], dtype)
-    cand = _checked_candidates(candidates, P, d)  # (P, V, d)
-    V = cand.shape[1]
-    ok = _checked_allowed(allowed, B, P, V)  # (B, P, V)
+    cand = _checked_candidates(candidates, len(pos), d)  # (P, V, d)
+    ok = _checked_allowed(allowed, T, B, len(pos), cand.shape[1])  # (T, B, P, V)
     H = _checked_heads(heads, T, trials)  # (T, p, C) or None
-    device = _device(maps[0])
-    X4 = X4.to(device)
     token = token_move(maps, X4, pos, dt)
+    per_word = move_class_for(maps).chain_elements(maps, B, n, d)[0]
+    res = _best_words(token, X4[:, :, pos], cand, ok, H, per_word, chunk_elements)
+    return res if trials else _first_trial(res)
+
+
+def _best_words(
+    token: TokenMove,
+    xi: Tensor,
+    candidates: Tensor,
+    allowed: Tensor,
+    heads: Tensor | None,
+    per_word: int,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+) -> SubstitutionResult:
+    """The exact best words over chunks of candidate rows, given the token-move algebra (checked arguments).
+
+    Args:
+        token: the algebra of T maps for X (T, B, n, d) with the P positions moved, in the working dtype.
+        xi: (T, B, P, d) the clean rows at those positions.
+        candidates: (P, V, d) the words' rows.
+        allowed: (T, B, P, V) bool.
+        heads: (T, p, C) or None.
+        per_word: working elements one word's move takes per sample and position (sizes the chunks).
+        chunk_elements: working-dtype elements one chunk of words may hold.
+
+    Returns:
+        SubstitutionResult with the trial axis.
+    """
+    T, B, P, d = xi.shape
+    V = candidates.shape[1]
+    dt, device = token.phi0.dtype, token.phi0.device
+    xi = xi.to(device=device, dtype=dt)
     phi_norm = token.phi0.norm(dim=-1)  # (T, B)
-    if H is not None:
-        if H.shape[1] != token.phi0.shape[-1]:
-            raise ValueError(f"heads: expected {token.phi0.shape[-1]} features per head, got {H.shape[1]}")
-        Hb = H.to(device=device, dtype=dt)[:, None].expand(-1, B, -1, -1)  # (T, B, p, C)
+    if heads is not None:
+        if heads.shape[1] != token.phi0.shape[-1]:
+            raise ValueError(f"heads: expected {token.phi0.shape[-1]} features per head, got {heads.shape[1]}")
+        Hb = heads.to(device=device, dtype=dt)[:, None].expand(-1, B, -1, -1)  # (T, B, p, C)
         sign0 = torch.sign(token.phi0[:, :, None, :] @ Hb)[:, :, 0]  # (T, B, C)
-    xi = X4[:, :, pos].to(dt)  # (T, B, P, d)
     generic = isinstance(token, GenericMove)
-    per_chain, _ = move_class_for(maps).chain_elements(maps, B, n, d)
-    chunk = max(1, chunk_elements // max(1, T * B * P * (per_chain + d)))
+    chunk = max(1, chunk_elements // max(1, T * B * P * (per_word + d)))
     best = torch.full((T, B, P), -math.inf, dtype=dt, device=device)
     word = torch.full((T, B, P), -1, dtype=torch.long, device=device)
-    C = 0 if H is None else H.shape[-1]
+    C = 0 if heads is None else heads.shape[-1]
     flips = torch.zeros(T, B, P, C, dtype=torch.long, device=device)
     flip_word = torch.full((T, B, P, C), -1, dtype=torch.long, device=device)
     flip_out = torch.full((T, B, P, C), -math.inf, dtype=dt, device=device)  # the largest opposite output
     with torch.no_grad():
         for v0 in range(0, V, chunk):
-            rows = cand[:, v0 : v0 + chunk].to(device=device, dtype=dt)  # (P, R, d)
+            rows = candidates[:, v0 : v0 + chunk].to(device=device, dtype=dt)  # (P, R, d)
             delta = rows[None, None] - xi[:, :, :, None]  # (T, B, P, R, d): the moves to every word of the chunk
-            mask = ok[None, :, :, v0 : v0 + chunk].to(device)  # (1, B, P, R)
+            mask = allowed[:, :, :, v0 : v0 + chunk].to(device)  # (T, B, P, R)
             if generic:  # no closed form: one full forward serves the change and the heads' outputs
                 feats = token.features(delta)  # (T, B, P, R, p)
                 f = sum_last((feats - token.phi0[:, :, None, None]).pow(2))
@@ -136,7 +163,7 @@ def word_substitution(
             better = top > best
             best = torch.where(better, top, best)
             word = torch.where(better, arg + v0, word)
-            if H is not None:
+            if heads is not None:
                 out = (feats @ Hb[:, :, None]) if generic else token.readout(delta, Hb)  # (T, B, P, R, C)
                 out = out * -sign0[:, :, None, None]  # > 0 where the word flips the head
                 flipped = (out > 0) & mask[..., None]
@@ -147,18 +174,18 @@ def word_substitution(
                 flip_word = torch.where(take, arg_out + v0, flip_word)
     found = word >= 0
     ws = torch.where(found, best.clamp_min(0).sqrt() / phi_norm[..., None], math.nan)
-    chosen = cand.to(device=device, dtype=dt)[torch.arange(P, device=device), word.clamp_min(0)]  # (T, B, P, d)
+    cand = candidates.to(device=device, dtype=dt)
+    chosen = cand[torch.arange(P, device=device), word.clamp_min(0)]  # (T, B, P, d)
     distance = torch.where(found, (chosen - xi).norm(dim=-1) / math.sqrt(d), math.nan)
-    res = SubstitutionResult(
+    return SubstitutionResult(
         ws=ws.double().cpu(),
         word=word.cpu(),
         distance=distance.double().cpu(),
         phi_norm=phi_norm.double().cpu(),
-        admissible=ok.sum(-1).expand(T, -1, -1).cpu(),
-        flips=None if H is None else flips.cpu(),
-        flip_word=None if H is None else flip_word.cpu(),
+        admissible=allowed.sum(-1).cpu(),
+        flips=None if heads is None else flips.cpu(),
+        flip_word=None if heads is None else flip_word.cpu(),
     )
-    return res if trials else _first_trial(res)
 
 
 def _first_trial(res: SubstitutionResult) -> SubstitutionResult:
@@ -185,13 +212,15 @@ def _checked_candidates(candidates: Tensor, P: int, d: int) -> Tensor:
     return candidates[None].expand(P, -1, -1) if candidates.dim() == 2 else candidates
 
 
-def _checked_allowed(allowed: Tensor | None, B: int, P: int, V: int) -> Tensor:
+def _checked_allowed(allowed: Tensor | None, T: int, B: int, P: int, V: int) -> Tensor:
+    """The mask as (T, B, P, V); a (B, P, V) mask holds for every trial."""
     if allowed is None:
-        return torch.ones(B, P, V, dtype=torch.bool)
-    if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool or tuple(allowed.shape) != (B, P, V):
+        return torch.ones(T, B, P, V, dtype=torch.bool)
+    shapes = ((B, P, V), (T, B, P, V))
+    if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool or tuple(allowed.shape) not in shapes:
         shape = tuple(allowed.shape) if isinstance(allowed, Tensor) else type(allowed).__name__
-        raise ValueError(f"allowed: expected a ({B}, {P}, {V}) bool mask, got {shape}")
-    return allowed.cpu()
+        raise ValueError(f"allowed: expected a ({B}, {P}, {V}) or ({T}, {B}, {P}, {V}) bool mask, got {shape}")
+    return (allowed if allowed.dim() == 4 else allowed[None].expand(T, -1, -1, -1)).cpu()
 
 
 def _checked_heads(heads: Tensor | None, T: int, trials: bool) -> Tensor | None:

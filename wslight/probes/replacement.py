@@ -19,36 +19,9 @@ from __future__ import annotations
 
 import torch
 
+from ..data.words import allowed_tokens, vocab_hidden0
 from ._common import first_self_attention
 from .delta import _qk_params
-
-
-@torch.no_grad()
-def vocab_hidden0(model, position: int, token_type_id: int = 0) -> torch.Tensor:
-    """hidden_states[0] of every vocabulary token placed at `position`: (V, d) = LayerNorm(E + P_position + T)."""
-    emb = model.embeddings
-    V = emb.word_embeddings.num_embeddings
-    ids = torch.arange(V)[:, None]  # (V, 1)
-    return emb(
-        input_ids=ids,
-        token_type_ids=torch.full_like(ids, token_type_id),
-        position_ids=torch.full_like(ids, position),
-    )[:, 0]  # (V, 1, d) -> (V, d)
-
-
-def allowed_tokens(tokenizer, original_id: int) -> torch.Tensor:
-    """(V,) bool mask of admissible replacement tokens for `original_id` (see the module docstring)."""
-    vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    cont = vocab[original_id].startswith("##")
-    special = set(tokenizer.all_special_ids)
-    ok = [
-        i != original_id
-        and i not in special
-        and not (t.startswith("[") and t.endswith("]"))
-        and t.startswith("##") == cont
-        for i, t in enumerate(vocab)
-    ]
-    return torch.tensor(ok)
 
 
 @torch.no_grad()

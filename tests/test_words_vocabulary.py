@@ -1,0 +1,58 @@
+"""The encoder's vocabulary as the maps read it (wslight.data.words, docs/theory.md §13): the rows of a review's own
+tokens are its stored rows, and the admissible words are exactly those whose edited review survives the tokenizer's
+round trip."""
+
+import pytest
+import torch
+
+from wslight.data import EmbeddingSpec, load_token_embeddings
+from wslight.data.words import EncoderWords, allowed_tokens
+
+
+@pytest.fixture(scope="module")
+def words():
+    return EncoderWords("bundled-minilm")
+
+
+@pytest.fixture(scope="module")
+def reviews():
+    return load_token_embeddings(EmbeddingSpec(num_samples=40))
+
+
+@pytest.mark.parametrize("d", [96, 384])
+def test_rows_of_a_reviews_tokens_are_its_stored_rows(words, reviews, d):
+    X, _ = reviews.samples([0, 1, 2], 12, d)
+    ids = reviews.input_ids([0, 1, 2])
+    for position in (1, 5, 11):
+        rows = words.rows(position, d)
+        assert rows.shape == (words.size, d)
+        torch.testing.assert_close(rows.norm(dim=-1), torch.full((words.size,), d**0.5), rtol=1e-5, atol=0)
+        # the cache stores float16: the rows agree to its precision, and no other word comes close
+        gap = (rows[ids[:, position]] - X[:, position]).norm(dim=-1) / d**0.5
+        assert float(gap.max()) < 2e-3
+
+
+def test_round_trip_keeps_exactly_the_words_the_tokenizer_gives_back(words, reviews):
+    ids = reviews.input_ids([0])[0]
+    tok = words.tokenizer
+    position = next(i for i in range(2, 60) if words.tokens[int(ids[i])].startswith("##"))
+    mask, rejected = words.admissible(ids, position)
+    static = allowed_tokens(tok, int(ids[position]))
+    assert bool((mask <= static).all()) and rejected == int(static.sum() - mask.sum()) and rejected > 0
+    a, b = words.word_span(ids, position)
+    pieces = ids[a:b].tolist()
+    g = torch.Generator().manual_seed(0)
+    for w in static.nonzero()[:, 0][torch.randperm(int(static.sum()), generator=g)[:200]].tolist():
+        edited = ids.clone()
+        edited[position] = w
+        length = int((ids != tok.pad_token_id).sum())
+        again = tok(tok.decode(edited[1 : length - 1]), add_special_tokens=True)["input_ids"]
+        assert bool(mask[w]) == (again == edited[:length].tolist()), (words.tokens[w], pieces)
+
+
+def test_positions_that_are_not_words_are_refused(words, reviews):
+    ids = reviews.input_ids([0])[0]
+    length = int((ids != words.tokenizer.pad_token_id).sum())
+    for position in (0, length - 1, length + 3):
+        with pytest.raises(ValueError, match="position"):
+            words.admissible(ids, position)
