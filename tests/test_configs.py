@@ -27,7 +27,7 @@ from wslight.app.config_files import (
 )
 from wslight.app.errors import UsageError
 from wslight.app.messages import check_command, given_values
-from wslight.records.results import ATTACK_FIELDS, WS_FIELDS
+from wslight.records.results import ATTACK_FIELDS, WORDS_FIELDS, WS_FIELDS
 
 CONF = Path(__file__).resolve().parent / "conf"
 SHIPPED = [name for name in shipped_names() if name != "reproduce/plan"]
@@ -200,6 +200,55 @@ def test_ws_tiny_setting_writes_the_contract(tmp_path, capsys, name):
         tag = f"ws/{name}/d{r['d']}" + (f"/L{r['L']}" if name == "deep_rf" else "")
         cell = [x["ws"] for x in recs if (x["d"], x["n"], x["L"]) == (r["d"], r["n"], r["L"])]
         assert abs(curves[tag][r["n"]] - sum(cell) / len(cell)) < 1e-5 * max(cell)
+
+
+def test_words_tiny_setting_writes_the_contract_and_the_exact_best_words(tmp_path):
+    """Every record's best word is the brute force's: the full forward of the trial's map on the review with each
+    admissible vocabulary word at the position (the whole vocabulary, through `nn.Module.forward`)."""
+    import torch
+
+    cli = run("words/raf.yaml", tmp_path)
+    recs = records(cli)
+    sweep = cli.model
+    assert len(recs) == len(sweep.cells()) * sweep.trials
+    rows = sweep.words.rows(sweep.position, 384).double()
+    for r in recs:
+        assert WORDS_FIELDS <= set(r) and r["experiment"] == "words" and r["position"] == 1
+        assert r["admissible"] > 20_000 and r["word"] == sweep.words.text(r["word_id"]) != r["token"]
+        for training in ("finetune", "retrain"):
+            assert r[f"flipped_{training}"] == (r[f"flips_{training}"] > 0) == (r[f"flip_word_{training}"] != "")
+        assert r["ws_ratio"] == pytest.approx(r["ws_words"] / r["ws"])
+    for r in recs[:: len(recs) - 1]:  # the first and the last record
+        m = sweep.map_entries[r["map"]].build(r["n"], r["d"], r["map_seed"], dtype="float64")
+        index = int((sweep.store.sample_ids == r["sample_id"]).nonzero()[0, 0])
+        X = sweep.store.samples([index], r["n"], r["d"])[0].double()
+        mask, _ = sweep.admissible(index)
+        words = mask.nonzero()[:, 0]
+        with torch.no_grad():
+            phi0 = m(X)
+            best = torch.empty(len(words), dtype=torch.float64)
+            for s in range(0, len(words), 2048):
+                Xp = X.repeat(len(words[s : s + 2048]), 1, 1)
+                Xp[:, 1] = rows[words[s : s + 2048]]
+                best[s : s + 2048] = (m(Xp) - phi0).norm(dim=-1) / phi0.norm()
+        assert r["ws_words"] == pytest.approx(float(best.max()), rel=1e-6)
+        assert r["word_id"] == int(words[best.argmax()])
+    out_dir = Path(cli.model.results_path).parent
+    assert "Most frequent words per map" in (out_dir / "summary.md").read_text()
+    assert (out_dir / "words_vs_n.png").exists() and (out_dir / "words_flip_rates.pdf").exists()
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("--model.init_args.embeddings.layer=2", "embeddings.layer"),
+        ("--model.init_args.embeddings.source=synthetic", "embeddings.source"),
+        ("--model.init_args.position=0", "position"),
+        ("--model.init_args.N=100", "N"),
+    ],
+)
+def test_words_bad_settings_name_the_key(cli_fails, override, key):
+    assert key in cli_fails(["test", "--config", str(CONF / "words/raf.yaml"), override], evaluate=True)
 
 
 @pytest.mark.parametrize("name", ["fig4", "fig5"])

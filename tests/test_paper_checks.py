@@ -9,6 +9,8 @@ from wslight.records.paper_checks import (
     check_rf_bound,
     check_rf_cannot_flip,
     check_rf_sqrt_n_flat,
+    check_words_raf,
+    check_words_rf,
 )
 
 
@@ -61,7 +63,7 @@ def test_closed_form_check_reads_t1_against_y():
 def test_without_records_every_check_is_not_applicable():
     rows = all_checks([], [], [], [])
     assert {r.status for r in rows} == {"N/A"}
-    assert [r.id for r in rows] == [str(i) for i in range(1, 16)]
+    assert [r.id for r in rows] == [str(i) for i in range(1, 18)]
 
 
 def att_rec(N, d, D1, y=1.0, n=40, loss="err"):
@@ -89,3 +91,22 @@ def test_rf_flip_check_reads_the_papers_range_of_n_over_d():
     assert "flip rate 0.00" in check.measured and "0.046-0.085" in check.measured and "flip rate 1.00" in check.measured
     assert check_rf_cannot_flip(inside + [att_rec(100, 384, -0.9)] * 3).status == "FAIL"  # a flip inside fails
     assert check_rf_cannot_flip(beyond).status == "N/A"
+
+
+def words_rec(m, n, ws_words, ws, flipped, d=384):
+    return {"experiment": "words", "map": m, "d": d, "n": n, "ws_words": ws_words, "ws": ws, "flipped_retrain": flipped}
+
+
+def test_one_real_word_checks_read_order_one_and_flip_rates():
+    flat = [words_rec("raf", n, 0.9, 3.4, t < 5) for n in (10, 100) for t in range(10)]
+    assert check_words_raf(flat).status == "PASS"
+    decaying = [words_rec("raf", n, 0.9 * (10 / n) ** 0.5, 3.4, t < 5) for n in (10, 100) for t in range(10)]
+    row = check_words_raf(decaying)
+    assert row.status == "FAIL" and "ratio 0.32" in row.measured
+    rare = [words_rec("raf", n, 0.9, 3.4, t < 2) for n in (10, 100) for t in range(10)]  # flip rate 0.2 < 0.25
+    assert check_words_raf(rare).status == "FAIL"
+    like_s = [words_rec("rf", n, 0.3 / n**0.5, 1.0 / n**0.5, False, d=96) for n in (10, 80) for _ in range(3)]
+    assert check_words_rf(like_s).status == "PASS"
+    flips = [words_rec("rf", n, 0.3 / n**0.5, 1.0 / n**0.5, True, d=96) for n in (10, 80) for _ in range(3)]
+    assert check_words_rf(flips).status == "FAIL"
+    assert check_words_rf(flat).status == "N/A" and check_words_raf([]).status == "N/A"

@@ -133,10 +133,10 @@ def test_tightness_is_not_applicable_without_the_fields():
     assert check_tightness([]).status == "N/A"
 
 
-def test_the_checks_table_ends_with_tightness():
+def test_the_checks_table_ends_with_tightness_then_one_real_word():
     rows = all_checks(confirmed_of(10, 10), [], [attack(1)] * 2, [])
-    assert [r.id for r in rows][-2:] == ["14", "15"]
-    assert rows[-1].status == "PASS" and rows[-1].measured == "100.0% of 10 records (attack, not gated: 0%)"
-    line = checks_markdown(rows).splitlines()[-1]
+    assert [r.id for r in rows][-4:] == ["14", "15", "16", "17"]
+    assert rows[-3].status == "PASS" and rows[-3].measured == "100.0% of 10 records (attack, not gated: 0%)"
+    line = checks_markdown(rows).splitlines()[-3]
     assert line.startswith("| 15. Tightness: share of word-sensitivity records whose best was confirmed by a second")
     assert line.endswith("| >= 95% | **PASS** |")

@@ -160,7 +160,8 @@ def write_report(
     doubled = records.get("ws_raf_2x_steps", [])
     attack = [r for name, recs in records.items() if name.startswith("attack") for r in recs]
     probes = [r for name, recs in records.items() if name.startswith("probe") for r in recs]
-    checks = all_checks(ws, doubled, attack, probes)
+    words = [r for name, recs in records.items() if name.startswith("words") for r in recs]
+    checks = all_checks(ws, doubled, attack, probes, words)
     fig_dir = report_dir / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
     lines = [

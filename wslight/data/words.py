@@ -91,16 +91,16 @@ class EncoderWords:
         Raises:
             ValueError: `position` is not a word of the review ([CLS], [SEP], padding or past the end).
         """
-        ids = ids.tolist()
+        row = ids.tolist()
         special = set(self.tokenizer.all_special_ids)
-        length = next((j for j, t in enumerate(ids) if t == self.tokenizer.sep_token_id), len(ids))
-        if not 1 <= position < length or ids[position] in special:
+        length = next((j for j, t in enumerate(row) if t == self.tokenizer.sep_token_id), len(row))
+        if not 1 <= position < length or row[position] in special:
             raise ValueError(f"position: token {position} is not a word of this review (it has {length - 1} tokens)")
         a = position
-        while a > 1 and self.tokens[ids[a]].startswith("##"):
+        while a > 1 and self.tokens[row[a]].startswith("##"):
             a -= 1
         b = position + 1
-        while b < length and self.tokens[ids[b]].startswith("##"):
+        while b < length and self.tokens[row[b]].startswith("##"):
             b += 1
         return a, b
 

@@ -7,12 +7,14 @@ the reason when the run holds no records it could be computed from.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .summary import attack_stats, cell_means, confirmed_counts
+from .words import with_heads
 
 
 @dataclass
@@ -318,6 +320,78 @@ def check_tightness(records: list[dict]) -> Check:
     return Check("15", what, measured, expected, _status(confirmed * 100 >= TIGHT_SHARE * total))
 
 
+# --- one real word (docs/theory.md §13; beyond the paper) -------------------------------------------------------------
+WORDS_FLIP_CLEAR = 0.25  # "a clear share" of reviews flipped by one real word
+WORDS_FLIP_RARE = 0.10  # "rarely": the bar of check 9 for the continuous attack on RF
+
+
+def words_of(records: list[dict], m: str) -> list[dict]:
+    return [r for r in records if r.get("experiment") == "words" and r.get("map") == m and r.get("ws_words")]
+
+
+def _words_cells(recs: list[dict]) -> dict[tuple, dict[str, float]]:
+    """{(d, n): mean S_words, mean S and the re-trained head's flip rate (NaN without heads; `with_heads`)}."""
+    cells: dict[tuple, list[dict]] = defaultdict(list)
+    for r in recs:
+        cells[(r["d"], r["n"])].append(r)
+    out = {}
+    for cell, rs in sorted(cells.items()):
+        flipped = [float(r["flipped_retrain"]) for r in with_heads(rs, "retrain")]
+        out[cell] = {
+            "ws_words": statistics.fmean(r["ws_words"] for r in rs),
+            "ws": statistics.fmean(r["ws"] for r in rs),
+            "flip": statistics.fmean(flipped) if flipped else math.nan,
+        }
+    return out
+
+
+def check_words_raf(words: list[dict]) -> Check:
+    what = (
+        "16. One real word, RAF: the best real word keeps order-1 sensitivity in n and flips the re-trained head in a "
+        "clear share of reviews"
+    )
+    expected = (
+        f"S_words(n_max)/S_words(n_min) >= 0.5 per d (as check 5 for S); flip rate >= {WORDS_FLIP_CLEAR} at every n"
+    )
+    cells = _words_cells(words_of(words, "raf"))
+    if len({n for _, n in cells}) < 2:
+        return _na("16", what, expected, "fewer than two RAF context lengths with one-word records")
+    parts, ok = [], True
+    for d in sorted({d for d, _ in cells}):
+        ns = sorted(n for dd, n in cells if dd == d)
+        first, last = cells[(d, ns[0])], cells[(d, ns[-1])]
+        ratio = last["ws_words"] / first["ws_words"]
+        flips = [cells[(d, n)]["flip"] for n in ns]
+        ok &= ratio >= 0.5 and all(f >= WORDS_FLIP_CLEAR for f in flips)
+        parts.append(
+            f"d={d}: S_words {first['ws_words']:.2f} (n={ns[0]}) -> {last['ws_words']:.2f} (n={ns[-1]}), ratio "
+            f"{ratio:.2f} (S: {first['ws']:.2f} -> {last['ws']:.2f}); flip rate " + ", ".join(f"{f:.1f}" for f in flips)
+        )
+    return Check("16", what, "; ".join(parts), expected, _status(ok))
+
+
+def check_words_rf(words: list[dict]) -> Check:
+    what = "17. One real word, RF: the best real word's sensitivity shrinks like S and rarely flips the re-trained head"
+    expected = f"S_words / S within a factor 1.5 across n per d; flip rate <= {WORDS_FLIP_RARE} at every n"
+    cells = _words_cells(words_of(words, "rf"))
+    if len({n for _, n in cells}) < 2:
+        return _na("17", what, expected, "fewer than two RF context lengths with one-word records")
+    parts, ok = [], True
+    for d in sorted({d for d, _ in cells}):
+        ns = sorted(n for dd, n in cells if dd == d)
+        ratios = [cells[(d, n)]["ws_words"] / cells[(d, n)]["ws"] for n in ns]
+        flips = [cells[(d, n)]["flip"] for n in ns]
+        ok &= max(ratios) / min(ratios) <= 1.5 and all(f <= WORDS_FLIP_RARE for f in flips)
+        parts.append(
+            f"d={d}: S_words {cells[(d, ns[0])]['ws_words']:.3f} (n={ns[0]}) -> {cells[(d, ns[-1])]['ws_words']:.3f} "
+            f"(n={ns[-1]}), S_words/S "
+            + ", ".join(f"{x:.2f}" for x in ratios)
+            + "; flip rate "
+            + ", ".join(f"{f:.1f}" for f in flips)
+        )
+    return Check("17", what, "; ".join(parts), expected, _status(ok))
+
+
 WS_CHECKS: list[Callable[[list[dict]], Check]] = [
     check_rf_feature_norm,
     check_rf_sqrt_n_flat,
@@ -334,9 +408,11 @@ ATTACK_CHECKS: list[Callable[[list[dict]], Check]] = [
 ]
 
 
-def all_checks(ws: list[dict], doubled: list[dict], attack: list[dict], probes: list[dict]) -> list[Check]:
+def all_checks(
+    ws: list[dict], doubled: list[dict], attack: list[dict], probes: list[dict], words: list[dict] | None = None
+) -> list[Check]:
     """Every check of docs/theory.md §8 the records allow, in the paper's order (13, Llama-2, is never applicable),
-    then the tightness of the ws and attack searches (15)."""
+    then the tightness of the ws and attack searches (15) and one real word (16-17, docs/theory.md §13)."""
     rows = [c(ws) for c in WS_CHECKS] + [check_on_boundary(ws, doubled)] + [c(attack) for c in ATTACK_CHECKS]
     rows += [check_attention_edit(probes)]
     rows.append(
@@ -349,6 +425,7 @@ def all_checks(ws: list[dict], doubled: list[dict], attack: list[dict], probes: 
     )
     rows.append(check_encoder_delta(probes))
     rows.append(check_tightness(ws + attack))
+    rows += [check_words_raf(words or []), check_words_rf(words or [])]
     return rows
 
 

@@ -30,6 +30,9 @@ PROBE_BYTES = 64 * 1024  # what the writability probe writes (and removes) befor
 TIMING_FIELDS = frozenset({"seconds"})
 # The stable fields (README, "Evaluations") that every record of an experiment carries (extra fields are welcome).
 WS_FIELDS = frozenset("experiment map d n L trial sample_id position ws delta_norm phi_norm steps seed".split())
+WORDS_FIELDS = frozenset(
+    "experiment map d n L trial sample_id position token ws_words word distance ws phi_norm admissible seed".split()
+)
 ATTACK_FIELDS = frozenset(
     "experiment map training loss p d n N trial y t0 t1 D0 D1 err sign_err gamma proj_ratio seed".split()
 )

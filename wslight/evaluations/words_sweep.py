@@ -1,0 +1,311 @@
+"""The one-word substitution sweep run by `evaluate.py`: the exact best real word against the continuous Delta, and
+the heads it flips, over map x d x n (docs/theory.md §13)."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from .. import validate
+from ..ascent import DEFAULT_CHUNK_ELEMENTS
+from ..data import EmbeddingSpec
+from ..features import resolve_maps
+from ..features.move import trial_features
+from ..interpolation import fit_heads
+from ..records.summary import markdown_table, nonfinite, trusted
+from ..seeding import derive_seed, generator
+from ..sensitivity import word_sensitivity
+from ..substitution import word_substitution
+from ..vocabulary import TRAININGS
+from .base import EmbeddingsEvaluation
+
+WORDS_REQUIRED = ("ws_words", "ws")  # the values every summarised record needs
+
+
+class WordSubstitutionSweep(EmbeddingsEvaluation):
+    """The exact one-word substitution on real reviews, next to the continuous word sensitivity (docs/theory.md §13).
+
+    One trial = one review (trial t uses the same review in every cell: the t-th review, in a seeded order, whose token
+    at `position` is a word) and a fresh random map (seeded by `seed`, the cell and the trial). For that review and
+    map a trial records:
+    - the discrete word sensitivity `ws_words`: the exact maximum over the admissible vocabulary words w of
+      ||phi(X with x_i = h_w) - phi(X)|| / ||phi(X)|| (`wslight.substitution.word_substitution`), the best word
+      (`word`, `word_id`) and its realised distance ||h_w - x_i|| / sqrt(d) (`distance`);
+    - the continuous S at the same position and radius (`ws`, with the search's `chains` and `near_best`) and the
+      ratio `ws_ratio` = ws_words / ws;
+    - with N > 0, for each training ("finetune", "retrain"): the heads of the attack (docs/theory.md §5.2) on N other
+      reviews plus this one, how many admissible words flip the head's sign on this review (`flips_<training>`),
+      whether any does (`flipped_<training>`) and the flipping word that pushes the output furthest
+      (`flip_word_<training>`);
+    - `admissible` (words evaluated) and `round_trip_rejected` (words that pass the vocabulary rules but whose edited
+      review the tokenizer does not give back: left out; `wslight.data.words.EncoderWords.admissible`).
+
+    A substitution changes row i of the layer-0 embeddings only, so the sweep needs `embeddings.layer: 0` and a text
+    source. Records also carry experiment="words", map, d, n, L, trial, sample_id, position, token (the original),
+    phi_norm, N, y, gram_ill_conditioned, seed, map_seed, seconds and nonfinite.
+
+    Args:
+        maps: which maps (as `WordSensitivitySweep.maps`).
+        d_values: embedding dimensions (the first d coordinates of each token; the words' rows alike).
+        n_values: context lengths (the first n tokens).
+        depths: depths L of the maps that have one ("deep_rf"); other maps record L = 1.
+        trials: reviews per cell, each with its own fresh map.
+        embeddings: the reviews' token embeddings (layer 0 of a text source).
+        position: the token substituted (>= 1: [CLS] is no word); a review is used only when it holds a word there.
+        N: training reviews of the heads (0: no heads, no flips).
+        trainings: the heads to flip: "finetune" (theta_f) and/or "retrain" (theta_r).
+        radius_scale: the continuous search's radius is radius_scale * sqrt(d) (the paper: 1).
+        restarts, max_chains, gain_tol, max_steps, tol: the continuous search (as `WordSensitivitySweep`).
+        rf_width_ratio: RF neurons k = ratio * n d (the paper: 1); DeepRF widths likewise.
+        chunk_elements: working elements one chunk of words may hold (bounds the memory of the substitution).
+        seed: the sweep's seed (reviews, maps, restarts, training sets).
+        trials_per_step: trials per test step (sharded over devices by Lightning).
+        output_dir: where results.jsonl and figures go (None: the logger's directory).
+    """
+
+    def __init__(
+        self,
+        maps: list[str | dict[str, Any]],
+        d_values: list[int],
+        n_values: list[int],
+        depths: list[int] | None = None,
+        trials: int = 10,
+        embeddings: EmbeddingSpec | None = None,
+        position: int = 1,
+        N: int = 200,
+        trainings: list[Literal["finetune", "retrain"]] | None = None,
+        radius_scale: float = 1.0,
+        restarts: int = 4,
+        max_chains: int | None = 64,
+        gain_tol: float = 1e-3,
+        max_steps: int = 300,
+        tol: float = 1e-4,
+        rf_width_ratio: float = 1.0,
+        chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+        seed: int = 0,
+        trials_per_step: int = 1,
+        output_dir: str | None = None,
+    ) -> None:
+        super().__init__(trials_per_step, output_dir)
+        self.map_entries = {e.name: e for e in resolve_maps(maps, "maps")}
+        self.maps = list(self.map_entries)
+        self.d_values = validate.int_list("d_values", d_values)
+        self.n_values = validate.int_list("n_values", n_values)
+        self.depths = validate.int_list("depths", depths if depths is not None else [2])
+        self.trials = validate.positive_int("trials", trials)
+        self.position = validate.integer("position", position, low=1, high=min(self.n_values) - 1)
+        self.N = validate.integer("N", N, low=0)
+        self.trainings = validate.choices("trainings", list(TRAININGS) if trainings is None else trainings, TRAININGS)
+        self.radius_scale = validate.number("radius_scale", radius_scale, low=0, strict=True)
+        self.restarts = validate.positive_int("restarts", restarts)
+        self.max_chains = validate.integer("max_chains", max_chains, low=1, allow_none=True)
+        self.gain_tol = validate.number("gain_tol", gain_tol, low=0)
+        self.max_steps = validate.positive_int("max_steps", max_steps)
+        self.tol = validate.number("tol", tol, low=0)
+        self.rf_width_ratio = validate.number("rf_width_ratio", rf_width_ratio, low=0, strict=True)
+        self.chunk_elements = validate.positive_int("chunk_elements", chunk_elements)
+        self.seed = validate.integer("seed", seed, low=0)
+        self.set_embeddings(embeddings, "d_values", max(self.d_values), "n_values", max(self.n_values))
+        if self.embeddings.source == "synthetic":
+            raise ValueError("embeddings.source: the substitution needs real reviews and their words, got 'synthetic'")
+        if self.embeddings.layer != 0:
+            raise ValueError(
+                f"embeddings.layer: a substitution changes one row of layer 0 only, so it must be 0, got "
+                f"{self.embeddings.layer}"
+            )
+        if self.N + self.trials > self.embeddings.num_samples:
+            raise ValueError(
+                f"N: N + trials = {self.N + self.trials} exceeds embeddings.num_samples = {self.embeddings.num_samples}"
+            )
+        self._words: Any = None
+        self._admissible: dict[int, tuple[torch.Tensor, int]] = {}
+        self._reviews: list[int] | None = None
+
+    # --- the grid ---------------------------------------------------------------------------------------------------
+    def cells(self) -> list[tuple[str, int, int, int]]:
+        """(map, d, n, L) for every cell, in sweep order."""
+        out = []
+        for m in self.maps:
+            for L in self.depths if self.map_entries[m].takes("depth") else [1]:
+                out += [(m, d, n, L) for d in self.d_values for n in self.n_values]
+        return out
+
+    def trial_specs(self) -> list[dict]:
+        return [
+            {"trial_key": f"{m}/d{d}/n{n}/L{L}/t{t}", "map": m, "d": d, "n": n, "L": L, "trial": t}
+            for (m, d, n, L) in self.cells()
+            for t in range(self.trials)
+        ]
+
+    def batch_key(self, spec: dict) -> tuple:
+        """A step batches trials of one cell (map, d, n, L)."""
+        return spec["map"], spec["d"], spec["n"], spec["L"]
+
+    @property
+    def words(self) -> Any:
+        """The encoder's vocabulary (`EncoderWords`), loaded on first use."""
+        if self._words is None:
+            from ..data.words import EncoderWords
+
+            self._words = EncoderWords(self.embeddings.encoder)
+        return self._words
+
+    def review_index(self, trial: int) -> int:
+        """The review of trial `trial` (the same in every cell): the trial-th distinct review, in a seeded order,
+        whose token at `position` is a word (not [SEP] or padding)."""
+        if self._reviews is None:
+            order = torch.randperm(len(self.store), generator=generator(self.seed, "words.reviews")).tolist()
+            first = self.store.first_copies()
+            ids = self.store.input_ids(order)  # (M, S)
+            sep = self.words.tokenizer.sep_token_id
+            lengths = [int((row == sep).nonzero()[0, 0]) if (row == sep).any() else row.shape[0] for row in ids]
+            self._reviews = [i for i, ln in zip(order, lengths) if first[i] and self.position < ln]
+            if len(self._reviews) < self.trials + self.N:
+                raise ValueError(
+                    f"embeddings.num_samples: {len(self._reviews)} reviews have a word at position {self.position}, "
+                    f"fewer than trials + N = {self.trials + self.N}"
+                )
+        return self._reviews[trial]
+
+    def training_index(self, trial_seed: int, context: int) -> list[int]:
+        """N distinct reviews other than the trial's own, drawn by the trial's seed (the heads' training set)."""
+        order = torch.randperm(len(self.store), generator=generator(trial_seed, "words.train")).tolist()
+        first = self.store.first_copies()
+        return [i for i in order if first[i] and i != context][: self.N]
+
+    def admissible(self, index: int) -> tuple[torch.Tensor, int]:
+        """The admissible words at `position` of review `index`, and how many failed the round trip (cached)."""
+        if index not in self._admissible:
+            self._admissible[index] = self.words.admissible(self.store.input_ids([index])[0], self.position)
+        return self._admissible[index]
+
+    # --- the work ---------------------------------------------------------------------------------------------------
+    def run_trials(self, specs: list[dict]) -> list[dict]:
+        """The step's trials (one cell): the continuous search, the heads and the whole admissible vocabulary."""
+        start = time.perf_counter()
+        m, d, n, L = self.batch_key(specs[0])
+        entry = self.map_entries[m]
+        index = [self.review_index(s["trial"]) for s in specs]
+        X, y = self.store.samples(index, n, d)  # (T, n, d), (T,)
+        X = X[:, None].to(self.device)  # (T, 1, n, d): one review per trial
+        map_seeds = [derive_seed(self.seed, "words.map", m, d, n, L, s["trial"]) for s in specs]
+        maps = [
+            entry.build(n, d, ms, depth=L, width_ratio=self.rf_width_ratio, dtype="float32").to(self.device)
+            for ms in map_seeds
+        ]
+        search = word_sensitivity(
+            maps,
+            X,
+            positions=[self.position],
+            radius=self.radius_scale * d**0.5,
+            restarts=self.restarts,
+            max_chains=self.max_chains,
+            gain_tol=self.gain_tol,
+            max_steps=self.max_steps,
+            tol=self.tol,
+            seed=[derive_seed(ms, "words.restarts") for ms in map_seeds],
+        )
+        heads, ill = None, [False] * len(specs)
+        if self.N:
+            train = [self.training_index(derive_seed(ms, "words.train"), i) for ms, i in zip(map_seeds, index)]
+            drawn = [self.store.samples(t, n, d) for t in train]
+            X_train = torch.stack([x for x, _ in drawn]).to(self.device)  # (T, N, n, d)
+            Y = torch.stack([labels for _, labels in drawn]).to(self.device)  # (T, N)
+            fitted = fit_heads(trial_features(maps, X_train), Y, trial_features(maps, X), y[:, None].to(self.device))
+            heads = torch.stack([fitted.theta(t)[:, 0] for t in self.trainings], dim=-1)  # (T, p, C)
+            ill = fitted.ill_conditioned.tolist()
+            del fitted, X_train
+        masks = [self.admissible(i) for i in index]
+        allowed = torch.stack([mk for mk, _ in masks])[:, None, None]  # (T, 1, 1, V)
+        rows = self.words.rows(self.position, d)
+        sub = word_substitution(
+            maps, X, [self.position], rows, allowed, heads=heads, chunk_elements=self.chunk_elements
+        )
+        seconds = (time.perf_counter() - start) / len(specs)
+        ids = self.store.input_ids(index)[:, self.position].tolist()
+        records = []
+        for t, s in enumerate(specs):
+            ws_words, ws = float(sub.ws[t, 0, 0]), float(search.ws[t, 0])
+            word_id = int(sub.word[t, 0, 0])
+            record = {
+                "experiment": "words",
+                "trial_key": s["trial_key"],
+                "map": m,
+                "d": d,
+                "n": n,
+                "L": L,
+                "trial": s["trial"],
+                "sample_id": int(self.store.sample_ids[index[t]]),
+                "position": self.position,
+                "token": self.words.text(ids[t]),
+                "ws_words": ws_words,
+                "word": self.words.text(word_id),
+                "word_id": word_id,
+                "distance": float(sub.distance[t, 0, 0]),
+                "ws": ws,
+                "ws_ratio": ws_words / ws if ws > 0 else math.nan,
+                "chains": int(search.chains[t, 0]),
+                "near_best": int(search.near_best[t, 0]),
+                "phi_norm": float(sub.phi_norm[t, 0]),
+                "admissible": int(sub.admissible[t, 0, 0]),
+                "round_trip_rejected": masks[t][1],
+                "N": self.N,
+                "y": float(y[t]),
+                "gram_ill_conditioned": bool(ill[t]),
+            }
+            if sub.flips is not None and sub.flip_word is not None:
+                for c, training in enumerate(self.trainings):
+                    flips, flip_id = int(sub.flips[t, 0, 0, c]), int(sub.flip_word[t, 0, 0, c])
+                    record[f"flips_{training}"] = flips
+                    record[f"flipped_{training}"] = flips > 0
+                    record[f"flip_word_{training}"] = self.words.text(flip_id)
+            record |= {
+                "seed": self.seed,
+                "map_seed": map_seeds[t],
+                "seconds": seconds,
+                **entry.record_fields,
+            }
+            record["nonfinite"] = nonfinite(record)
+            records.append(record)
+        return records
+
+    # --- the summary ------------------------------------------------------------------------------------------------
+    def summarize(self, records: list[dict], out_dir: Path) -> None:
+        from ..plots.words import plot_flip_rates, plot_words_vs_n
+        from ..records.summary import evidence_note
+        from ..records.words import top_words_markdown, words_slopes, words_table
+
+        records = trusted(records, "one-word substitution", WORDS_REQUIRED)
+        table = words_table(records, self.trainings)
+        for row in table:  # curves against n, step = n
+            tag = f"words/{row['map']}/d{row['d']}" + (f"/L{row['L']}" if row["L"] != 1 else "")
+            self.log_curve(f"{tag}/ws_words", row["n"], row["ws_words"])
+            self.log_curve(f"{tag}/ws", row["n"], row["ws"])
+            for training in self.trainings:
+                if row.get(f"flip_rate_{training}") is not None:
+                    self.log_curve(f"{tag}/flip_rate_{training}", row["n"], row[f"flip_rate_{training}"])
+        if not self.trainer.is_global_zero or not records:
+            return
+        slopes = words_slopes(records)
+        (out_dir / "summary.md").write_text(
+            "One real word against the continuous Delta, per cell: ws_words, the exact best admissible word's "
+            "relative change of phi(X) (mean); ws, the continuous S at the same token; ratio, the mean of ws_words / "
+            "ws; distance, the best word's ||h_w - x_i|| / sqrt(d); flip_rate_<training>, the share of reviews where "
+            "some admissible word flips that head.\n\n"
+            + evidence_note(table)
+            + markdown_table(table)
+            + (
+                "\nSlope of log S and log S_words against log n (95% interval):\n\n" + markdown_table(slopes)
+                if slopes
+                else ""
+            )
+            + "\n"
+            + top_words_markdown(records, self.trainings)
+        )
+        self.add_figure("words/vs_n", plot_words_vs_n(records), "words_vs_n")
+        if any(f"flipped_{t}" in r for r in records for t in self.trainings):
+            self.add_figure("words/flip_rates", plot_flip_rates(records, self.trainings), "words_flip_rates")

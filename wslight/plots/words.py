@@ -1,0 +1,115 @@
+"""The one-word substitution against n (docs/theory.md §13): the continuous S and the exact best real word per map
+(`plot_words_vs_n`), and the share of reviews where one real word flips a head (`plot_flip_rates`)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
+
+from .style import LEGEND_FONTSIZE, line_look, styled
+from .ws import TITLES, trials_label
+
+
+def _curves(records: list[dict], field: str, positive: bool = False) -> dict[tuple, tuple[list[int], list[float]]]:
+    """{(map, d, L): (n ascending, mean of `field` per n)} over the records where it is set (and > 0 if `positive`:
+    a log axis)."""
+    cells: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        v = r.get(field)
+        if v is not None and (float(v) > 0 or not positive):
+            cells[(r["map"], int(r["d"]), int(r.get("L", 1)))][int(r["n"])].append(float(v))
+    return {
+        key: (sorted(per_n), [sum(per_n[n]) / len(per_n[n]) for n in sorted(per_n)]) for key, per_n in cells.items()
+    }
+
+
+def _label(key: tuple, several_d: bool, several_L: bool) -> str:
+    m, d, L = key
+    return TITLES.get(m, m) + (f", d = {d}" if several_d else "") + (f", L = {L}" if several_L else "")
+
+
+def _n_axis(ax, ns: list[int]) -> None:
+    ax.set_xscale("log")
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xlabel("n (tokens)")
+
+
+@styled
+def plot_words_vs_n(records: list[dict]) -> Figure:
+    """Mean continuous S (solid) and mean exact best-word sensitivity S_words (dashed) against n, per map, log-log.
+
+    Args:
+        records: words records with keys map, d, n, L, ws, ws_words.
+
+    Returns:
+        A matplotlib Figure; close it after use.
+    """
+    cont = _curves(records, "ws", positive=True)
+    disc = _curves(records, "ws_words", positive=True)
+    if not cont:
+        raise ValueError("records: no record with a positive ws")
+    keys = sorted(cont)
+    several_d, several_L = len({k[1] for k in keys}) > 1, len({k[2] for k in keys}) > 1
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for i, key in enumerate(keys):
+        c, marker = line_look(i)
+        ax.plot(*cont[key], color=c, marker=marker, ms=4, label=_label(key, several_d, several_L) + r": $\mathcal{S}$")
+        if key in disc:
+            ax.plot(*disc[key], color=c, marker=marker, ms=4, ls="--", mfc="white", label="  best real word")
+    _n_axis(ax, sorted({n for ns, _ in cont.values() for n in ns}))
+    ax.set_yscale("log")
+    ax.set_ylabel("relative change of phi(X)")
+    ax.set_title(f"Continuous Delta (solid) vs the exact best real word (dashed), mean ({trials_label(records)})")
+    ax.legend(fontsize=LEGEND_FONTSIZE, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig
+
+
+@styled
+def plot_flip_rates(records: list[dict], trainings: Iterable[str]) -> Figure:
+    """Share of reviews where some admissible real word flips the head, against n: one line per map and training
+    (re-trained solid, fine-tuned dashed).
+
+    Args:
+        records: words records with keys map, d, n, L and flipped_<training>.
+        trainings: the trainings to draw ("finetune", "retrain").
+
+    Returns:
+        A matplotlib Figure; close it after use.
+    """
+    trainings = list(trainings)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    keys = sorted({(r["map"], int(r["d"]), int(r.get("L", 1))) for r in records})
+    several_d, several_L = len({k[1] for k in keys}) > 1, len({k[2] for k in keys}) > 1
+    ns_all: set[int] = set()
+    for training in trainings:
+        rates = _curves(records, f"flipped_{training}")
+        for key, (ns, means) in sorted(rates.items()):
+            c, marker = line_look(keys.index(key))
+            style = "-" if training == "retrain" else "--"
+            ax.plot(
+                ns,
+                means,
+                color=c,
+                marker=marker,
+                ms=4,
+                ls=style,
+                label=f"{_label(key, several_d, several_L)}, {training}",
+            )
+            ns_all |= set(ns)
+    if not ns_all:
+        raise ValueError("records: no record with a flipped_<training> field")
+    _n_axis(ax, sorted(ns_all))
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_ylabel("share of reviews with a flipping word")
+    ax.set_title(f"One real word flips the head ({trials_label(records)})")
+    ax.legend(fontsize=LEGEND_FONTSIZE, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig
