@@ -128,3 +128,39 @@ def test_bad_arguments_name_the_argument(kwargs, key):
     args = {"positions": POSITIONS, "candidates": torch.zeros(5, D, dtype=torch.float64)} | kwargs
     with pytest.raises(ValueError, match=key):
         word_substitution(m, unit_rows(B, N, D, dtype=torch.float64), **args)
+
+
+REAL_FAMILIES = ["rf", "deep_rf", "raf", "relu_raf", "raf_mh12", "linear_raf", "sigmoid_raf", "transformer"]
+
+
+@pytest.fixture(scope="module")
+def real_words():
+    """The rows of 500 admissible words of the bundled vocabulary at position 2 of a bundled review, and the review."""
+    from wslight.data import EmbeddingSpec, load_token_embeddings
+    from wslight.data.words import EncoderWords
+
+    words = EncoderWords("bundled-minilm")
+    reviews = load_token_embeddings(EmbeddingSpec(num_samples=40))
+    ids = reviews.input_ids([3])[0]
+    mask, _ = words.admissible(ids, 2)
+    subset = mask.nonzero()[:, 0][torch.randperm(int(mask.sum()), generator=torch.Generator().manual_seed(0))[:500]]
+    X, _ = reviews.samples([3], 6, 384)
+    return words.rows(2, 384)[subset].double(), X.double()
+
+
+@pytest.mark.parametrize("kind", REAL_FAMILIES + ["pretrained_attn"])
+def test_real_vocabulary_subset_equals_the_brute_force(real_words, kind):
+    """The issue's exactness target: 500 real words, every map family, float64, 1e-6 and the same best word."""
+    rows, X = real_words
+    if kind in ("transformer", "pretrained_attn"):
+        m = make_map(kind, 6, 384, seed=1).double()
+    else:
+        m = make_map(kind, 6, 384, seed=1, dtype="float64")
+    res = word_substitution(m, X, [2], rows)
+    with torch.no_grad():
+        phi0 = m(X)
+        Xp = X.repeat(len(rows), 1, 1)
+        Xp[:, 2] = rows
+        rel = (m(Xp) - phi0).norm(dim=-1) / phi0.norm()
+    assert float(res.ws[0, 0]) == pytest.approx(float(rel.max()), rel=1e-6)
+    assert int(res.word[0, 0]) == int(rel.argmax())

@@ -171,11 +171,24 @@ class WordSubstitutionSweep(EmbeddingsEvaluation):
                 )
         return self._reviews[trial]
 
-    def training_index(self, trial_seed: int, context: int) -> list[int]:
-        """N distinct reviews other than the trial's own, drawn by the trial's seed (the heads' training set)."""
+    def training_index(self, trial_seed: int, context: int, n: int) -> list[int]:
+        """N reviews drawn by the trial's seed (the heads' training set) whose first n tokens differ from each other's
+        and from the trial's own review: two equal samples would make the Gram singular (docs/theory.md §8.8), and
+        at small n distinct reviews often share their first tokens ("i saw this movie ...")."""
         order = torch.randperm(len(self.store), generator=generator(trial_seed, "words.train")).tolist()
-        first = self.store.first_copies()
-        return [i for i in order if first[i] and i != context][: self.N]
+        prefixes = self.store.input_ids(order)[:, :n]
+        seen = {tuple(self.store.input_ids([context])[0, :n].tolist())}
+        chosen = []
+        for i, prefix in zip(order, prefixes.tolist()):
+            if tuple(prefix) not in seen:
+                seen.add(tuple(prefix))
+                chosen.append(i)
+                if len(chosen) == self.N:
+                    return chosen
+        raise ValueError(
+            f"N: only {len(chosen)} reviews differ in their first {n} tokens from each other and the trial's review, "
+            f"fewer than N = {self.N}; lower N or raise embeddings.num_samples"
+        )
 
     def admissible(self, index: int) -> tuple[torch.Tensor, int]:
         """The admissible words at `position` of review `index`, and how many failed the round trip (cached)."""
@@ -211,7 +224,7 @@ class WordSubstitutionSweep(EmbeddingsEvaluation):
         )
         heads, ill = None, [False] * len(specs)
         if self.N:
-            train = [self.training_index(derive_seed(ms, "words.train"), i) for ms, i in zip(map_seeds, index)]
+            train = [self.training_index(derive_seed(ms, "words.train"), i, n) for ms, i in zip(map_seeds, index)]
             drawn = [self.store.samples(t, n, d) for t in train]
             X_train = torch.stack([x for x, _ in drawn]).to(self.device)  # (T, N, n, d)
             Y = torch.stack([labels for _, labels in drawn]).to(self.device)  # (T, N)
