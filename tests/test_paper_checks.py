@@ -93,8 +93,17 @@ def test_rf_flip_check_reads_the_papers_range_of_n_over_d():
     assert check_rf_cannot_flip(beyond).status == "N/A"
 
 
-def words_rec(m, n, ws_words, ws, flipped, d=384):
-    return {"experiment": "words", "map": m, "d": d, "n": n, "ws_words": ws_words, "ws": ws, "flipped_retrain": flipped}
+def words_rec(m, n, ws_words, ws, flipped, d=384, N=40):
+    return {
+        "experiment": "words",
+        "map": m,
+        "d": d,
+        "n": n,
+        "N": N,
+        "ws_words": ws_words,
+        "ws": ws,
+        "flipped_retrain": flipped,
+    }
 
 
 def test_one_real_word_checks_read_order_one_and_flip_rates():
@@ -109,4 +118,7 @@ def test_one_real_word_checks_read_order_one_and_flip_rates():
     assert check_words_rf(like_s).status == "PASS"
     flips = [words_rec("rf", n, 0.3 / n**0.5, 1.0 / n**0.5, True, d=96) for n in (10, 80) for _ in range(3)]
     assert check_words_rf(flips).status == "FAIL"
+    beyond = [words_rec("rf", n, 0.3 / n**0.5, 1.0 / n**0.5, n == 10, d=96, N=200) for n in (10, 80) for _ in range(3)]
+    row = check_words_rf(beyond)  # flips where N / D = 0.21 are reported, not tested (as check 9)
+    assert row.status == "PASS" and "(n = 10: N / D beyond 0.042, not tested)" in row.measured
     assert check_words_rf(flat).status == "N/A" and check_words_raf([]).status == "N/A"
