@@ -16,7 +16,8 @@ from . import validate
 from .allocation import ALLOCATION_RANDOM, allocated_start
 from .chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
 from .features.move import GenericMove, TokenMove, project_ball
-from .seeding import generator
+from .starts import seeded_draws, top_curvature, unit
+from .ws_result import WSResult
 
 # Elements (of the working dtype) one chunk of positions/restarts may hold; bounds the memory of the search.
 DEFAULT_CHUNK_ELEMENTS = 2**25
@@ -36,113 +37,6 @@ class _ClosedForm(Protocol):
     """A token-move algebra with its objective's value and gradient in closed form (e.g. RF, attention)."""
 
     def value_and_grad(self, delta: Tensor) -> tuple[Tensor, Tensor]: ...
-
-
-@dataclass
-class WSResult:
-    """Per-sample word sensitivity and its maximiser (all tensors on the CPU).
-
-    Fields are (B,) for one map and (T, B) for T trials (`FreshMaps`, or a list of maps).
-
-    Attributes:
-        ws: (B,) float64, S_phi(X) recomputed in float64 with the full map at the returned Delta.
-        position: (B,) long, the token index i whose perturbation attains `ws`.
-        delta: (B, d) float64, the maximising Delta (added to the clean token `position`).
-        delta_norm: (B,) float64, ||delta|| (<= radius).
-        phi_norm: (B,) float64, ||phi(X)|| of the clean sample.
-        steps: (B,) long, the most ascent steps any chain of that sample ran.
-        chains: (B,) long, chains run for that sample (every position and round): the search's evidence
-            (docs/theory.md §4.3).
-        near_best: (B,) long, how many of them ended within 1% of the best (in S); 1 means a lone best chain.
-        bound: (B,) float64 upper bound on S at the realised ||Delta|| (RF: Lip ||V^(i)||_op ||Delta|| / ||phi||,
-            docs/theory.md §3.2), or None for maps without one.
-    """
-
-    ws: Tensor
-    position: Tensor
-    delta: Tensor
-    delta_norm: Tensor
-    phi_norm: Tensor
-    steps: Tensor
-    chains: Tensor
-    near_best: Tensor
-    bound: Tensor | None = None
-
-    def records(self) -> list[dict]:
-        """One dict per sample (trial-major) with the results.jsonl fields position, ws, delta_norm, phi_norm, steps,
-        chains, near_best."""
-        return [
-            {
-                "position": int(position),
-                "ws": float(ws),
-                "delta_norm": float(delta_norm),
-                "phi_norm": float(phi_norm),
-                "steps": int(steps),
-                "chains": int(chains),
-                "near_best": int(near),
-            }
-            for position, ws, delta_norm, phi_norm, steps, chains, near in zip(
-                self.position.flatten(),
-                self.ws.flatten(),
-                self.delta_norm.flatten(),
-                self.phi_norm.flatten(),
-                self.steps.flatten(),
-                self.chains.flatten(),
-                self.near_best.flatten(),
-            )
-        ]
-
-
-def _top_curvature(
-    objective: Callable[[Tensor], Tensor],
-    v: Tensor,
-    iters: int,
-    product: Callable[[Tensor], Tensor] | None = None,
-) -> Tensor:
-    """Top eigenvector of the Hessian of f at Delta = 0 by power iteration, for every (sample, position).
-
-    f(0) = 0 and grad f(0) = 0, so the Hessian there is 2 J^T J with J the Jacobian of phi(X^i(Delta)) in Delta: its top
-    eigenvector is the direction in which the features move fastest, and the one a small-step ascent from a point near
-    the clean token (the authors' procedure) drifts to.
-
-    Args:
-        objective: (B, P, R, d) -> (B, P, R).
-        v: (B, P, 1, d) start vectors.
-        iters: power iterations (one Hessian-vector product each).
-        product: v -> H v in closed form (the token's `curvature_product`); None: by double backward of `objective`.
-
-    Returns:
-        (B, P, 1, d) unit vectors.
-    """
-    zero = torch.zeros_like(v)
-    v = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-    for _ in range(iters):
-        if product is not None:
-            hv = product(v)
-        else:
-            with torch.enable_grad():
-                x = zero.clone().requires_grad_(True)
-                (g,) = torch.autograd.grad(objective(x).sum(), x, create_graph=True)
-                (hv,) = torch.autograd.grad((g * v).sum(), x)
-        norm = hv.norm(dim=-1, keepdim=True)
-        v = torch.where(norm > 0, hv / norm.clamp_min(1e-300), v)
-    return v.detach()
-
-
-def _draws(seeds: list[int], pos: list[int], B: int, count: int, d: int, *round_: int | str) -> Tensor:
-    """(T, B, P, count, d) Gaussian draws, one stream per trial seed and position (and round after the first), so a
-    chain does not depend on the chunking, the other positions or the other trials."""
-    return torch.stack(
-        [
-            torch.stack([torch.randn(B, count, d, generator=generator(s, "ws.init", p, *round_)) for p in pos], dim=1)
-            for s in seeds
-        ]
-    )
-
-
-def _unit(v: Tensor) -> Tensor:
-    """Every row of v scaled to norm 1 (a start's direction)."""
-    return v / v.norm(dim=-1, keepdim=True).clamp_min(1e-30)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -295,25 +189,25 @@ class Search:
         one stream per trial and position (a chain does not depend on the chunking or the other trials).
         X (T, B, n, d) the samples."""
         B, d = X.shape[1], X.shape[3]
-        draws = _draws(seeds, pos, B, self.restarts + 1, d).to(device=X.device, dtype=dt)  # (T, B, P, R + 1, d)
+        draws = seeded_draws(seeds, pos, B, self.restarts + 1, d).to(device=X.device, dtype=dt)  # (T, B, P, R + 1, d)
         exact_top = getattr(token, "top_curvature", None)  # e.g. RF: the d x d Hessian in closed form
         if exact_top is not None and self.power_iters > 0:
             top = exact_top(draws[:, :, :, :1])  # (T, B, P, 1, d)
         else:
             product = getattr(token, "curvature_product", None)  # e.g. attention: H v in closed form
-            top = _top_curvature(token.change_sq, draws[:, :, :, :1], self.power_iters, product)
+            top = top_curvature(token.change_sq, draws[:, :, :, :1], self.power_iters, product)
         own = token.starts if token.starts is not None else top.new_zeros(*top.shape[:3], 0, top.shape[-1])
         if getattr(token, "block_move", None) is not None and self.restarts > 2:
             # a change that sums over blocks (multi-head): first the best split of the radius among them (§12.1)
-            rand = _draws(seeds, pos, B, ALLOCATION_RANDOM, d, "split").to(device=X.device, dtype=dt)
+            rand = seeded_draws(seeds, pos, B, ALLOCATION_RANDOM, d, "split").to(device=X.device, dtype=dt)
             split = allocated_start(token, self.radius, self.lr, self.tol, self.window, self.max_steps, rand)  # type: ignore[arg-type]
-            own = torch.cat([_unit(split).to(own.dtype), own], dim=3)
+            own = torch.cat([unit(split).to(own.dtype), own], dim=3)
         struct = torch.cat([top, -top, own.to(dt)], dim=3)[:, :, :, : self.restarts]  # (T, B, P, S, d)
         rand = draws[:, :, :, 1 : 1 + self.restarts - struct.shape[3]]
         if isinstance(token, GenericMove):  # no structured starts of the map's own: more random chains, after these
-            extra = _draws(seeds, pos, B, (GENERIC_FIRST_ROUND - 1) * self.restarts, d, "generic")
+            extra = seeded_draws(seeds, pos, B, (GENERIC_FIRST_ROUND - 1) * self.restarts, d, "generic")
             rand = torch.cat([rand, extra.to(rand)], dim=3)
-        return torch.cat([struct, _unit(rand)], dim=3) * self.radius
+        return torch.cat([struct, unit(rand)], dim=3) * self.radius
 
     def _search(
         self, token: TokenMove, starts: Tensor, pos: list[int], seeds: list[int], dt: torch.dtype, chain_chunk: int
@@ -345,18 +239,18 @@ class Search:
         polishing = False
         for round_ in itertools.count():
             if polishing:
-                draws = _unit(_draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, "polish"))
+                draws = unit(seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, "polish"))
                 best = x_top[run][:, :, None, None, 0]  # (T', B, 1, 1, d): the best Delta, tried at every position
                 starts = project_ball(best + POLISH_JITTER * self.radius * draws, self.radius).to(
                     device=device, dtype=dt
                 )
             elif confirming:
-                draws = _unit(_draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, "confirm"))
+                draws = unit(seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, "confirm"))
                 near_start = s_top[run][:, :, None, None, 0] + CONFIRM_JITTER * self.radius * draws  # (T', B, P, R, d)
-                starts = _unit(near_start).to(device=device, dtype=dt) * self.radius
+                starts = unit(near_start).to(device=device, dtype=dt) * self.radius
             elif round_ > 0:
-                draws = _draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, round_)
-                starts = _unit(draws).to(device=device, dtype=dt) * self.radius
+                draws = seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, round_)
+                starts = unit(draws).to(device=device, dtype=dt) * self.radius
             tok = token if len(run) == T else token.select_trials(run.to(device))
             sub = run if tok is not None else torch.arange(T)  # a family that cannot restrict runs every trial
             tok = tok if tok is not None else token

@@ -21,10 +21,11 @@ import torch
 from torch import Tensor, nn
 
 from . import validate
-from .ascent import DEFAULT_CHUNK_ELEMENTS, Search, WSResult
+from .ascent import DEFAULT_CHUNK_ELEMENTS, Search
 from .features import FreshMaps, RandomFeatures, map_dims
 from .features.move import map_features, move_class_for, token_move
 from .features.rf import LIPSCHITZ
+from .ws_result import WSResult
 
 
 def word_sensitivity(
