@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from wslight.app.cli import main
+from wslight.app.placement import available_cores, every_core
 from wslight.numerics import sum_last
 from wslight.records.results import without_timing
 
@@ -108,6 +109,20 @@ def test_sum_last_is_thread_count_invariant_and_accurate(threads):
     assert sum_last(y).shape == (3, 5) and torch.allclose(sum_last(y), y.sum(-1), rtol=1e-5, atol=1e-4)
 
 
+def test_every_core_only_for_a_cpu_evaluation_left_on_auto(monkeypatch):
+    """`devices: auto` on the CPU becomes one DDP process per available core; a count the config or the command line
+    gives, or another accelerator, is kept."""
+    monkeypatch.setattr("wslight.app.placement.available_cores", lambda: 3)
+    trainer = {"accelerator": "cpu", "devices": "auto", "strategy": "auto"}
+    assert every_core(trainer) == 3 and trainer == {"accelerator": "cpu", "devices": 3, "strategy": "ddp"}
+    for kept in ({"accelerator": "cpu", "devices": 1}, {"accelerator": "gpu", "devices": "auto"}):
+        before = dict(kept)
+        assert every_core(kept) is None and kept == before
+    monkeypatch.setattr("wslight.app.placement.available_cores", lambda: 1)
+    single = {"accelerator": "cpu", "devices": "auto", "strategy": "auto"}
+    assert every_core(single) == 1 and single["strategy"] == "auto"  # one core: no process group
+
+
 def test_evaluations_compute_on_one_thread(threads):
     """On some CPUs a matrix product with a long reduction (the heads' N x N Gram of p features, the gradient of
     z + V^(i) Delta over k neurons) sums in another order with 1 and 2 threads; the evaluations therefore compute on
@@ -125,7 +140,7 @@ def test_evaluations_compute_on_one_thread(threads):
 def _evaluate_subprocess(config, save_dir, *extra):
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}  # let Lightning pick threads per process
     env["PYTHONPATH"] = str(ROOT)
-    subprocess.run(
+    proc = subprocess.run(
         [
             sys.executable,
             str(ROOT / "evaluate.py"),
@@ -138,9 +153,11 @@ def _evaluate_subprocess(config, save_dir, *extra):
         env=env,
         check=True,
         capture_output=True,
+        text=True,
         timeout=600,
     )
     (path,) = Path(save_dir).rglob("results.jsonl")
+    (path.parent / "stdout.txt").write_text(proc.stdout)
     return path
 
 
@@ -157,3 +174,16 @@ def test_one_and_two_devices_give_identical_records(tmp_path, config_args, body)
     r1, r2 = records_of(one), records_of(two)
     assert len(r1) == len(r2) > 0
     assert r1 == r2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(available_cores() < 2, reason="one core: nothing to spread")
+def test_the_command_line_runs_a_cpu_evaluation_on_every_core_with_the_same_records(tmp_path, config_args, capfd):
+    """`devices: auto` (the shipped configs) on the command line: one DDP process per core, the same records as one
+    process, and rank 0 says how the steps are spread."""
+    cfg = config_args(WS_CONFIG)
+    one = _evaluate_subprocess(cfg, tmp_path / "one", "--trainer.devices", "1")
+    every = _evaluate_subprocess(cfg, tmp_path / "every", "--trainer.devices", "auto")
+    assert records_of(one) == records_of(every)
+    text = (every.parent / "stdout.txt").read_text()
+    assert f"steps over {available_cores()} processes" in text and text.strip().splitlines()[-1] == f"results: {every}"

@@ -36,7 +36,7 @@ def write_tiny_plan(root: Path) -> Path:
     shipped = {s.name: s for s in reproduce.load_plan("offline")}
     entries = []
     for name, changes in TINY.items():
-        overlay = {"model": {"init_args": {**changes, "embeddings": SYNTH}}}
+        overlay = {"model": {"init_args": {**changes, "embeddings": SYNTH}}, "trainer": {"devices": 1}}
         path = root / "conf" / f"{name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"# overlay of: reproduce/{name}\n" + yaml.safe_dump(overlay, sort_keys=False))

@@ -24,6 +24,7 @@ from .config_files import resolve_config_args
 from .errors import ParseError
 from .failures import failure_message
 from .messages import DEBUG_ENV, args_tree, check_command, fail
+from .placement import every_core
 from .run_summary import final_metrics, log_config_text, log_run_hparams, record_metrics, run_hparams
 from .runs import check_logger_dirs, check_output_dir, fit_report, last_checkpoint, remove_empty_run_dir, run_key
 
@@ -76,9 +77,12 @@ class WSLightCLI(LightningCLI):
     is named `run-<run key>` (a hash of the resolved config), so a re-run finds its results.jsonl and resumes.
     """
 
-    def __init__(self, *args: Any, evaluate: bool = False, prog: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, evaluate: bool = False, prog: str | None = None, every_core: bool = False, **kwargs: Any
+    ) -> None:
         self.evaluate = evaluate
         self.prog = prog
+        self.every_core = every_core
         kwargs.setdefault("subclass_mode_model", True)
         kwargs.setdefault("subclass_mode_data", True)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
@@ -119,6 +123,8 @@ class WSLightCLI(LightningCLI):
             # of their own under default_root_dir, never loose in it where another config would append to them
             root = Path(config.trainer.get("default_root_dir") or os.getcwd())
             config.trainer["default_root_dir"] = str(root / f"run-{self.run_key}")
+        if self.evaluate and self.every_core:
+            every_core(config.trainer)  # devices: auto on the CPU -> one process per core (wslight.app.placement)
         if not self.evaluate and config.get("ckpt_path") == "last":
             config["ckpt_path"] = str(last_checkpoint(_parsed_config))
 
@@ -194,7 +200,11 @@ def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
 
 
 def main(
-    args: list[str] | None = None, run: bool = True, evaluate: bool = False, prog: str | None = None
+    args: list[str] | None = None,
+    run: bool = True,
+    evaluate: bool = False,
+    prog: str | None = None,
+    every_core: bool = False,
 ) -> WSLightCLI:
     """The LightningCLI of wslight from Python: `main(["fit", "--config", "raf"])` returns the finished CLI.
 
@@ -205,6 +215,10 @@ def main(
     A mistake in the command or config (a value out of range, an unknown key, a config given to the other entry point)
     prints one block on stderr naming the key path, and exits with status 2; `--debug` or `WSLIGHT_DEBUG=1` raises
     the original exception with its traceback instead. `prog` names the command in those messages.
+
+    `every_core=True` (the command line's evaluations) runs a CPU evaluation whose `trainer.devices` is auto on one
+    process per available core (`wslight.app.placement`); Lightning starts those processes by running the command
+    line again, so only a run that is the command line may ask for it.
     """
     global _interrupted, _parsed_config, _new_run_dir
     args = list(sys.argv[1:] if args is None else args)
@@ -229,9 +243,14 @@ def main(
             warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
             # a resumed evaluation whose trials are all in results.jsonl has no step left, and says so itself
             warnings.filterwarnings("ignore", message="Total length of `DataLoader` across ranks is zero")
+            # several processes: the padding duplicates of the distributed sampler are dropped when the records are
+            # appended (wslight.evaluations.base), so Lightning's advice to test on one device does not apply
+            warnings.filterwarnings("ignore", message="Using `DistributedSampler` with the dataloaders")
+            # Lightning's own use of a deprecated torch API, once per process
+            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
             # `--ckpt_path last` resumes into a new version folder on purpose (and prints where it resumes from)
             warnings.filterwarnings("ignore", message="The dirpath has changed from")
-            cli = WSLightCLI(args=args, run=run, evaluate=evaluate, prog=prog)
+            cli = WSLightCLI(args=args, run=run, evaluate=evaluate, prog=prog, every_core=every_core)
     except (KeyboardInterrupt, SystemExit):
         # Lightning turns SIGINT/SIGTERM into a graceful shutdown and exits non-zero
         remove_empty_run_dir(_new_run_dir)

@@ -18,10 +18,14 @@ access).
 from __future__ import annotations
 
 import argparse
+import codecs
 import json
 import os
 import platform
+import re
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from importlib import metadata
@@ -110,12 +114,36 @@ def stage_args(stage: Stage, log_dir: Path) -> list[str]:
     ]
 
 
-def run_stage(stage: Stage, log_dir: Path) -> Path:
-    """Run (or resume) one stage in this process; return its results.jsonl."""
-    from .cli import main
+def run_stage(stage: Stage, log_dir: Path, threads: int = 0) -> Path:
+    """Run (or resume) one stage as `python -m wslight evaluate` (its output passed through); return its results.jsonl.
 
-    cli = main(stage_args(stage, log_dir), evaluate=True)
-    return Path(cli.model.results_path)
+    A stage runs in a process of its own because an evaluation on the CPU runs one process per available core
+    (wslight.app.placement), which Lightning starts by running the stage's command line again. `threads` > 0 sets the
+    stage's torch threads (OMP_NUM_THREADS; the searches themselves run on one thread per process).
+
+    Raises:
+        SystemExit: with the stage's exit status when it fails (its message is on stderr already) or is interrupted.
+    """
+    root = str(Path(__file__).resolve().parents[2])  # this wslight, also where it is not installed
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    if threads > 0:
+        env["OMP_NUM_THREADS"] = str(threads)
+    cmd = [sys.executable, "-m", "wslight", "evaluate", *stage_args(stage, log_dir)[1:]]
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    tail = ""
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env) as proc:
+        out = proc.stdout.fileno() if proc.stdout is not None else -1
+        # chunks as they come, not lines: a progress bar redraws without a newline
+        while chunk := os.read(out, 65536):
+            text = decoder.decode(chunk)
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            tail = (tail + text)[-8192:]
+    code = proc.returncode
+    paths = re.findall(r"^results: (.+?)\r?$", tail, flags=re.MULTILINE)
+    if code != 0 or not paths:
+        raise SystemExit(code or 1)
+    return Path(paths[-1])
 
 
 def _versions() -> dict:
@@ -245,8 +273,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> Path:
         "--threads",
         type=int,
         default=1,
-        help="torch CPU threads (default 1: the searches are many small tensor programs, which "
-        "oversubscribed threads slow down many times on a small machine; 0 keeps torch's default)",
+        help="torch CPU threads of each stage's processes outside the searches (default 1: a stage runs one process "
+        "per core, and oversubscribed threads slow small tensor programs down many times; 0 keeps torch's default)",
     )
     args = parser.parse_args(argv)
     try:
@@ -259,10 +287,6 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> Path:
         parser.error(str(err))
     if args.only:
         plan = [s for s in plan if s.name in args.only]
-    if args.threads > 0:
-        import torch
-
-        torch.set_num_threads(args.threads)
     # a fixed run id: a re-run finds the stages' directories (named by their config's run key) and resumes them
     run_id = PLANS[args.full]
     report_dir = Path(args.reports) / run_id
@@ -274,7 +298,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> Path:
     for i, stage in enumerate(plan, 1):
         print(f"\n=== [{i}/{len(plan)}] {stage.name}: {stage.title} ({stage.config}) ===", flush=True)
         start = time.perf_counter()
-        results[stage.name] = run_stage(stage, log_dir)
+        results[stage.name] = run_stage(stage, log_dir, args.threads)
         times[stage.name] = times.get(stage.name, 0.0) + time.perf_counter() - start
         times_path.write_text(json.dumps(times, indent=1))
     report = write_report(report_dir, plan, results, times, bool(args.full), Path(args.plan))

@@ -34,7 +34,8 @@ def _lightning(subcommand: str) -> Callable[[list[str], str], None]:
 def _evaluate(args: list[str], prog: str) -> None:
     from .cli import main as cli_main
 
-    cli_main(["test", *args], evaluate=True, prog=prog)
+    # the command line itself: Lightning may run it again for the other processes of a CPU evaluation
+    cli_main(["test", *args], evaluate=True, prog=prog, every_core=True)
 
 
 def _reproduce(args: list[str], prog: str) -> None:

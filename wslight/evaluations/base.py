@@ -173,11 +173,15 @@ class Evaluation(pl.LightningModule):
         self.check_output_dir()  # before any trial: a run that cannot save its results fails now, not after the work
         self.claim_run_folder()
         remaining = self.remaining_specs()
-        if self.trainer.is_global_zero:
-            total = len(self.trial_specs())
-            print(f"{type(self).__name__}: {total - len(remaining)} of {total} trials already in {self.results.path}")
         # a list of steps is a map-style dataset (__getitem__, __len__), which DataLoader's annotation does not admit
         steps = self.step_batches(remaining)
+        if self.trainer.is_global_zero:
+            total = len(self.trial_specs())
+            line = f"{type(self).__name__}: {total - len(remaining)} of {total} trials already in {self.results.path}"
+            world = self.trainer.world_size
+            if world > 1 and steps:  # the progress bar counts this process's steps only
+                line += f"; {len(steps)} steps over {world} processes (the progress bar counts rank 0's share)"
+            print(line)
         return DataLoader(steps, batch_size=1, collate_fn=_first, shuffle=False)  # type: ignore[arg-type]
 
     def step_batches(self, specs: list[dict]) -> list[list[dict]]:
