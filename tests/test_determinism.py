@@ -42,6 +42,8 @@ ATTACK_CONFIG = (
     "attack/fig4",
     {**ATTACK, "cases": [{"map": "raf", "n": 6}], "d": 8, "steps": 60, "embeddings.max_length": 16},
 )
+# The bundled reviews and vocabulary: one real word, with heads, each trial its own step (two per process).
+WORDS_CONFIG = ("words/raf", {"maps": ["raf"], "n_values": [4], "trials": 4, "N": 12, "trials_per_step": 1})
 # Features p = n d = 100 * 384 = 38400 > 32768: the context sample's scalars (||phi||^2, phi^T P phi, ...) are
 # single-output reductions big enough for torch to split them over threads.
 WIDE_ATTACK_CONFIG = (
@@ -162,7 +164,9 @@ def _evaluate_subprocess(config, save_dir, *extra):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("body", [WS_CONFIG, ATTACK_CONFIG, WIDE_ATTACK_CONFIG], ids=["ws", "attack", "attack-wide"])
+@pytest.mark.parametrize(
+    "body", [WS_CONFIG, ATTACK_CONFIG, WIDE_ATTACK_CONFIG, WORDS_CONFIG], ids=["ws", "attack", "attack-wide", "words"]
+)
 def test_one_and_two_devices_give_identical_records(tmp_path, config_args, body):
     """1 process vs 2 DDP processes (gloo, CPU): the same records, bit for bit (the file order may differ)."""
     cfg = config_args(body)
