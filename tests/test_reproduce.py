@@ -36,7 +36,10 @@ def write_tiny_plan(root: Path) -> Path:
     shipped = {s.name: s for s in reproduce.load_plan("offline")}
     entries = []
     for name, changes in TINY.items():
-        overlay = {"model": {"init_args": {**changes, "embeddings": SYNTH}}, "trainer": {"devices": 1}}
+        # ws_rf keeps the shipped `devices: auto`: one process per core, run as its own command (several cores);
+        # attack_fig4 one process, run in this one
+        trainer = {} if name == "ws_rf" else {"trainer": {"devices": 1}}
+        overlay = {"model": {"init_args": {**changes, "embeddings": SYNTH}}, **trainer}
         path = root / "conf" / f"{name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"# overlay of: reproduce/{name}\n" + yaml.safe_dump(overlay, sort_keys=False))
@@ -76,6 +79,14 @@ def test_shipped_plan_names_configs_that_run_alone_into_the_stage_folder():
         assert (logger["save_dir"], logger["name"]) == ("reports/offline/tensorboard", stage.name)
         assert cfg["seed_everything"] == 0 and cfg["model"]["class_path"].startswith("wslight.evaluations.")
         assert f"python evaluate.py --config {stage.config}" in stage.path.read_text()
+
+
+def test_a_stage_runs_one_process_per_core_unless_its_config_says_otherwise():
+    from wslight.app.placement import available_cores, on_cpu
+
+    plan = {s.name: s for s in reproduce.load_plan("offline")}
+    assert plan["probe_attention_edit"].processes() == 1  # `devices: 1`
+    assert plan["ws_raf"].processes() == (available_cores() if on_cpu("auto") else 1)
 
 
 def test_a_stage_shares_maps_when_its_overlay_says_so(tmp_path):

@@ -39,6 +39,7 @@ from ..records.results import read_records
 from .config_files import UnknownConfigError, configs_dir, find_config, overlay_chain, resolve_config_args
 from .errors import UsageError
 from .messages import given_values
+from .placement import available_cores, on_cpu
 
 PLAN = configs_dir() / "reproduce" / "plan.yaml"
 PLANS = ("offline", "full")
@@ -65,6 +66,16 @@ class Stage:
         config or its base, the overlay winning, as jsonargparse reads them)."""
         given = given_values(resolve_config_args(["--config", str(self.path)]), "model.init_args.shared_weights")
         return bool(given and given[-1][1])
+
+    def processes(self) -> int:
+        """How many processes the stage runs on this machine: its `trainer.devices` (the overlay winning), with `auto`
+        on the CPU one per available core (wslight.app.placement)."""
+        given = given_values(resolve_config_args(["--config", str(self.path)]), "trainer.devices")
+        devices = given[-1][1] if given else "auto"
+        if str(devices) == "auto":
+            accelerator = given_values(resolve_config_args(["--config", str(self.path)]), "trainer.accelerator")
+            return available_cores() if on_cpu(accelerator[-1][1] if accelerator else "auto") else 1
+        return int(devices) if isinstance(devices, int) or str(devices).isdigit() else 1
 
 
 def load_plan(which: str = "offline", path: str | Path = PLAN) -> list[Stage]:
@@ -115,15 +126,24 @@ def stage_args(stage: Stage, log_dir: Path) -> list[str]:
 
 
 def run_stage(stage: Stage, log_dir: Path, threads: int = 0) -> Path:
-    """Run (or resume) one stage as `python -m wslight evaluate` (its output passed through); return its results.jsonl.
+    """Run (or resume) one stage; return its results.jsonl.
 
-    A stage runs in a process of its own because an evaluation on the CPU runs one process per available core
-    (wslight.app.placement), which Lightning starts by running the stage's command line again. `threads` > 0 sets the
-    stage's torch threads (OMP_NUM_THREADS; the searches themselves run on one thread per process).
+    A stage of several processes (`devices: auto` on a CPU of several cores: wslight.app.placement) runs as
+    `python -m wslight evaluate`, its output passed through, because Lightning starts the other processes by running
+    the stage's command line again; a stage of one process (the probes) runs in this process. `threads` > 0 sets the
+    stage's torch threads (the searches themselves run on one thread per process).
 
     Raises:
         SystemExit: with the stage's exit status when it fails (its message is on stderr already) or is interrupted.
     """
+    if stage.processes() == 1:
+        from .cli import main
+
+        if threads > 0:
+            import torch
+
+            torch.set_num_threads(threads)
+        return Path(main(stage_args(stage, log_dir), evaluate=True).model.results_path)
     root = str(Path(__file__).resolve().parents[2])  # this wslight, also where it is not installed
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
     if threads > 0:
