@@ -164,10 +164,10 @@ class WordSubstitutionSweep(EmbeddingsEvaluation):
             sep = self.words.tokenizer.sep_token_id
             lengths = [int((row == sep).nonzero()[0, 0]) if (row == sep).any() else row.shape[0] for row in ids]
             self._reviews = [i for i, ln in zip(order, lengths) if first[i] and self.position < ln]
-            if len(self._reviews) < self.trials + self.N:
+            if len(self._reviews) < self.trials:
                 raise ValueError(
                     f"embeddings.num_samples: {len(self._reviews)} reviews have a word at position {self.position}, "
-                    f"fewer than trials + N = {self.trials + self.N}"
+                    f"fewer than trials = {self.trials}"
                 )
         return self._reviews[trial]
 
