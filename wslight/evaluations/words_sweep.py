@@ -13,7 +13,6 @@ import torch
 from .. import validate
 from ..ascent import DEFAULT_CHUNK_ELEMENTS
 from ..data import EmbeddingSpec
-from ..features import resolve_maps
 from ..features.move import trial_features
 from ..interpolation import fit_heads
 from ..records.summary import markdown_table, nonfinite, trusted
@@ -21,12 +20,12 @@ from ..seeding import derive_seed, generator
 from ..sensitivity import word_sensitivity
 from ..substitution import word_substitution
 from ..vocabulary import TRAININGS
-from .base import EmbeddingsEvaluation
+from .grid import MapGridEvaluation
 
 WORDS_REQUIRED = ("ws_words", "ws")  # the values every summarised record needs
 
 
-class WordSubstitutionSweep(EmbeddingsEvaluation):
+class WordSubstitutionSweep(MapGridEvaluation):
     """The exact one-word substitution on real reviews, next to the continuous word sensitivity (docs/theory.md §13).
 
     One trial = one review (trial t uses the same review in every cell: the t-th review, in a seeded order, whose token
@@ -91,22 +90,11 @@ class WordSubstitutionSweep(EmbeddingsEvaluation):
         output_dir: str | None = None,
     ) -> None:
         super().__init__(trials_per_step, output_dir)
-        self.map_entries = {e.name: e for e in resolve_maps(maps, "maps")}
-        self.maps = list(self.map_entries)
-        self.d_values = validate.int_list("d_values", d_values)
-        self.n_values = validate.int_list("n_values", n_values)
-        self.depths = validate.int_list("depths", depths if depths is not None else [2])
-        self.trials = validate.positive_int("trials", trials)
+        self.set_grid(maps, d_values, n_values, depths, trials, rf_width_ratio)
+        self.set_search(radius_scale, restarts, max_chains, gain_tol, max_steps, tol)
         self.position = validate.integer("position", position, low=1, high=min(self.n_values) - 1)
         self.N = validate.integer("N", N, low=0)
         self.trainings = validate.choices("trainings", list(TRAININGS) if trainings is None else trainings, TRAININGS)
-        self.radius_scale = validate.number("radius_scale", radius_scale, low=0, strict=True)
-        self.restarts = validate.positive_int("restarts", restarts)
-        self.max_chains = validate.integer("max_chains", max_chains, low=1, allow_none=True)
-        self.gain_tol = validate.number("gain_tol", gain_tol, low=0)
-        self.max_steps = validate.positive_int("max_steps", max_steps)
-        self.tol = validate.number("tol", tol, low=0)
-        self.rf_width_ratio = validate.number("rf_width_ratio", rf_width_ratio, low=0, strict=True)
         self.chunk_elements = validate.positive_int("chunk_elements", chunk_elements)
         self.seed = validate.integer("seed", seed, low=0)
         self.set_embeddings(embeddings, "d_values", max(self.d_values), "n_values", max(self.n_values))
@@ -125,26 +113,7 @@ class WordSubstitutionSweep(EmbeddingsEvaluation):
         self._admissible: dict[int, tuple[torch.Tensor, int]] = {}
         self._reviews: list[int] | None = None
 
-    # --- the grid ---------------------------------------------------------------------------------------------------
-    def cells(self) -> list[tuple[str, int, int, int]]:
-        """(map, d, n, L) for every cell, in sweep order."""
-        out = []
-        for m in self.maps:
-            for L in self.depths if self.map_entries[m].takes("depth") else [1]:
-                out += [(m, d, n, L) for d in self.d_values for n in self.n_values]
-        return out
-
-    def trial_specs(self) -> list[dict]:
-        return [
-            {"trial_key": f"{m}/d{d}/n{n}/L{L}/t{t}", "map": m, "d": d, "n": n, "L": L, "trial": t}
-            for (m, d, n, L) in self.cells()
-            for t in range(self.trials)
-        ]
-
-    def batch_key(self, spec: dict) -> tuple:
-        """A step batches trials of one cell (map, d, n, L)."""
-        return spec["map"], spec["d"], spec["n"], spec["L"]
-
+    # --- the reviews and their words (the grid: MapGridEvaluation) --------------------------------------------------
     @property
     def words(self) -> Any:
         """The encoder's vocabulary (`EncoderWords`), loaded on first use."""
@@ -210,18 +179,8 @@ class WordSubstitutionSweep(EmbeddingsEvaluation):
             entry.build(n, d, ms, depth=L, width_ratio=self.rf_width_ratio, dtype="float32").to(self.device)
             for ms in map_seeds
         ]
-        search = word_sensitivity(
-            maps,
-            X,
-            positions=[self.position],
-            radius=self.radius_scale * d**0.5,
-            restarts=self.restarts,
-            max_chains=self.max_chains,
-            gain_tol=self.gain_tol,
-            max_steps=self.max_steps,
-            tol=self.tol,
-            seed=[derive_seed(ms, "words.restarts") for ms in map_seeds],
-        )
+        restart_seeds = [derive_seed(ms, "words.restarts") for ms in map_seeds]
+        search = word_sensitivity(maps, X, positions=[self.position], seed=restart_seeds, **self.search_options(d))
         heads, ill = None, [False] * len(specs)
         if self.N:
             train = [self.training_index(derive_seed(ms, "words.train"), i, n) for ms, i in zip(map_seeds, index)]

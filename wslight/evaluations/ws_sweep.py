@@ -11,17 +11,17 @@ import torch
 
 from .. import validate
 from ..data import EmbeddingSpec
-from ..features import resolve_maps, trial_maps
+from ..features import trial_maps
 from ..records.summary import cell_table, markdown_table, nonfinite, trusted
 from ..seeding import derive_seed, generator
 from ..sensitivity import word_sensitivity
-from .base import EmbeddingsEvaluation
+from .grid import MapGridEvaluation
 
 # Maps whose S the paper proves to decay as 1/sqrt(n): their S sqrt(n) figure shows that law as a flat line.
 SQRT_N_MAPS = ("rf", "deep_rf")
 
 
-class WordSensitivitySweep(EmbeddingsEvaluation):
+class WordSensitivitySweep(MapGridEvaluation):
     """Word sensitivity of random feature maps on token embeddings, over a grid (docs/theory.md §4, Figures 2-3).
 
     One trial = one sample drawn at random from the embeddings (seeded by `seed` and the trial index, so trial t uses
@@ -86,20 +86,8 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         output_dir: str | None = None,
     ) -> None:
         super().__init__(trials_per_step, output_dir)
-        # record name -> class and init_args, repeats dropped (order kept)
-        self.map_entries = {e.name: e for e in resolve_maps(maps, "maps")}
-        self.maps = list(self.map_entries)
-        self.d_values = validate.int_list("d_values", d_values)
-        self.n_values = validate.int_list("n_values", n_values)
-        self.depths = validate.int_list("depths", depths if depths is not None else [2])
-        self.trials = validate.positive_int("trials", trials)
-        self.radius_scale = validate.number("radius_scale", radius_scale, low=0, strict=True)
-        self.restarts = validate.positive_int("restarts", restarts)
-        self.max_chains = validate.integer("max_chains", max_chains, low=1, allow_none=True)
-        self.gain_tol = validate.number("gain_tol", gain_tol, low=0)
-        self.max_steps = validate.positive_int("max_steps", max_steps)
-        self.tol = validate.number("tol", tol, low=0)
-        self.rf_width_ratio = validate.number("rf_width_ratio", rf_width_ratio, low=0, strict=True)
+        self.set_grid(maps, d_values, n_values, depths, trials, rf_width_ratio)
+        self.set_search(radius_scale, restarts, max_chains, gain_tol, max_steps, tol)
         validate.dtype("dtype", dtype)
         self.seed = validate.integer("seed", seed, low=0)
         self.set_embeddings(embeddings, "d_values", max(self.d_values), "n_values", max(self.n_values))
@@ -107,36 +95,12 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         self.positions, self.shared_weights, self.map_dtype = positions, shared_weights, dtype
         self._last_map: tuple[int | None, Any] = (None, None)
 
-    # --- the grid ---------------------------------------------------------------------------------------------------
-    def cells(self) -> list[tuple[str, int, int, int]]:
-        """(map, d, n, L) for every cell, in sweep order."""
-        out = []
-        for m in self.maps:
-            for L in self.depths if self.takes_depth(m) else [1]:
-                out += [(m, d, n, L) for d in self.d_values for n in self.n_values]
-        return out
-
-    def takes_depth(self, m: str) -> bool:
-        """True when map `m` has a depth (its constructor takes `depth`): the sweep crosses `depths`."""
-        entry = self.map_entries.get(m)
-        return entry is not None and entry.takes("depth")
-
-    def trial_specs(self) -> list[dict]:
-        return [
-            {"trial_key": f"{m}/d{d}/n{n}/L{L}/t{t}", "map": m, "d": d, "n": n, "L": L, "trial": t}
-            for (m, d, n, L) in self.cells()
-            for t in range(self.trials)
-        ]
-
+    # --- the grid (MapGridEvaluation: cells, trial_specs, batch_key) -----------------------------------------------
     def sample_index(self, trial: int) -> int:
         """Which embedded review trial `trial` uses (the same in every cell)."""
         return int(torch.randint(len(self.store), (1,), generator=generator(self.seed, "ws.sample", trial)))
 
     # --- the work ---------------------------------------------------------------------------------------------------
-    def batch_key(self, spec: dict) -> tuple:
-        """A step batches trials of one cell (map, d, n, L)."""
-        return spec["map"], spec["d"], spec["n"], spec["L"]
-
     def map_seed(self, m: str, d: int, n: int, L: int, trial: int | None) -> int:
         """The seed of a trial's map (trial None: the cell's shared map)."""
         return derive_seed(self.seed, "ws.map", m, d, n, L, -1 if trial is None else trial)
@@ -158,15 +122,7 @@ class WordSensitivitySweep(EmbeddingsEvaluation):
         index = [self.sample_index(s["trial"]) for s in specs]
         X, _ = self.store.samples(index, n, d)  # (T, n, d): one sample per trial
         X = X.to(self.device)
-        options = dict(
-            positions=self.positions,
-            radius=self.radius_scale * d**0.5,
-            restarts=self.restarts,
-            max_chains=self.max_chains,
-            gain_tol=self.gain_tol,
-            max_steps=self.max_steps,
-            tol=self.tol,
-        )
+        options = dict(positions=self.positions, **self.search_options(d))
         if self.shared_weights:  # the trials are the B samples of one map
             map_seeds = [self.map_seed(m, d, n, L, None)] * len(specs)
             fmap = self.cell_map(m, d, n, L, map_seeds[0])

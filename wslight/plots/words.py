@@ -32,11 +32,19 @@ def _label(key: tuple, several_d: bool, several_L: bool) -> str:
     return TITLES.get(m, m) + (f", d = {d}" if several_d else "") + (f", L = {L}" if several_L else "")
 
 
-def _n_axis(ax, ns: list[int]) -> None:
+def _finish(fig: Figure, ax, ns: list[int], ylabel: str, title: str) -> Figure:
+    """The shared frame of both figures: n on a log axis with the grid's values as ticks, labels, the legend on the
+    right, a grid."""
     ax.set_xscale("log")
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("n (tokens)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=LEGEND_FONTSIZE, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig
 
 
 @styled
@@ -61,14 +69,10 @@ def plot_words_vs_n(records: list[dict]) -> Figure:
         ax.plot(*cont[key], color=c, marker=marker, ms=4, label=_label(key, several_d, several_L) + r": $\mathcal{S}$")
         if key in disc:
             ax.plot(*disc[key], color=c, marker=marker, ms=4, ls="--", mfc="white", label="  best real word")
-    _n_axis(ax, sorted({n for ns, _ in cont.values() for n in ns}))
     ax.set_yscale("log")
-    ax.set_ylabel("relative change of phi(X)")
-    ax.set_title(f"Continuous Delta (solid) vs the exact best real word (dashed), mean ({trials_label(records)})")
-    ax.legend(fontsize=LEGEND_FONTSIZE, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    return fig
+    ns = sorted({n for ns, _ in cont.values() for n in ns})
+    title = f"Continuous Delta (solid) vs the exact best real word (dashed), mean ({trials_label(records)})"
+    return _finish(fig, ax, ns, "relative change of phi(X)", title)
 
 
 @styled
@@ -105,11 +109,6 @@ def plot_flip_rates(records: list[dict], trainings: Iterable[str]) -> Figure:
             ns_all |= set(ns)
     if not ns_all:
         raise ValueError("records: no record with a flipped_<training> field")
-    _n_axis(ax, sorted(ns_all))
     ax.set_ylim(-0.03, 1.03)
-    ax.set_ylabel("share of reviews with a flipping word")
-    ax.set_title(f"One real word flips the head ({trials_label(records)})")
-    ax.legend(fontsize=LEGEND_FONTSIZE, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    ax.grid(alpha=0.3, which="both")
-    fig.tight_layout()
-    return fig
+    title = f"One real word flips the head ({trials_label(records)})"
+    return _finish(fig, ax, sorted(ns_all), "share of reviews with a flipping word", title)

@@ -1,0 +1,80 @@
+"""The grid both word-sensitivity sweeps walk: maps x d x n (x depth L), `trials` trials a cell, and the settings of
+the word-sensitivity search they run in each trial."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import validate
+from ..features import resolve_maps
+from .base import EmbeddingsEvaluation
+
+
+class MapGridEvaluation(EmbeddingsEvaluation):
+    """An evaluation over the cells (map, d, n, L), each with `trials` trials keyed `<map>/d<d>/n<n>/L<L>/t<trial>`;
+    a step batches trials of one cell. Subclasses call `set_grid` and `set_search` from their constructor."""
+
+    def set_grid(
+        self,
+        maps: list[str | dict[str, Any]],
+        d_values: list[int],
+        n_values: list[int],
+        depths: list[int] | None,
+        trials: int,
+        rf_width_ratio: float,
+    ) -> None:
+        """Check and keep the grid (each bad value named by its key)."""
+        # record name -> class and init_args, repeats dropped (order kept)
+        self.map_entries = {e.name: e for e in resolve_maps(maps, "maps")}
+        self.maps = list(self.map_entries)
+        self.d_values = validate.int_list("d_values", d_values)
+        self.n_values = validate.int_list("n_values", n_values)
+        self.depths = validate.int_list("depths", depths if depths is not None else [2])
+        self.trials = validate.positive_int("trials", trials)
+        self.rf_width_ratio = validate.number("rf_width_ratio", rf_width_ratio, low=0, strict=True)
+
+    def set_search(
+        self, radius_scale: float, restarts: int, max_chains: int | None, gain_tol: float, max_steps: int, tol: float
+    ) -> None:
+        """Check and keep the settings of the word-sensitivity search (docs/theory.md §4.3)."""
+        self.radius_scale = validate.number("radius_scale", radius_scale, low=0, strict=True)
+        self.restarts = validate.positive_int("restarts", restarts)
+        self.max_chains = validate.integer("max_chains", max_chains, low=1, allow_none=True)
+        self.gain_tol = validate.number("gain_tol", gain_tol, low=0)
+        self.max_steps = validate.positive_int("max_steps", max_steps)
+        self.tol = validate.number("tol", tol, low=0)
+
+    def search_options(self, d: int) -> dict[str, Any]:
+        """`word_sensitivity`'s keyword arguments for a cell of dimension d (radius: radius_scale sqrt(d))."""
+        return dict(
+            radius=self.radius_scale * d**0.5,
+            restarts=self.restarts,
+            max_chains=self.max_chains,
+            gain_tol=self.gain_tol,
+            max_steps=self.max_steps,
+            tol=self.tol,
+        )
+
+    def takes_depth(self, m: str) -> bool:
+        """True when map `m` has a depth (its constructor takes `depth`): the sweep crosses `depths`."""
+        entry = self.map_entries.get(m)
+        return entry is not None and entry.takes("depth")
+
+    def cells(self) -> list[tuple[str, int, int, int]]:
+        """(map, d, n, L) for every cell, in sweep order."""
+        out = []
+        for m in self.maps:
+            for L in self.depths if self.takes_depth(m) else [1]:
+                out += [(m, d, n, L) for d in self.d_values for n in self.n_values]
+        return out
+
+    def trial_specs(self) -> list[dict]:
+        return [
+            {"trial_key": f"{m}/d{d}/n{n}/L{L}/t{t}", "map": m, "d": d, "n": n, "L": L, "trial": t}
+            for (m, d, n, L) in self.cells()
+            for t in range(self.trials)
+        ]
+
+    def batch_key(self, spec: dict) -> tuple:
+        """A step batches trials of one cell (map, d, n, L)."""
+        return spec["map"], spec["d"], spec["n"], spec["L"]
