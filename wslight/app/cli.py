@@ -188,6 +188,8 @@ class WSLightCLI(LightningCLI):
         _new_run_dir = Path(log_dir) if log_dir and not Path(log_dir).exists() else None
 
 
+# A file an evaluation writes its results.jsonl path into when the variable names one (wslight.app.reproduce)
+RESULTS_PATH_ENV = "WSLIGHT_RESULTS_PATH_FILE"
 _interrupted = False
 _parsed_config: dict | None = None
 _new_run_dir: Path | None = None  # the log folder a run is about to create (None: it exists already, or no logger)
@@ -274,6 +276,8 @@ def main(
     path = getattr(cli.model, "results_path", None)
     if run and path is not None and cli.trainer.is_global_zero:
         print(f"results: {path}")
+        if os.environ.get(RESULTS_PATH_ENV):  # a caller that runs the command and needs the path (make reproduce)
+            Path(os.environ[RESULTS_PATH_ENV]).write_text(str(path))
     return cli
 
 

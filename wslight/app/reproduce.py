@@ -18,14 +18,13 @@ access).
 from __future__ import annotations
 
 import argparse
-import codecs
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from importlib import metadata
@@ -136,9 +135,9 @@ def run_stage(stage: Stage, log_dir: Path, threads: int = 0) -> Path:
     Raises:
         SystemExit: with the stage's exit status when it fails (its message is on stderr already) or is interrupted.
     """
-    if stage.processes() == 1:
-        from .cli import main
+    from .cli import RESULTS_PATH_ENV, main
 
+    if stage.processes() == 1:
         if threads > 0:
             import torch
 
@@ -149,21 +148,14 @@ def run_stage(stage: Stage, log_dir: Path, threads: int = 0) -> Path:
     if threads > 0:
         env["OMP_NUM_THREADS"] = str(threads)
     cmd = [sys.executable, "-m", "wslight", "evaluate", *stage_args(stage, log_dir)[1:]]
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    tail = ""
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, env=env) as proc:
-        out = proc.stdout.fileno() if proc.stdout is not None else -1
-        # chunks as they come, not lines: a progress bar redraws without a newline
-        while chunk := os.read(out, 65536):
-            text = decoder.decode(chunk)
-            sys.stdout.write(text)
-            sys.stdout.flush()
-            tail = (tail + text)[-8192:]
-    code = proc.returncode
-    paths = re.findall(r"^results: (.+?)\r?$", tail, flags=re.MULTILINE)
-    if code != 0 or not paths:
+    with tempfile.TemporaryDirectory() as tmp:  # the stage's output goes to the terminal; its results path here
+        env[RESULTS_PATH_ENV] = str(Path(tmp) / "results_path")
+        code = subprocess.run(cmd, env=env, check=False).returncode
+        written = Path(env[RESULTS_PATH_ENV])
+        path = written.read_text() if written.exists() else None
+    if code != 0 or not path:
         raise SystemExit(code or 1)
-    return Path(paths[-1])
+    return Path(path)
 
 
 def _versions() -> dict:
