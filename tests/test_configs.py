@@ -216,7 +216,7 @@ def test_words_tiny_setting_writes_the_contract_and_the_exact_best_words(tmp_pat
     for r in recs:
         assert WORDS_FIELDS <= set(r) and r["experiment"] == "words" and r["position"] == 1
         assert r["admissible"] > 20_000 and r["word"] == sweep.words.text(r["word_id"]) != r["token"]
-        for training in ("finetune", "retrain"):
+        for training in ("min_norm", "finetune", "retrain"):
             assert r[f"flipped_{training}"] == (r[f"flips_{training}"] > 0) == (r[f"flip_word_{training}"] != "")
         assert r["ws_ratio"] == pytest.approx(r["ws_words"] / r["ws"])
     for r in recs[:: len(recs) - 1]:  # the first and the last record

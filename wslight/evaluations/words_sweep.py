@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 
@@ -23,6 +23,9 @@ from ..vocabulary import TRAININGS
 from .grid import MapGridEvaluation
 
 WORDS_REQUIRED = ("ws_words", "ws")  # the values every summarised record needs
+# The heads a sweep can flip: theta* = Phi^+ Y (min_norm: the head `train.py` fits with fit_mode closed_form) and the
+# attack's fine-tuned and re-trained heads (docs/theory.md §5.2)
+HEADS = ("min_norm", *TRAININGS)
 
 
 class WordSubstitutionSweep(MapGridEvaluation):
@@ -36,8 +39,9 @@ class WordSubstitutionSweep(MapGridEvaluation):
       (`word`, `word_id`) and its realised distance ||h_w - x_i|| / sqrt(d) (`distance`);
     - the continuous S at the same position and radius (`ws`, with the search's `chains` and `near_best`) and the
       ratio `ws_ratio` = ws_words / ws;
-    - with N > 0, for each training ("finetune", "retrain"): the heads of the attack (docs/theory.md §5.2) on N other
-      reviews plus this one, how many admissible words flip the head's sign on this review (`flips_<training>`),
+    - with N > 0, for each head of `trainings`: theta* on N other reviews (`min_norm`, what `train.py` fits) and the
+      attack's heads (docs/theory.md §5.2) on them plus this one, how many admissible words flip the head's sign on
+      this review (`flips_<training>`),
       whether any does (`flipped_<training>`) and the flipping word that pushes the output furthest
       (`flip_word_<training>`);
     - `admissible` (words evaluated) and `round_trip_rejected` (words that pass the vocabulary rules but whose edited
@@ -56,7 +60,9 @@ class WordSubstitutionSweep(MapGridEvaluation):
         embeddings: the reviews' token embeddings (layer 0 of a text source).
         position: the token substituted (>= 1: [CLS] is no word); a review is used only when it holds a word there.
         N: training reviews of the heads (0: no heads, no flips).
-        trainings: the heads to flip: "finetune" (theta_f) and/or "retrain" (theta_r).
+        trainings: the heads to flip: "min_norm" (theta* = Phi^+ Y on the N reviews: the head `train.py` fits with
+            fit_mode closed_form, which need not be right on the trial's review), "finetune" (theta_f) and/or
+            "retrain" (theta_r).
         radius_scale: the continuous search's radius is radius_scale * sqrt(d) (the paper: 1).
         restarts, max_chains, gain_tol, max_steps, tol: the continuous search (as `WordSensitivitySweep`).
         rf_width_ratio: RF neurons k = ratio * n d (the paper: 1); DeepRF widths likewise.
@@ -76,7 +82,7 @@ class WordSubstitutionSweep(MapGridEvaluation):
         embeddings: EmbeddingSpec | None = None,
         position: int = 1,
         N: int = 200,
-        trainings: list[Literal["finetune", "retrain"]] | None = None,
+        trainings: list[Literal["min_norm", "finetune", "retrain"]] | None = None,
         radius_scale: float = 1.0,
         restarts: int = 4,
         max_chains: int | None = 64,
@@ -94,7 +100,7 @@ class WordSubstitutionSweep(MapGridEvaluation):
         self.set_search(radius_scale, restarts, max_chains, gain_tol, max_steps, tol)
         self.position = validate.integer("position", position, low=1, high=min(self.n_values) - 1)
         self.N = validate.integer("N", N, low=0)
-        self.trainings = validate.choices("trainings", list(TRAININGS) if trainings is None else trainings, TRAININGS)
+        self.trainings = validate.choices("trainings", list(HEADS) if trainings is None else trainings, HEADS)
         self.chunk_elements = validate.positive_int("chunk_elements", chunk_elements)
         self.seed = validate.integer("seed", seed, low=0)
         self.set_embeddings(embeddings, "d_values", max(self.d_values), "n_values", max(self.n_values))
@@ -188,7 +194,9 @@ class WordSubstitutionSweep(MapGridEvaluation):
             X_train = torch.stack([x for x, _ in drawn]).to(self.device)  # (T, N, n, d)
             Y = torch.stack([labels for _, labels in drawn]).to(self.device)  # (T, N)
             fitted = fit_heads(trial_features(maps, X_train), Y, trial_features(maps, X), y[:, None].to(self.device))
-            heads = torch.stack([fitted.theta(t)[:, 0] for t in self.trainings], dim=-1)  # (T, p, C)
+            theta = lambda h: fitted.theta_star if h == "min_norm" else fitted.theta(cast(Any, h))[:, 0]  # noqa: E731
+            thetas = [theta(h) for h in self.trainings]
+            heads = torch.stack(thetas, dim=-1)  # (T, p, C)
             ill = fitted.ill_conditioned.tolist()
             del fitted, X_train
         masks = [self.admissible(i) for i in index]

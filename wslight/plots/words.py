@@ -78,7 +78,7 @@ def plot_words_vs_n(records: list[dict]) -> Figure:
 @styled
 def plot_flip_rates(records: list[dict], trainings: Iterable[str]) -> Figure:
     """Share of reviews where some admissible real word flips the head, against n: one line per map and training
-    (re-trained solid, fine-tuned dashed).
+    (re-trained solid, fine-tuned dashed, min-norm dotted).
 
     Args:
         records: words records with keys map, d, n, L and flipped_<training>.
@@ -96,7 +96,7 @@ def plot_flip_rates(records: list[dict], trainings: Iterable[str]) -> Figure:
         rates = _curves(records, f"flipped_{training}")
         for key, (ns, means) in sorted(rates.items()):
             c, marker = line_look(keys.index(key))
-            style = "-" if training == "retrain" else "--"
+            style = {"retrain": "-", "finetune": "--"}.get(training, ":")
             ax.plot(
                 ns,
                 means,
