@@ -99,8 +99,10 @@ def words_rec(m, n, ws_words, ws, flipped, d=384, N=40):
         "map": m,
         "d": d,
         "n": n,
+        "L": 1,
         "N": N,
         "ws_words": ws_words,
+        "distance": 1.4,
         "ws": ws,
         "flipped_retrain": flipped,
     }

@@ -69,10 +69,11 @@ class Stage:
     def processes(self) -> int:
         """How many processes the stage runs on this machine: its `trainer.devices` (the overlay winning), with `auto`
         on the CPU one per available core (wslight.app.placement)."""
-        given = given_values(resolve_config_args(["--config", str(self.path)]), "trainer.devices")
+        args = resolve_config_args(["--config", str(self.path)])
+        given = given_values(args, "trainer.devices")
         devices = given[-1][1] if given else "auto"
         if str(devices) == "auto":
-            accelerator = given_values(resolve_config_args(["--config", str(self.path)]), "trainer.accelerator")
+            accelerator = given_values(args, "trainer.accelerator")
             return available_cores() if on_cpu(accelerator[-1][1] if accelerator else "auto") else 1
         return int(devices) if isinstance(devices, int) or str(devices).isdigit() else 1
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .summary import attack_stats, cell_means, confirmed_counts
-from .words import with_heads
+from .words import words_table
 
 
 @dataclass
@@ -330,19 +330,11 @@ def words_of(records: list[dict], m: str) -> list[dict]:
 
 
 def _words_cells(recs: list[dict]) -> dict[tuple, dict[str, float]]:
-    """{(d, n): mean S_words, mean S and the re-trained head's flip rate (NaN without heads; `with_heads`)}."""
-    cells: dict[tuple, list[dict]] = defaultdict(list)
-    for r in recs:
-        cells[(r["d"], r["n"])].append(r)
-    out = {}
-    for cell, rs in sorted(cells.items()):
-        flipped = [float(r["flipped_retrain"]) for r in with_heads(rs, "retrain")]
-        out[cell] = {
-            "ws_words": statistics.fmean(r["ws_words"] for r in rs),
-            "ws": statistics.fmean(r["ws"] for r in rs),
-            "flip": statistics.fmean(flipped) if flipped else math.nan,
-        }
-    return out
+    """{(d, n): mean S_words, mean S and the re-trained head's flip rate (NaN without heads)}: the columns of the
+    cell's row of `words_table` (one depth per map here)."""
+    rows = words_table(recs, ["retrain"])
+    flip = lambda row: math.nan if row["flip_rate_retrain"] is None else row["flip_rate_retrain"]  # noqa: E731
+    return {(row["d"], row["n"]): {"ws_words": row["ws_words"], "ws": row["ws"], "flip": flip(row)} for row in rows}
 
 
 def check_words_raf(words: list[dict]) -> Check:
