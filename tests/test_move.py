@@ -117,12 +117,30 @@ def test_closed_form_curvature_product_is_the_hessian_at_zero(case, kind, n):
     assert torch.allclose(token.curvature_product(v), hv, rtol=1e-8, atol=1e-9)
 
 
+def test_deep_rf_top_curvature_is_the_top_eigenvector_of_the_hessian(case):
+    """DeepRF's one-pass Jacobian start: the top eigenvector of the d x d Hessian assembled from the curvature product
+    (itself checked against double backward above), signed to agree with the start vector, after a search has left
+    a trial out too."""
+    maps, X, positions, delta = case("deep_rf", T=3)
+    token = token_move(maps, X, positions, torch.float64)
+    T, B, P, _, d = delta.shape
+    v = delta[:, :, :, :1]
+    for tok, idx in ((token, torch.arange(T)), (token.select_trials(torch.tensor([2, 0])), torch.tensor([2, 0]))):
+        top = tok.top_curvature(v[idx])  # (T', B, P, 1, d)
+        basis = torch.eye(d, dtype=torch.float64).expand(len(idx), B, P, d, d)
+        H = tok.curvature_product(basis)  # (T', B, P, d, d): H e_k, row k
+        vecs = torch.linalg.eigh(H)[1][..., -1]  # (T', B, P, d)
+        vecs = vecs * torch.sign((vecs * v[idx, :, :, 0]).sum(-1, keepdim=True))
+        assert torch.allclose(top[:, :, :, 0], vecs, atol=1e-8)
+        assert ((top[:, :, :, 0] * v[idx, :, :, 0]).sum(-1) >= 0).all()
+
+
 def test_exact64_of_the_memory_bounded_rf_is_the_float64_forward(case):
     maps, X, positions, delta = case("rf_bounded")
     token = token_move(maps, X, positions, torch.float64)
     j = torch.tensor([[0, 1, 2], [2, 2, 0]])  # index into positions, per trial and sample
     chosen = delta[:, :, 0, 0]  # (T, B, d)
-    ws, norm = token.exact64(chosen, j)
+    ws, norm = (v[..., 0] for v in token.exact64(chosen[:, :, None], j[..., None]))  # one candidate per sample
     for t, m in enumerate(maps):
         for b in range(X.shape[1]):
             Xp = X[t, b : b + 1].clone()

@@ -136,9 +136,9 @@ class Search:
             # docs/theory.md §1.3's
             delta_c = project_ball(delta_c, self.radius)  # float32 may leave ||Delta|| a hair out
             ws_c, norm_c, factor_c = (torch.full(f_c.shape, math.nan, dtype=torch.float64) for _ in range(3))
+            if token.exact64 is not None:  # every candidate in one call (DeepRF reads its weights once)
+                ws_c, norm_c = token.exact64(delta_c, j_c)
             for k in range(f_c.shape[-1]):
-                if token.exact64 is not None:
-                    ws_c[..., k], norm_c[..., k] = token.exact64(delta_c[:, :, k], j_c[..., k])
                 factors = token.bound_factors(j_c[..., k])
                 if factors is not None:
                     factor_c[..., k] = factors

@@ -34,7 +34,14 @@ class MapGridEvaluation(EmbeddingsEvaluation):
         self.rf_width_ratio = validate.number("rf_width_ratio", rf_width_ratio, low=0, strict=True)
 
     def set_search(
-        self, radius_scale: float, restarts: int, max_chains: int | None, gain_tol: float, max_steps: int, tol: float
+        self,
+        radius_scale: float,
+        restarts: int,
+        max_chains: int | None,
+        gain_tol: float,
+        max_steps: int,
+        tol: float,
+        window: int = 20,
     ) -> None:
         """Check and keep the settings of the word-sensitivity search (docs/theory.md §4.3)."""
         self.radius_scale = validate.number("radius_scale", radius_scale, low=0, strict=True)
@@ -43,6 +50,7 @@ class MapGridEvaluation(EmbeddingsEvaluation):
         self.gain_tol = validate.number("gain_tol", gain_tol, low=0)
         self.max_steps = validate.positive_int("max_steps", max_steps)
         self.tol = validate.number("tol", tol, low=0)
+        self.window = validate.positive_int("window", window)
 
     def search_options(self, d: int) -> dict[str, Any]:
         """`word_sensitivity`'s keyword arguments for a cell of dimension d (radius: radius_scale sqrt(d))."""
@@ -53,6 +61,7 @@ class MapGridEvaluation(EmbeddingsEvaluation):
             gain_tol=self.gain_tol,
             max_steps=self.max_steps,
             tol=self.tol,
+            window=self.window,
         )
 
     def takes_depth(self, m: str) -> bool:

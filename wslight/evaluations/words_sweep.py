@@ -64,7 +64,7 @@ class WordSubstitutionSweep(MapGridEvaluation):
             fit_mode closed_form, which need not be right on the trial's review), "finetune" (theta_f) and/or
             "retrain" (theta_r).
         radius_scale: the continuous search's radius is radius_scale * sqrt(d) (the paper: 1).
-        restarts, max_chains, gain_tol, max_steps, tol: the continuous search (as `WordSensitivitySweep`).
+        restarts, max_chains, gain_tol, max_steps, tol, window: the continuous search (as `WordSensitivitySweep`).
         rf_width_ratio: RF neurons k = ratio * n d (the paper: 1); DeepRF widths likewise.
         chunk_elements: working elements one chunk of words may hold (bounds the memory of the substitution).
         seed: the sweep's seed (reviews, maps, restarts, training sets).
@@ -89,6 +89,7 @@ class WordSubstitutionSweep(MapGridEvaluation):
         gain_tol: float = 1e-3,
         max_steps: int = 300,
         tol: float = 1e-4,
+        window: int = 20,
         rf_width_ratio: float = 1.0,
         chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
         seed: int = 0,
@@ -97,7 +98,7 @@ class WordSubstitutionSweep(MapGridEvaluation):
     ) -> None:
         super().__init__(trials_per_step, output_dir)
         self.set_grid(maps, d_values, n_values, depths, trials, rf_width_ratio)
-        self.set_search(radius_scale, restarts, max_chains, gain_tol, max_steps, tol)
+        self.set_search(radius_scale, restarts, max_chains, gain_tol, max_steps, tol, window)
         self.position = validate.integer("position", position, low=1, high=min(self.n_values) - 1)
         self.N = validate.integer("N", N, low=0)
         self.trainings = validate.choices("trainings", list(HEADS) if trainings is None else trainings, HEADS)

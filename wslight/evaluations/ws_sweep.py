@@ -53,7 +53,7 @@ class WordSensitivitySweep(MapGridEvaluation):
         gain_tol: a round that raises S by less than this (relatively), with the best confirmed by a second chain,
             is the last.
         max_steps: most ascent steps per chain.
-        tol: convergence tolerance of the estimator (relative change of S over its window).
+        tol, window: a chain stops once S has grown by less than a factor 1 + tol over its last `window` steps.
         rf_width_ratio: RF neurons k = ratio * n d (the paper: 1, i.e. k = D); DeepRF widths likewise.
         shared_weights: False (the paper): a fresh map per trial; True: one map per cell shared by its trials, which
             batches the trials of a cell in one search.
@@ -78,6 +78,7 @@ class WordSensitivitySweep(MapGridEvaluation):
         gain_tol: float = 1e-3,
         max_steps: int = 500,
         tol: float = 1e-4,
+        window: int = 20,
         rf_width_ratio: float = 1.0,
         shared_weights: bool = False,
         dtype: Literal["float32", "float64"] = "float32",
@@ -87,7 +88,7 @@ class WordSensitivitySweep(MapGridEvaluation):
     ) -> None:
         super().__init__(trials_per_step, output_dir)
         self.set_grid(maps, d_values, n_values, depths, trials, rf_width_ratio)
-        self.set_search(radius_scale, restarts, max_chains, gain_tol, max_steps, tol)
+        self.set_search(radius_scale, restarts, max_chains, gain_tol, max_steps, tol, window)
         validate.dtype("dtype", dtype)
         self.seed = validate.integer("seed", seed, low=0)
         self.set_embeddings(embeddings, "d_values", max(self.d_values), "n_values", max(self.n_values))

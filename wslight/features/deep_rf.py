@@ -12,7 +12,7 @@ from .. import validate
 from ..numerics import sum_last
 from ..seeding import derive_seed, generator
 from .base import FeatureMap, register_map
-from .move import TokenMove, matmul64, per_trial, stack_trials
+from .move import TokenMove, matmul64, stack_trials
 
 
 class _Frozen(nn.Module):
@@ -145,7 +145,12 @@ class DeepRandomFeatures(FeatureMap):
 
 
 class DeepRFMove(TokenMove):
-    """DeepRF with one token moved: the first layer by the RF identity z1 + V1^(i) Delta, deeper layers dense."""
+    """DeepRF with one token moved: the first layer by the RF identity z1 + V1^(i) Delta, deeper layers dense.
+
+    The deeper layers are held once for all trials, (T, width, width) each; a search that has finished some trials
+    evaluates the others through `rows` (the trials' indices into that stack) without copying a weight, one product
+    per trial (so a trial's numbers do not depend on which other trials are still searched).
+    """
 
     # the ReLU layers' kinks make ridges: the search keeps its ridge steps on this closed form (docs/theory.md §4.3)
     ridges = True
@@ -166,7 +171,14 @@ class DeepRFMove(TokenMove):
 
     def _setup(self, z1, V1, deeper, z1_64=None) -> None:
         self.z1, self.V1, self.deeper = z1, V1, deeper  # (T, B, width), (T, P, width, d), [(T, width, width)]
-        self.phi0 = self._deeper_layers(torch.relu(self.z1))  # (T, B, width)
+        self.rows = torch.arange(z1.shape[0])  # trial t's weights: deeper[k][rows[t]]
+        # the clean forward once: its features and which units of every layer are active (the curvature at 0)
+        pre = self.z1
+        self.on = [pre > 0]  # [(T, B, width)] * L
+        for V in self.deeper:
+            pre = self._layer(torch.relu(pre), V)
+            self.on.append(pre > 0)
+        self.phi0 = torch.relu(pre)  # (T, B, width)
         if z1_64 is not None:
             self._z1_64 = z1_64
 
@@ -187,13 +199,17 @@ class DeepRFMove(TokenMove):
         return self._exact64 if getattr(self, "_z1_64", None) is not None else None
 
     def _exact64(self, delta: torch.Tensor, j: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """S in float64 from the float64 first layer and the deeper layers cast chunk by chunk."""
-        T, B = j.shape
-        V1 = self.V1[torch.arange(T)[:, None], j.to(self.V1.device)].to(torch.float64)  # (T, B, width, d)
-        h0 = deeper_forward64(torch.relu(self._z1_64), self.deeper)  # (T, B, width)
-        h1 = deeper_forward64(torch.relu(self._z1_64 + (V1 @ delta.to(V1)[..., None])[..., 0]), self.deeper)
-        norm = h0.norm(dim=-1)
-        return ((h1 - h0).norm(dim=-1) / norm).cpu(), norm.cpu()
+        """S in float64 of K candidates per sample, delta (T, B, K, d) at positions j (T, B, K), from the float64
+        first layer and one pass of the clean and the K moved samples through the deeper layers (each weight cast
+        to float64 once, in row chunks): -> (T, B, K) twice."""
+        T, B, K = j.shape
+        V1 = self.V1[torch.arange(T)[:, None, None], j.to(self.V1.device)].to(torch.float64)  # (T, B, K, width, d)
+        z1 = self._z1_64[:, :, None] + (V1 @ delta.to(V1)[..., None])[..., 0]  # (T, B, K, width)
+        h = torch.cat([torch.relu(self._z1_64), torch.relu(z1).flatten(1, 2)], dim=1)  # (T, B + B K, width)
+        h = deeper_forward64(h, self.deeper, self.rows)
+        h0, h1 = h[:, :B], h[:, B:].reshape(T, B, K, -1)
+        norm = h0.norm(dim=-1)[..., None].expand(T, B, K)
+        return ((h1 - h0[:, :, None]).norm(dim=-1) / norm).cpu(), norm.contiguous().cpu()
 
     @classmethod
     def supports(cls, maps) -> bool:
@@ -203,10 +219,12 @@ class DeepRFMove(TokenMove):
     def chain_elements(cls, maps, B, n, d):
         return 4 * maps[0].width * maps[0].depth, maps[0].width * d
 
-    def _deeper_layers(self, h: torch.Tensor) -> torch.Tensor:
-        for V in self.deeper:
-            h = torch.relu(per_trial(h, V.transpose(1, 2)))  # (T, ..., width) @ (T, width, width) -> (T, ..., width)
-        return h
+    def _layer(self, h: torch.Tensor, V: torch.Tensor, transpose: bool = False) -> torch.Tensor:
+        """h[t] @ V[rows[t]]^T (the layer's forward; with `transpose`, h[t] @ V[rows[t]], its backward), one
+        product per trial: (T, ..., width) -> (T, ..., width)."""
+        w = h.shape[-1]
+        out = [h[t].reshape(-1, w) @ (V[r] if transpose else V[r].T) for t, r in enumerate(self.rows.tolist())]
+        return torch.stack(out).reshape(h.shape)
 
     def _moved(self, delta: torch.Tensor) -> torch.Tensor:
         """V1^(i) Delta, the first layer's change: (T, B, P, R, d) -> (T, B, P, R, width)."""
@@ -222,7 +240,10 @@ class DeepRFMove(TokenMove):
 
     def features(self, delta: torch.Tensor) -> torch.Tensor:
         # first layer: the token-move identity of RF; deeper layers: full matrices
-        return self._deeper_layers(torch.relu(self.z1[:, :, None, None] + self._moved(delta)))
+        h = torch.relu(self.z1[:, :, None, None] + self._moved(delta))
+        for V in self.deeper:
+            h = torch.relu(self._layer(h, V))
+        return h
 
     def value_and_grad(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`change_sq` and its gradient in Delta by hand-written backpropagation through the L layers (no autograd
@@ -230,53 +251,61 @@ class DeepRFMove(TokenMove):
         pre = [self.z1[:, :, None, None] + self._moved(delta)]  # every layer's pre-activation, (T, B, P, R, width)
         h = torch.relu(pre[0])
         for V in self.deeper:
-            pre.append(_batched(h, V.transpose(1, 2)))  # (T, ..., width) @ (T, width, width)
+            pre.append(self._layer(h, V))
             h = torch.relu(pre[-1])
         e = h - self.phi0[:, :, None, None]
         f = sum_last(e.pow(2))
         g = 2 * e
         for k in range(len(self.deeper), 0, -1):  # back through layer k + 1 (weight deeper[k - 1]) and its ReLU
-            g = _batched(torch.where(pre[k] > 0, g, torch.zeros_like(g)), self.deeper[k - 1])
+            g = self._layer(torch.where(pre[k] > 0, g, torch.zeros_like(g)), self.deeper[k - 1], transpose=True)
         return f, self._moved_back(torch.where(pre[0] > 0, g, torch.zeros_like(g)))
 
     def curvature_product(self, v: torch.Tensor) -> torch.Tensor:
         """H v for the Hessian H = 2 J^T J of `change_sq` at Delta = 0 (J: the Jacobian of the features there; the
         ReLUs are linear almost everywhere), one pass forward and one back: (T, B, P, R, d) -> (T, B, P, R, d)."""
-        on = self._clean_masks()
+        on = [m[:, :, None, None] for m in self.on]  # (T, B, 1, 1, width) each
         u = torch.where(on[0], self._moved(v), torch.zeros(()))  # (T, B, P, R, width): J v, layer by layer
         for V, mask in zip(self.deeper, on[1:]):
-            u = torch.where(mask, _batched(u, V.transpose(1, 2)), torch.zeros(()))
+            u = torch.where(mask, self._layer(u, V), torch.zeros(()))
         for k in range(len(self.deeper), 0, -1):
-            u = torch.where(on[k - 1], _batched(u, self.deeper[k - 1]), torch.zeros(()))
+            u = torch.where(on[k - 1], self._layer(u, self.deeper[k - 1], transpose=True), torch.zeros(()))
         return 2 * self._moved_back(u)
 
-    def _clean_masks(self) -> list[torch.Tensor]:
-        """Which units of every layer are active on the clean sample: [(T, B, 1, 1, width)] * L."""
-        pre = self.z1
-        masks = [pre > 0]
-        for V in self.deeper:
-            pre = _batched(torch.relu(pre), V.transpose(1, 2))
-            masks.append(pre > 0)
-        return [m[:, :, None, None] for m in masks]
+    def top_curvature(self, v: torch.Tensor) -> torch.Tensor:
+        """The exact top eigenvector of the Hessian 2 J^T J at Delta = 0, signed to agree with the start vector v:
+        (T, B, P, 1, d) -> (T, B, P, 1, d) unit vectors (docs/theory.md §4.2).
+
+        J (width x d per sample and position) is pushed through the layers as d columns at once: one pass in which
+        every weight is read once (where the power iteration reads each weight twice per iteration), then a d x d
+        eigendecomposition in float64.
+        """
+        T, B, P, _, d = v.shape
+        out = []
+        for p in range(P):  # one position at a time bounds the memory to T B d columns
+            J = self.on[0][:, :, :, None] * self.V1[:, p, None]  # (T, B, width, d): the first layer's Jacobian
+            J = J.transpose(-1, -2)  # (T, B, d, width): rows are the columns of J
+            for V, mask in zip(self.deeper, self.on[1:]):
+                J = torch.where(mask[:, :, None], self._layer(J, V), torch.zeros(()))
+            J64 = J.to(torch.float64)
+            top = torch.linalg.eigh(J64 @ J64.transpose(-1, -2))[1][..., -1]  # (T, B, d), eigenvalues ascending
+            sign = torch.where((top * v[:, :, p, 0].to(top)).sum(-1) < 0, -1.0, 1.0).to(top)
+            out.append((top * sign[..., None]).to(v.dtype))
+        return torch.stack(out, dim=2)[:, :, :, None]  # (T, B, P, 1, d)
 
     def select_trials(self, idx: torch.Tensor) -> DeepRFMove:
-        """The algebra of the trials idx only (the search leaves its finished trials out)."""
+        """The algebra of the trials idx only (the search leaves its finished trials out); the deeper layers are not
+        copied, `rows` points into them."""
         token = DeepRFMove.__new__(DeepRFMove)
         TokenMove.__init__(
             token, [self.maps[i] for i in idx.tolist()] if self.maps else [], self.z1, self.positions, self.dtype
         )
+        idx = idx.to(self.z1.device)
         token.z1, token.V1, token.phi0 = self.z1[idx], self.V1[idx], self.phi0[idx]
-        token.deeper = [V[idx] for V in self.deeper]
+        token.deeper, token.rows = self.deeper, self.rows[idx.cpu()]
+        token.on = [m[idx] for m in self.on]
         if getattr(self, "_z1_64", None) is not None:
             token._z1_64 = self._z1_64[idx]
         return token
-
-
-def _batched(h: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """h[t] @ W[t] by one bmm whatever the number of trials: (T, ..., a), (T, a, b) -> (T, ..., b). A trial's value
-    then does not depend on how many trials are still searched (`select_trials`), to the last bit."""
-    T = h.shape[0]
-    return torch.bmm(h.reshape(T, -1, h.shape[-1]), W).reshape(*h.shape[:-1], W.shape[-1])
 
 
 def fresh_deeper_layers(
@@ -284,25 +313,30 @@ def fresh_deeper_layers(
 ) -> list[torch.Tensor]:
     """Layers 2..L of T fresh DeepRF maps, N(0, 2 / width) each: [(T, width, width)] * (depth - 1).
 
-    On the CPU each layer comes from the generator derive_seed(seed, "deep_rf.fresh", layer); on another device it is
-    drawn there (other numbers, see `_draw_on_device`), so the paper's widest layers never pass through host memory.
+    On the CPU each layer comes from the generator derive_seed(seed, "deep_rf.fresh", layer), drawn straight into
+    its place in the stack; on another device it is drawn there (other numbers, see `_draw_on_device`), so the
+    paper's widest layers never pass through host memory.
     """
     device = torch.device(device)
     layers = []
     for layer in range(1, depth):
         if device.type == "cpu":
-            draws = [torch.randn(width, width, generator=generator(s, "deep_rf.fresh", layer)) for s in seeds]
-            draws = [V.mul_((2.0 / width) ** 0.5) for V in draws]
+            stack = torch.empty(len(seeds), width, width)
+            for t, s in enumerate(seeds):
+                torch.randn(width, width, generator=generator(s, "deep_rf.fresh", layer), out=stack[t])
+            layers.append(stack.mul_((2.0 / width) ** 0.5))
         else:
             draws = [_draw_on_device(s, layer, width, width, torch.float32, device, "deep_rf.fresh") for s in seeds]
-        layers.append(stack_trials(draws))
+            layers.append(stack_trials(draws))
     return layers
 
 
-def deeper_forward64(h: torch.Tensor, deeper: list[torch.Tensor]) -> torch.Tensor:
-    """relu through the deeper layers in float64, per trial: (T, M, width) -> (T, M, width)."""
+def deeper_forward64(h: torch.Tensor, deeper: list[torch.Tensor], rows: torch.Tensor | None = None) -> torch.Tensor:
+    """relu through the deeper layers in float64, trial t by the weights deeper[k][rows[t]] (rows None: t):
+    (T, M, width) -> (T, M, width)."""
+    index = range(h.shape[0]) if rows is None else rows.tolist()
     for V in deeper:
-        h = torch.relu(torch.stack([matmul64(h[t], V[t]) for t in range(h.shape[0])]))
+        h = torch.relu(torch.stack([matmul64(h[t], V[r]) for t, r in enumerate(index)]))
     return h
 
 

@@ -36,8 +36,8 @@ class TokenMove:
 
     @property
     def exact64(self) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None:
-        """(Delta (T, B, d) float64, index into positions (T, B)) -> (S (T, B), ||phi(X)|| (T, B)) float64, exact
-        without a second full forward, or None. (A property, not a stored bound method: a token holding a method of
+        """(Delta (T, B, K, d) float64, index into positions (T, B, K)) -> (S (T, B, K), ||phi(X)|| (T, B, K))
+        float64 for K candidate moves of every sample at once, exact without a second full forward, or None. (A property, not a stored bound method: a token holding a method of
         itself would be a reference cycle, and its large tensors would wait for the garbage collector.)"""
         return None
 

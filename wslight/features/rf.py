@@ -290,15 +290,16 @@ class RFMove(TokenMove):
         return self._exact64 if getattr(self, "_z64", None) is not None else None
 
     def _exact64(self, delta: torch.Tensor, j: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        T, B = j.shape
-        moved = torch.empty_like(self._z64)  # (T, B, k): V^(i) Delta in float64, the block cast in row chunks
+        T, B, K = j.shape
+        # (T, B, K, k): V^(i) Delta in float64, the block cast in row chunks
+        moved = self._z64.new_empty(T, B, K, self._z64.shape[-1])
         for t in range(T):
             for b in range(B):
-                moved[t, b] = matmul64(delta[t, b, None].to(moved), self.V[t, int(j[t, b])])[0]  # (1, d) x (k, d)^T
-        zp = self._z64 + moved
+                for c in range(K):  # (1, d) x (k, d)^T
+                    moved[t, b, c] = matmul64(delta[t, b, c, None].to(moved), self.V[t, int(j[t, b, c])])[0]
         phi = self.act(self._z64)
-        norm = phi.norm(dim=-1)
-        return ((self.act(zp) - phi).norm(dim=-1) / norm).cpu(), norm.cpu()
+        norm = phi.norm(dim=-1)[..., None].expand(T, B, K)
+        return ((self.act(self._z64[:, :, None] + moved) - phi[:, :, None]).norm(dim=-1) / norm).cpu(), norm.cpu()
 
 
 def fresh_preactivations(
