@@ -37,8 +37,9 @@ class TokenMove:
     @property
     def exact64(self) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None:
         """(Delta (T, B, K, d) float64, index into positions (T, B, K)) -> (S (T, B, K), ||phi(X)|| (T, B, K))
-        float64 for K candidate moves of every sample at once, exact without a second full forward, or None. (A property, not a stored bound method: a token holding a method of
-        itself would be a reference cycle, and its large tensors would wait for the garbage collector.)"""
+        float64 for K candidate moves of every sample at once, exact without a second full forward, or None.
+        (A property, not a stored bound method: a token holding a method of itself would be a reference cycle, and
+        its large tensors would wait for the garbage collector.)"""
         return None
 
     def __init__(self, maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype: torch.dtype) -> None:
