@@ -1,17 +1,19 @@
-"""DeepRF word sensitivity: the closed form (hand-written backpropagation, the curvature product J^T J v, finished
-trials leaving the batch) against the autograd path it replaced, side by side on the same reviews and maps.
+"""DeepRF word sensitivity: the closed form (hand-written backpropagation, the curvature product J^T J v, the exact
+top curvature from one Jacobian pass, finished trials leaving the batch) against the autograd path it replaced, side
+by side on the same reviews and maps.
 
 Both sides run `word_sensitivity(FreshMaps("deep_rf", seeds, depth=L), X, ...)` with the shipped DeepRF config's
 search settings (configs/ws/deep_rf.yaml) on `trials` bundled reviews (IMDb token embeddings of the bundled MiniLM,
 rows of norm sqrt(d)), token 0, a fresh map per trial, one thread. The autograd side hides the closed form
-(`value_and_grad`, `curvature_product`, `select_trials`), so the search differentiates `change_sq` by autograd and
-takes the curvature start by double backward, as before. Each side runs in its own subprocess, so its peak memory
-(ru_maxrss) is its own. Columns: seconds per trial (maps drawn inside the timed call), the ratio, peak memory, mean
-steps, and the largest relative difference of S between the sides (float32 rounding of the gradient moves a chain's
-path a little; both are lower bounds of the same maximum).
+(`value_and_grad`, `curvature_product`, `top_curvature`, `select_trials`), so the search differentiates `change_sq`
+by autograd and takes the curvature start by power iteration with double backward, as before. Each side runs in its
+own subprocess, so its peak memory (ru_maxrss) is its own. Columns: seconds per trial (maps drawn inside the timed
+call), the ratio, peak memory, mean steps, and the largest relative difference of S between the sides (the exact
+top curvature and float32 rounding of the gradient move a chain's path a little; both are lower bounds of the same
+maximum).
 
-    python benchmarks/deep_rf.py                         # d = 32, n = 50 and 80, L = 2, 4, 8
-    python benchmarks/deep_rf.py --d 64 --n 50 --depths 2 --trials 4
+    python benchmarks/deep_rf.py                         # d = 64, n = 50 and 80, L = 2, 4, 8
+    python benchmarks/deep_rf.py --d 32 --n 50 --depths 2 --trials 4
 """
 
 from __future__ import annotations
@@ -34,14 +36,14 @@ from wslight.features.move import TokenMove
 from wslight.sensitivity import word_sensitivity
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ws" / "deep_rf.yaml"
-SEARCH_KEYS = ("restarts", "max_chains", "gain_tol", "max_steps")
+SEARCH_KEYS = ("restarts", "max_chains", "gain_tol", "max_steps", "tol", "window")
 
 
 def run_side(side: str, d: int, n: int, depth: int, trials: int, seed: int) -> dict:
     """One side's timed call; prints a JSON line (seconds per trial, S per trial, mean steps, peak memory)."""
     torch.set_num_threads(1)
     if side == "autograd":  # the path before the closed form: no value_and_grad, double-backward curvature
-        del DeepRFMove.value_and_grad, DeepRFMove.curvature_product
+        del DeepRFMove.value_and_grad, DeepRFMove.curvature_product, DeepRFMove.top_curvature
         DeepRFMove.select_trials = TokenMove.select_trials  # type: ignore[method-assign,assignment]
     args = yaml.safe_load(CONFIG.read_text())["model"]["init_args"]
     settings = {k: args[k] for k in SEARCH_KEYS}
@@ -57,7 +59,7 @@ def run_side(side: str, d: int, n: int, depth: int, trials: int, seed: int) -> d
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--d", type=int, default=32)
+    p.add_argument("--d", type=int, default=64)
     p.add_argument("--n", type=int, nargs="+", default=[50, 80])
     p.add_argument("--depths", type=int, nargs="+", default=[2, 4, 8])
     p.add_argument("--trials", type=int, default=10)
