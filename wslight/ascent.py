@@ -3,7 +3,6 @@ every (trial, sample, position, restart) chain at once, its starting points, and
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -237,7 +236,9 @@ class Search:
         # the generic path's last round: chains started next to the best point found (its ridge steps end a
         # little short of a kinked maximum; docs/theory.md §4.3)
         polishing = False
-        for round_ in itertools.count():
+        round_ = 0
+        while True:
+            ahead = 0  # chains of the next round run together with this one (see below)
             if polishing:
                 draws = unit(seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, "polish"))
                 best = x_top[run][:, :, None, None, 0]  # (T', B, 1, 1, d): the best Delta, tried at every position
@@ -251,6 +252,12 @@ class Search:
             elif round_ > 0:
                 draws = seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, round_)
                 starts = unit(draws).to(device=device, dtype=dt) * self.radius
+            if round_ == 0 and starts.shape[3] < self.max_chains:
+                # the first round gains on nothing, so a second round always follows, and its random starts do not
+                # depend on the first: its chains run in the same batch (half the sequential steps, same chains)
+                draws = seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, 1)
+                ahead = self.restarts
+                starts = torch.cat([starts, unit(draws).to(device=device, dtype=dt) * self.radius], dim=3)
             tok = token if len(run) == T else token.select_trials(run.to(device))
             sub = run if tok is not None else torch.arange(T)  # a family that cannot restrict runs every trial
             tok = tok if tok is not None else token
@@ -261,29 +268,41 @@ class Search:
             f_r, x_r, steps_r = self._round(tok, starts, chain_chunk)  # (T', B, P, R) ...
             keep = torch.isin(sub, run)
             f_r, x_r, steps_r, st_r, sub = f_r[keep], x_r[keep], steps_r[keep], starts[keep.to(device)], sub[keep]
-            R = f_r.shape[-1]
-            f_round = torch.full((T, B, P * R), -math.inf, dtype=torch.float64)
-            f_round[sub] = f_r.reshape(len(sub), B, P * R)
-            values.append(f_round)
-            before = f_top[..., 0].clone()
-            # merge this round's best chains into the kept ones
-            f_new, i_new = f_round[sub].topk(min(K, P * R), dim=-1)  # (T', B, k)
-            x_flat = x_r.reshape(len(sub), B, P * R, d)
-            pick = i_new[..., None].expand(-1, -1, -1, d).to(x_flat.device)
-            x_new = x_flat.gather(2, pick).cpu().to(torch.float64)
-            s_new = st_r.reshape(len(sub), B, P * R, d).gather(2, pick).cpu().to(torch.float64)
-            f_all = torch.cat([f_top[sub], f_new], dim=-1)
-            f_top[sub], order = f_all.topk(K, dim=-1)
-            x_top[sub] = torch.cat([x_top[sub], x_new], dim=2).gather(2, order[..., None].expand(-1, -1, -1, d))
-            s_top[sub] = torch.cat([s_top[sub], s_new], dim=2).gather(2, order[..., None].expand(-1, -1, -1, d))
-            j_top[sub] = torch.cat([j_top[sub], i_new // R], dim=-1).gather(2, order)
-            steps[sub] = torch.maximum(steps[sub], steps_r.reshape(len(sub), B, -1).max(dim=-1).values)
-            chains += R
-            # on S, not S^2; the first round gains on nothing (before = -inf), so a second round always follows
-            gain = (f_top[..., 0].clamp_min(0) / before.clamp_min(1e-300)).sqrt() - 1
-            near = near_best(torch.cat(values, dim=-1), f_top[..., 0], squared=True)
-            more = more_chains(gain, near, torch.full_like(near, chains), self.gain_tol, self.max_chains)  # (T, B)
-            run = run[more[run].any(dim=1)]
+            split = f_r.shape[-1] - ahead
+            parts = [(f_r[..., :split], x_r[:, :, :, :split], steps_r[..., :split], st_r[:, :, :, :split], sub)]
+            if ahead:
+                parts.append((f_r[..., split:], x_r[:, :, :, split:], steps_r[..., split:], st_r[:, :, :, split:], sub))
+            for k, (f_k, x_k, steps_k, st_k, sub_k) in enumerate(parts):
+                if k > 0:  # the chains run ahead count only for the trials the first round sends on
+                    on = torch.isin(sub_k, run)
+                    f_k, x_k, steps_k, st_k, sub_k = f_k[on], x_k[on], steps_k[on], st_k[on.to(device)], sub_k[on]
+                    if len(sub_k) == 0:
+                        break
+                    round_ += 1
+                R = f_k.shape[-1]
+                f_round = torch.full((T, B, P * R), -math.inf, dtype=torch.float64)
+                f_round[sub_k] = f_k.reshape(len(sub_k), B, P * R)
+                values.append(f_round)
+                before = f_top[..., 0].clone()
+                # merge this round's best chains into the kept ones
+                f_new, i_new = f_round[sub_k].topk(min(K, P * R), dim=-1)  # (T', B, k)
+                x_flat = x_k.reshape(len(sub_k), B, P * R, d)
+                pick = i_new[..., None].expand(-1, -1, -1, d).to(x_flat.device)
+                x_new = x_flat.gather(2, pick).cpu().to(torch.float64)
+                s_new = st_k.reshape(len(sub_k), B, P * R, d).gather(2, pick).cpu().to(torch.float64)
+                f_all = torch.cat([f_top[sub_k], f_new], dim=-1)
+                f_top[sub_k], order = f_all.topk(K, dim=-1)
+                x_top[sub_k] = torch.cat([x_top[sub_k], x_new], dim=2).gather(2, order[..., None].expand(-1, -1, -1, d))
+                s_top[sub_k] = torch.cat([s_top[sub_k], s_new], dim=2).gather(2, order[..., None].expand(-1, -1, -1, d))
+                j_top[sub_k] = torch.cat([j_top[sub_k], i_new // R], dim=-1).gather(2, order)
+                steps[sub_k] = torch.maximum(steps[sub_k], steps_k.reshape(len(sub_k), B, -1).max(dim=-1).values)
+                chains += R
+                # on S, not S^2; the first round gains on nothing (before = -inf), so a second round always follows
+                gain = (f_top[..., 0].clamp_min(0) / before.clamp_min(1e-300)).sqrt() - 1
+                near = near_best(torch.cat(values, dim=-1), f_top[..., 0], squared=True)
+                more = more_chains(gain, near, torch.full_like(near, chains), self.gain_tol, self.max_chains)  # (T, B)
+                run = run[more[run].any(dim=1)]
+            round_ += 1
             if len(run) == 0:
                 if polishing:
                     break
