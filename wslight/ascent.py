@@ -172,10 +172,12 @@ class Search:
 
     def _chunks(self, T: int, B: int, per_chain: int, per_pos: int, one_chunk: bool) -> tuple[int, int]:
         """Positions per chunk and chains per batch, within `chunk_elements`."""
-        chains_per_pos = T * B * self.restarts
+        # the first round carries the second round's chains when there is a second round (`_search`)
+        wide = self.restarts * (2 if self.max_chains > self.restarts else 1)
+        chains_per_pos = T * B * wide
         pos_chunk = max(1, self.chunk_elements // (chains_per_pos * per_chain + T * per_pos))
         pos_chunk = len(self.positions) if one_chunk else pos_chunk
-        chain_chunk = self.restarts
+        chain_chunk = wide
         if pos_chunk == 1 and chains_per_pos * per_chain + T * per_pos > self.chunk_elements:
             # the position's own memory (e.g. RF blocks) is held whatever the chain batching, so the chains of one
             # position get the whole budget: splitting them would only re-read that memory once per batch
