@@ -271,10 +271,15 @@ class Search:
             keep = torch.isin(sub, run)
             f_r, x_r, steps_r, st_r, sub = f_r[keep], x_r[keep], steps_r[keep], starts[keep.to(device)], sub[keep]
             split = f_r.shape[-1] - ahead
-            parts = [(f_r[..., :split], x_r[:, :, :, :split], steps_r[..., :split], st_r[:, :, :, :split], sub)]
-            if ahead:
-                parts.append((f_r[..., split:], x_r[:, :, :, split:], steps_r[..., split:], st_r[:, :, :, split:], sub))
-            for k, (f_k, x_k, steps_k, st_k, sub_k) in enumerate(parts):
+            parts = [slice(0, split)] + ([slice(split, None)] if ahead else [])  # this round, the round run ahead
+            for k, part in enumerate(parts):
+                f_k, x_k, steps_k, st_k, sub_k = (
+                    f_r[..., part],
+                    x_r[..., part, :],
+                    steps_r[..., part],
+                    st_r[..., part, :],
+                    sub,
+                )
                 if k > 0:  # the chains run ahead count only for the trials the first round sends on
                     on = torch.isin(sub_k, run)
                     f_k, x_k, steps_k, st_k, sub_k = f_k[on], x_k[on], steps_k[on], st_k[on.to(device)], sub_k[on]

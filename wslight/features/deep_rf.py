@@ -264,12 +264,18 @@ class DeepRFMove(TokenMove):
         """H v for the Hessian H = 2 J^T J of `change_sq` at Delta = 0 (J: the Jacobian of the features there; the
         ReLUs are linear almost everywhere), one pass forward and one back: (T, B, P, R, d) -> (T, B, P, R, d)."""
         on = [m[:, :, None, None] for m in self.on]  # (T, B, 1, 1, width) each
-        u = torch.where(on[0], self._moved(v), torch.zeros(()))  # (T, B, P, R, width): J v, layer by layer
-        for V, mask in zip(self.deeper, on[1:]):
-            u = torch.where(mask, self._layer(u, V), torch.zeros(()))
+        u = self._through_active(torch.where(on[0], self._moved(v), torch.zeros(())))  # (T, B, P, R, width): J v
         for k in range(len(self.deeper), 0, -1):
             u = torch.where(on[k - 1], self._layer(u, self.deeper[k - 1], transpose=True), torch.zeros(()))
         return 2 * self._moved_back(u)
+
+    def _through_active(self, u: torch.Tensor) -> torch.Tensor:
+        """u (T, B, ..., width), a change of the first layer's output, through the deeper layers linearised at the
+        clean sample (each layer's inactive units zeroed): the deeper part of J."""
+        for V, mask in zip(self.deeper, self.on[1:]):
+            mask = mask.reshape(*mask.shape[:2], *[1] * (u.dim() - 3), -1)  # (T, B, 1, ..., width)
+            u = torch.where(mask, self._layer(u, V), torch.zeros(()))
+        return u
 
     def top_curvature(self, v: torch.Tensor) -> torch.Tensor:
         """The exact top eigenvector of the Hessian 2 J^T J at Delta = 0, signed to agree with the start vector v:
@@ -283,9 +289,7 @@ class DeepRFMove(TokenMove):
         out = []
         for p in range(P):  # one position at a time bounds the memory to T B d columns
             J = self.on[0][:, :, :, None] * self.V1[:, p, None]  # (T, B, width, d): the first layer's Jacobian
-            J = J.transpose(-1, -2)  # (T, B, d, width): rows are the columns of J
-            for V, mask in zip(self.deeper, self.on[1:]):
-                J = torch.where(mask[:, :, None], self._layer(J, V), torch.zeros(()))
+            J = self._through_active(J.transpose(-1, -2))  # (T, B, d, width): rows are the columns of J
             J64 = J.to(torch.float64)
             top = torch.linalg.eigh(J64 @ J64.transpose(-1, -2))[1][..., -1]  # (T, B, d), eigenvalues ascending
             sign = torch.where((top * v[:, :, p, 0].to(top)).sum(-1) < 0, -1.0, 1.0).to(top)
