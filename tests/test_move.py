@@ -59,6 +59,9 @@ def test_closed_form_equals_generic_path_and_full_forward(case, kind):
     assert torch.allclose(fast.change_sq(delta), generic.change_sq(delta), rtol=1e-8, atol=1e-9)
     H = torch.randn(*X.shape[:2], f.shape[-1], 3, generator=generator(1, "test.H"), dtype=torch.float64)
     assert torch.allclose(fast.readout(delta, H), generic.readout(delta, H), rtol=1e-9, atol=1e-9)
+    for token in (fast, generic):  # the shared forward of the word substitution gives the two separate values
+        both = token.change_sq_and_readout(delta, H)
+        assert torch.equal(both[0], token.change_sq(delta)) and torch.equal(both[1], token.readout(delta, H))
 
 
 @pytest.mark.parametrize("kind", FAMILIES)

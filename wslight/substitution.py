@@ -28,8 +28,7 @@ from torch import Tensor, nn
 from . import validate
 from .ascent import DEFAULT_CHUNK_ELEMENTS
 from .features import map_dims
-from .features.move import GenericMove, TokenMove, move_class_for, token_move
-from .numerics import sum_last
+from .features.move import TokenMove, move_class_for, token_move
 from .sensitivity import _device, working_dtype
 
 
@@ -140,7 +139,6 @@ def _best_words(
             raise ValueError(f"heads: expected {token.phi0.shape[-1]} features per head, got {heads.shape[1]}")
         Hb = heads.to(device=device, dtype=dt)[:, None].expand(-1, B, -1, -1)  # (T, B, p, C)
         sign0 = torch.sign(token.phi0[:, :, None, :] @ Hb)[:, :, 0]  # (T, B, C)
-    generic = isinstance(token, GenericMove)
     chunk = max(1, chunk_elements // max(1, T * B * P * (per_word + d)))
     best = torch.full((T, B, P), -math.inf, dtype=dt, device=device)
     word = torch.full((T, B, P), -1, dtype=torch.long, device=device)
@@ -153,18 +151,16 @@ def _best_words(
             rows = candidates[:, v0 : v0 + chunk].to(device=device, dtype=dt)  # (P, R, d)
             delta = rows[None, None] - xi[:, :, :, None]  # (T, B, P, R, d): the moves to every word of the chunk
             mask = allowed[:, :, :, v0 : v0 + chunk].to(device)  # (T, B, P, R)
-            if generic:  # no closed form: one full forward serves the change and the heads' outputs
-                feats = token.features(delta)  # (T, B, P, R, p)
-                f = sum_last((feats - token.phi0[:, :, None, None]).pow(2))
-            else:
+            if heads is None:
                 f = token.change_sq(delta)
+            else:  # one forward serves the change and the heads' outputs where the map has no closed forms
+                f, out = token.change_sq_and_readout(delta, Hb)  # (T, B, P, R), (T, B, P, R, C)
             f = f.masked_fill(~mask, -math.inf)  # (T, B, P, R)
             top, arg = f.max(dim=-1)
             better = top > best
             best = torch.where(better, top, best)
             word = torch.where(better, arg + v0, word)
             if heads is not None:
-                out = (feats @ Hb[:, :, None]) if generic else token.readout(delta, Hb)  # (T, B, P, R, C)
                 out = out * -sign0[:, :, None, None]  # > 0 where the word flips the head
                 flipped = (out > 0) & mask[..., None]
                 flips = flips + flipped.sum(dim=3)

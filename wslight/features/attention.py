@@ -381,6 +381,9 @@ class AttentionMove(TokenMove):
         token.maps, token.starts, token._readout_of = [self.maps[i] for i in idx.tolist()], None, None
         return token
 
+    def change_sq_and_readout(self, delta: torch.Tensor, H: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.change_sq(delta), self.readout(delta, H)  # both closed forms, no features formed
+
     def readout(self, delta: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
         """phi(X^i(Delta))^T h without forming the features: row l != i gives u_l.h_l + a_l (y.h_l - u_l.h_l), row i
         its new output . h_i (docs/theory.md §3.4): (T, B, P, R, d), H (T, B, n d, C) -> (T, B, P, R, C)."""

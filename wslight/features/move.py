@@ -72,13 +72,26 @@ class TokenMove:
 
     def change_sq(self, delta: Tensor) -> Tensor:
         """||phi(X^i(Delta)) - phi(X)||^2: (T, B, P, R, d) -> (T, B, P, R), thread-count invariant."""
-        return sum_last((self.features(delta) - self.phi0[:, :, None, None]).pow(2))
+        return self._change_sq_of(self.features(delta))
 
     def readout(self, delta: Tensor, H: Tensor) -> Tensor:
         """phi(X^i(Delta))^T h for C vectors h per sample: (T, B, P, R, d) and H (T, B, p, C) -> (T, B, P, R, C)."""
-        T, B, P, R, _ = delta.shape
-        f = self.features(delta).reshape(T, B, P * R, -1)  # (T, B, P R, p)
-        return (f @ H).reshape(T, B, P, R, -1)  # (T, B, P R, p) @ (T, B, p, C)
+        return _readout_of(self.features(delta), H)
+
+    def change_sq_and_readout(self, delta: Tensor, H: Tensor) -> tuple[Tensor, Tensor]:
+        """`change_sq` and `readout` of the same moves; one forward serves both unless the family has its own closed
+        forms (then it overrides this with the two calls)."""
+        feats = self.features(delta)
+        return self._change_sq_of(feats), _readout_of(feats, H)
+
+    def _change_sq_of(self, feats: Tensor) -> Tensor:
+        return sum_last((feats - self.phi0[:, :, None, None]).pow(2))
+
+
+def _readout_of(feats: Tensor, H: Tensor) -> Tensor:
+    """Features (T, B, P, R, p) read out by H (T, B, p, C): (T, B, P, R, C)."""
+    T, B, P, R, p = feats.shape
+    return (feats.reshape(T, B, P * R, p) @ H).reshape(T, B, P, R, -1)  # (T, B, P R, p) @ (T, B, p, C)
 
 
 def _out_dim(m: nn.Module, n: int) -> int:

@@ -192,5 +192,8 @@ class MultiHeadMove(TokenMove):
         per_head = per_head.reshape(T, self.H, *per_head.shape[1:]).movedim(1, -1)  # (T, B, P, R, H)
         return sum_last(per_head)
 
+    def change_sq_and_readout(self, delta: torch.Tensor, H: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.change_sq(delta), self.readout(delta, H)  # the heads' closed-form change, as the search sees it
+
 
 MultiHeadRAF.move_class = MultiHeadMove
