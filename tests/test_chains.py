@@ -195,3 +195,39 @@ def test_generic_path_polishing_round_only_adds_chains(monkeypatch):
     assert (polished.ws >= plain_rounds.ws * (1 - 1e-9)).all()
     token = token_move([make_map("relu_raf", n, d, seed=5)], X[None], [0], torch.float32)
     assert not ascent.Search._polishes(token)
+
+
+def test_narrowing_to_the_moving_chains_keeps_every_path_and_saves_evaluations():
+    """run_chains with `restrict` evaluates only the trials and chains still moving, yet every chain ends where it
+    ends without it (same best point, value and steps, bit for bit, on an elementwise objective), and the stopped
+    chains' evaluations are saved. Chain c of a row climbs a quadratic of condition number 10^(3c/5), so the chains
+    of a row stop at very different steps."""
+    T, B, C, d = 3, 2, 6, 4
+    target = torch.randn(T, B, C, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    target = 0.5 * target / target.norm(dim=-1, keepdim=True)
+    w = torch.logspace(0, 3, C, dtype=torch.float64)[:, None] ** torch.linspace(0, 1, d, dtype=torch.float64)
+    w = (w / w.sum(-1, keepdim=True)).expand(T, B, C, d)  # (T, B, C, d): the curvatures of each chain
+    evaluated = {"full": 0, "narrowed": 0}
+
+    def evaluate_for(goal, weight, key):
+        def evaluate(x):
+            evaluated[key] += x.shape[:-1].numel()
+            return 10 - (weight * (x - goal).pow(2)).sum(-1), -2 * weight * (x - goal)
+
+        return evaluate
+
+    def restrict(trials, columns):
+        at = columns[..., None].expand(*columns.shape, d)
+        return evaluate_for(target[trials].gather(-2, at), w[trials].gather(-2, at), "narrowed")
+
+    rule = MonotoneAscent(1.0, 0.05, 1e-7, 5)
+    x0 = torch.zeros(T, B, C, d, dtype=torch.float64)
+    full = run_chains(evaluate_for(target, w, "full"), x0.clone(), rule, 400)
+    narrowed = run_chains(evaluate_for(target, w, "narrowed"), x0.clone(), rule, 400, restrict)
+    assert torch.equal(full.best_x, narrowed.best_x) and torch.equal(full.best_f, narrowed.best_f)
+    assert torch.equal(full.steps, narrowed.steps)
+    assert full.steps.min() < full.steps.max() / 5  # the chains do stop at very different steps
+    # all chains times the longest without narrowing; about the chains' own steps with it
+    assert evaluated["full"] == T * B * C * (int(full.steps.max()) + 1)
+    assert evaluated["narrowed"] < 0.6 * evaluated["full"]
+    assert evaluated["narrowed"] < 2 * int((full.steps + 1).sum())

@@ -341,9 +341,20 @@ class Search:
         closed = getattr(token, "value_and_grad", None)
         evaluate = closed if closed is not None else autograd_evaluate(token.change_sq)
 
-        def restrict(idx: Tensor):
-            narrowed = token.select_trials(idx) if closed is not None else None
-            return None if narrowed is None else cast(_ClosedForm, narrowed).value_and_grad
+        selected: dict = {}  # the trials last selected and their algebra (copied once per set of trials)
+
+        def restrict(idx: Tensor, columns: Tensor):  # every chain of a sample runs the same objective
+            if selected.get("idx") is None or not torch.equal(selected["idx"], idx):
+                every = len(idx) == starts.shape[0]  # only columns narrowed: the whole algebra serves
+                selected.update(idx=idx, token=token if every else token.select_trials(idx))
+            narrowed = selected["token"]
+            if narrowed is None:
+                return None
+            return (
+                cast(_ClosedForm, narrowed).value_and_grad
+                if closed is not None
+                else autograd_evaluate(narrowed.change_sq)
+            )
 
         # the generic path (autograd, no structured starts) walks ridges, and so do closed forms with kinks (DeepRF's
         # ReLU layers); the other closed forms keep plain steps

@@ -56,6 +56,22 @@ def _trials(heads: HeadScalars, idx: Tensor) -> HeadScalars:
     return HeadScalars(**{f.name: getattr(heads, f.name)[idx] for f in fields(HeadScalars)})
 
 
+def _chain_objectives(s: Tensor, a: Tensor, ap: Tensor, hR: HeadScalars, attacks, objective: Tensor) -> Tensor:
+    """Each chain's own objective: attacks[objective[t, b, c]] of the chain's inner products s, a, ap (T, B, W), hR's
+    per-sample scalars broadcast over the chains; (T, B, W). Each objective is computed on its own chains only, so one
+    objective's infinities (e.g. align on phi(X) = 0) never reach another's gradient."""
+    if len(attacks) == 1:
+        return attack_objective(s, a, ap, hR, *attacks[0])
+    out = torch.zeros_like(s)
+    for o, attack in enumerate(attacks):
+        mask = objective == o
+        if bool(mask.any()):
+            own = {k: getattr(hR, k).expand_as(s)[mask] for k in ("y", "t0", "phi_sq", "Pphi_sq")}
+            scalars = HeadScalars(**{f.name: own.get(f.name, getattr(hR, f.name)) for f in fields(HeadScalars)})
+            out[mask] = attack_objective(s[mask], a[mask], ap[mask], scalars, *attack)
+    return out
+
+
 def _in_ball(seed: int, T: int, R: int, B: int, d: int, radius: float) -> Tensor:
     """Restart points uniform in the ball, (T, R, B, d) float64, drawn restart-major from `seed`."""
     g = generator(seed, "attack.restarts")
@@ -180,26 +196,29 @@ def delta_attacks(
         """(T, B, R, d) -> (T, B, R, 3): phi(X')^T [theta*, phi, P phi]."""
         return token.readout(delta[:, :, None], hv)[:, :, 0]
 
-    def gain(delta: Tensor, token=token, hv=hv, hR=hR) -> Tensor:
-        """-objective o on block o of the chains, (T, B, n_obj R, d) -> (T, B, n_obj R): the engine maximises."""
-        sap = inner(delta, token, hv).to(torch.float64).unflatten(2, (n_obj, R))  # (T, B, n_obj, R, 3)
-        s, a, ap = sap.unbind(-1)  # (T, B, n_obj, R) each
-        parts = [attack_objective(s[:, :, o], a[:, :, o], ap[:, :, o], hR, *attacks[o]) for o in range(n_obj)]
-        return -torch.cat(parts, dim=2)
+    def gain(delta: Tensor, objective: Tensor, token=token, hv=hv, hR=hR) -> Tensor:
+        """-objective objective[t, b, c] of every chain c, (T, B, W, d) -> (T, B, W): the engine maximises."""
+        s, a, ap = inner(delta, token, hv).to(torch.float64).unbind(-1)  # (T, B, W) each
+        return -_chain_objectives(s, a, ap, hR, attacks, objective)
 
-    def restrict(idx: Tensor) -> Evaluate | None:
-        """The evaluation of the trials idx only (their algebra copied), once the others have finished."""
-        restricted = token.select_trials(idx)
+    def restrict(idx: Tensor, columns: Tensor) -> Evaluate | None:
+        """The evaluation of the chains `columns` of the trials idx only (the trials' algebra copied once)."""
+        if selected.get("idx") is None or not torch.equal(selected["idx"], idx):
+            selected.update(idx=idx, token=token if len(idx) == T else token.select_trials(idx))
+        restricted = selected["token"]
         if restricted is None:
             return None
-        return autograd_evaluate(partial(gain, token=restricted, hv=hv[idx], hR=_trials(hR, idx)))
+        objective = columns // R  # the chains are objective-major
+        return autograd_evaluate(partial(gain, objective=objective, token=restricted, hv=hv[idx], hR=_trials(hR, idx)))
 
+    selected: dict = {}  # the trials last selected and their algebra
     starts = _starts(at.seeds, at.per_trial_seeds, T, B, R, d, radius, dtype, at.X_ctx.device).repeat(1, 1, n_obj, 1)
     if at.faithful:
         rule: StepRule = FixedStep(radius, at.lr)
     else:
         rule = MomentumDescent(radius, at.lr, at.steps, LR_FLOOR, PATIENCE, RTOL, ATOL)
-    chains = run_chains(autograd_evaluate(gain), starts, rule, at.steps, restrict)
+    every = torch.arange(n_obj * R, device=starts.device).div(R, rounding_mode="floor").expand(T, B, -1)
+    chains = run_chains(autograd_evaluate(partial(gain, objective=every)), starts, rule, at.steps, restrict)
     with torch.no_grad():
         # Paper (authors' code): the final iterate; otherwise the best point of each chain
         value, point = (chains.f, chains.x) if at.faithful else (chains.best_f, chains.best_x)

@@ -2,8 +2,8 @@
 
 A chain is one (trial, sample, position, restart) search for Delta; all chains of a call move together in one tensor
 (T, ..., d), the leading dim being the trial. The engine keeps what every search needs: the evaluation of the chains
-(restricted to the trials still running once a quarter of them has finished, so a batch costs the sum of its trials'
-steps rather than T times the longest), the best point of every chain, and the stop of the loop. A step rule (a small
+(narrowed to the chains still moving as they stop, so a batch costs about the sum of its chains' steps rather than all
+chains times the longest), the best point of every chain, and the stop of the loop. A step rule (a small
 strategy) says how a chain moves and when it has converged: `MonotoneAscent` (word sensitivity),
 `MomentumDescent` (the attack's default) and `FixedStep` (the authors' schedule). The engine always maximises; a
 search that minimises a loss hands it -loss (negation is exact, so the path is the same).
@@ -26,8 +26,10 @@ from .features.move import project_ball, tangent
 
 # x (T', ..., d) -> (f (T', ...), grad f (T', ..., d)), both detached
 Evaluate = Callable[[Tensor], tuple[Tensor, Tensor]]
-# trial indices (long, (T',)) -> the evaluation of those trials only, or None when the family cannot restrict
-Restrict = Callable[[Tensor], Evaluate | None]
+# (trial indices (long, (T',)), chain columns (long, (T', ..., W)): for each row of those trials, the W chains of its
+# last axis still evaluated) -> the evaluation of those chains only, on points (T', ..., W, d); None when the family
+# cannot restrict
+Restrict = Callable[[Tensor, Tensor], Evaluate | None]
 
 # A chain "confirms" the best of its sample when its own best is within this relative distance of it (on S, not S^2)
 NEAR_BEST = 0.01
@@ -74,9 +76,12 @@ def run_chains(
 ) -> Chains:
     """Move every chain from x0 by `rule` for at most `max_steps` steps, keeping each chain's best point.
 
-    Once every chain of some trials has stopped (a quarter of those still evaluated), `restrict` (given) narrows the
-    evaluations to the trials still running; a chain follows the same path as without it: a stopped chain is never
-    moved and its values no longer count (a stopped trial's are -inf there).
+    x0 is (T, ..., C, d): T trials, C chains per row (the last axis before d). Once a quarter of the trials still
+    evaluated has stopped, or the most chains still moving in any row has fallen by a quarter, `restrict` (given)
+    narrows the evaluations to the trials still running and, in each of their rows, to the chains still moving (as many
+    per row as the busiest row needs: the others are stopped chains, evaluated and ignored). A batch then costs about
+    the sum of its chains' steps rather than all chains times the longest. A chain follows the same path as without
+    it: a stopped chain is never moved and its values no longer count (-inf where it is not evaluated).
     """
     f, g = evaluate(x0)
     shape = f.shape
@@ -89,7 +94,7 @@ def run_chains(
         active=torch.ones(shape, dtype=torch.bool, device=x0.device),
         steps=torch.zeros(shape, dtype=torch.long, device=x0.device),
     )
-    live: Tensor | None = None  # indices of the trials still evaluated (None: all of them)
+    live: tuple[Tensor, Tensor] | None = None  # (trials, columns) still evaluated (None: every chain)
     live_eval = evaluate
     for t in range(max_steps):
         moving = c.active  # the chains this step moves (a rule may stop some of them before their new point counts)
@@ -97,9 +102,7 @@ def run_chains(
         if live is None:
             f, g = evaluate(x)
         else:
-            f_live, g_live = live_eval(x[live])
-            f, g = torch.full_like(c.f, -math.inf), torch.zeros_like(c.g)
-            f[live], g[live] = f_live, g_live
+            f, g = _evaluate_live(live_eval, x, *live)
         rule.accept(c, x, f, g, t)
         better = (f > c.best_f) & moving
         c.best_f = torch.where(better, f, c.best_f)
@@ -107,13 +110,40 @@ def run_chains(
         if not bool(c.active.any()):
             break
         if restrict is not None:
-            running = c.active.reshape(shape[0], -1).any(dim=1).nonzero()[:, 0]  # (T',)
-            count = shape[0] if live is None else len(live)
-            if len(running) <= count - max(1, count // 4):  # restrict (and copy the maps) when a quarter has stopped
-                narrowed = restrict(running)
-                if narrowed is not None:
-                    live, live_eval = running, narrowed
+            narrowed = _narrowed(c.active, live)
+            if narrowed is not None:
+                narrowed_eval = restrict(*narrowed)
+                if narrowed_eval is not None:
+                    live, live_eval = narrowed, narrowed_eval
     return c
+
+
+def _narrowed(active: Tensor, live: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor] | None:
+    """The trials and chain columns to evaluate from now on, or None to keep `live`: narrowed once a quarter of the
+    evaluated trials, or of the evaluated columns, has stopped."""
+    T, C = active.shape[0], active.shape[-1]
+    running = active.reshape(T, -1).any(dim=1).nonzero()[:, 0]  # (T',)
+    width = int(active[running].sum(-1).max())  # chains still moving in the busiest row
+    count, columns = (T, C) if live is None else (len(live[0]), live[1].shape[-1])
+    if len(running) > count - max(1, count // 4) and width > columns - max(1, columns // 4):
+        return None
+    # the moving chains of each row first, in their order, then stopped ones to fill the row (distinct indices)
+    order = torch.sort((~active[running]).to(torch.uint8), dim=-1, stable=True).indices
+    return running, order[..., :width]
+
+
+def _evaluate_live(evaluate: Evaluate, x: Tensor, trials: Tensor, columns: Tensor) -> tuple[Tensor, Tensor]:
+    """f and g of every chain, evaluated on the live chains only: -inf and 0 elsewhere."""
+    d = x.shape[-1]
+    at = columns[..., None].expand(*columns.shape, d)
+    f_live, g_live = evaluate(x[trials].gather(-2, at))
+    f = torch.full(x.shape[:-1], -math.inf, dtype=f_live.dtype, device=x.device)
+    g = torch.zeros(x.shape, dtype=g_live.dtype, device=x.device)
+    f[trials] = torch.full(columns.shape[:-1] + x.shape[-2:-1], -math.inf, dtype=f.dtype, device=x.device).scatter(
+        -1, columns, f_live
+    )
+    g[trials] = torch.zeros(columns.shape[:-1] + x.shape[-2:], dtype=g.dtype, device=x.device).scatter(-2, at, g_live)
+    return f, g
 
 
 @dataclass

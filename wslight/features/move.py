@@ -121,6 +121,13 @@ class GenericMove(TokenMove):
             out.append(_forward(m, Xp.reshape(B * P * R, n, d), self.dtype).reshape(B, P, R, -1))
         return torch.stack(out)  # (T, B, P, R, p)
 
+    def select_trials(self, idx: Tensor) -> GenericMove:
+        token = GenericMove.__new__(GenericMove)
+        TokenMove.__init__(token, [self.maps[i] for i in idx.tolist()], self.X, self.positions, self.dtype)
+        idx = idx.to(self.X.device)
+        token.X, token.onehot, token.phi0 = self.X[idx], self.onehot, self.phi0[idx]
+        return token
+
 
 def _forward(m: nn.Module, X: Tensor, dtype: torch.dtype) -> Tensor:
     """m(X) computed in the map's own dtype, returned in `dtype`."""
