@@ -42,14 +42,14 @@ from wslight.features import FreshMaps, make_map
 from wslight.sensitivity import word_sensitivity
 
 # (map, d, n values): the paper's n values at offline d (d = 384: the bundled MiniLM's width)
-GRID = {"rf": (96, [20, 60]), "deep_rf": (32, [50, 80]), "raf": (384, [10, 50, 250]), "relu_raf": (384, [10, 50, 250])}
+GRID = {"rf": (96, [20, 60]), "deep_rf": (64, [50, 80]), "raf": (384, [10, 50, 250]), "relu_raf": (384, [10, 50, 250])}
 ATTENTION = ("raf", "relu_raf")
 BEFORE_RESTARTS = {"raf": 6, "relu_raf": 6}  # the shipped configs' restarts before rounds (others: 4), one round
 COLUMNS = ["map", "d", "n", "restarts/max_chains", "mean chains", "confirmed", "within 1%", "worst ratio"]
 COLUMNS += ["mean ratio", "before: within 1% / mean ratio", "s/trial before", "s/trial", "s/trial ref", "target"]
 DEFAULTS = {k: v.default for k, v in inspect.signature(word_sensitivity).parameters.items()}
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "ws"
-SEARCH_KEYS = ("restarts", "max_chains", "gain_tol", "max_steps")
+SEARCH_KEYS = ("restarts", "max_chains", "gain_tol", "max_steps", "tol", "window")
 
 
 def shipped_settings(name: str) -> dict:

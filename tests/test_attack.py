@@ -262,11 +262,11 @@ def test_objectives_searched_together_equal_each_searched_alone(rows, kind):
     y = torch.tensor([1.0, -1.0] * 7, dtype=torch.float64).repeat(3, 1)
     objectives = [("finetune", "err", 0.0), ("retrain", "align", 0.0), ("retrain", "penalized", 0.5)]
     fm = FreshMaps(kind, [4, 5, 6])
-    together = delta_attacks(fm, X[:, 2:], y[:, 2:], X[:, :2], y[:, :2], objectives, steps=60, seed=[1, 2, 3])
+    # float64 chains: the same path bit for bit up to the batch's rounding (float32 paths part at its rounding)
+    opts = dict(steps=60, seed=[1, 2, 3], dtype=torch.float64)
+    together = delta_attacks(fm, X[:, 2:], y[:, 2:], X[:, :2], y[:, :2], objectives, **opts)
     for (training, loss, penalty), out in zip(objectives, together):
-        alone = delta_attack(
-            fm, X[:, 2:], y[:, 2:], X[:, :2], y[:, :2], training, loss, penalty, steps=60, seed=[1, 2, 3]
-        )
+        alone = delta_attack(fm, X[:, 2:], y[:, 2:], X[:, :2], y[:, :2], training, loss, penalty, **opts)
         for k in ("D0", "D1", "err", "loss", "delta_norm"):
             assert torch.allclose(out[k], alone[k], rtol=1e-9, atol=1e-12), (loss, k)
         assert torch.equal(out["steps"], alone["steps"]) and torch.equal(out["restart"], alone["restart"])
@@ -274,3 +274,23 @@ def test_objectives_searched_together_equal_each_searched_alone(rows, kind):
         delta_attacks(fm, X[:, 2:], y[:, 2:], X[:, :2], y[:, :2], [])
     with pytest.raises(ValueError, match="loss must be one of"):
         delta_attacks(fm, X[:, 2:], y[:, 2:], X[:, :2], y[:, :2], [("retrain", "errr", 0.0)])
+
+
+@pytest.mark.parametrize("kind", ["rf", "raf", "relu_raf"])
+def test_float32_chains_report_float64_values_at_their_delta(rows, kind):
+    """The chains run in float32 by default; every reported value is the float64 one at the kept Delta: the heads'
+    outputs equal the float64 algebra of the same maps (RF: drawn from its law, rebuilt from the same draw) read out
+    at the returned Delta, to float64 rounding, the Delta lies in the ball, and the objective is recomputed there."""
+    X = rows(3 * 14, 5, 6, seed=3, dtype=torch.float64).reshape(3, 14, 5, 6)
+    y = torch.tensor([1.0, -1.0] * 7, dtype=torch.float64).repeat(3, 1)
+    fm = FreshMaps(kind, [4, 5, 6])
+    out = delta_attack(fm, X[:, 2:], y[:, 2:], X[:, :2], y[:, :2], "retrain", "err", steps=60, return_delta=True)
+    Phi, phi, token64 = fm.attack_inputs(X[:, 2:], X[:, :2], 0, torch.float64)
+    heads = fit_heads(Phi, y[:, 2:], phi, y[:, :2])
+    feats = token64.features(out["delta"][:, :, None, None])[:, :, 0, 0]  # (T, B, p) float64 at the kept Delta
+    D0, D1 = heads.outputs(feats, "retrain")
+    assert out["delta"].dtype == torch.float64 and bool((out["delta_norm"] <= 6**0.5).all())
+    assert torch.allclose(out["D0"], D0, rtol=1e-12, atol=1e-12) and torch.allclose(
+        out["D1"], D1, rtol=1e-12, atol=1e-12
+    )
+    assert torch.allclose(out["loss"], (D1 + y[:, :2]) ** 2, rtol=1e-12, atol=1e-15)

@@ -31,7 +31,7 @@ from .attack_inputs import AttackInputs, checked_inputs
 from .attack_losses import attack_objective
 from .chains import Evaluate, FixedStep, MomentumDescent, StepRule, autograd_evaluate, near_best, run_chains
 from .features import FreshMaps
-from .features.move import TokenMove, token_move, trial_features
+from .features.move import TokenMove, float64_twin, project_ball, token_move, trial_features
 from .interpolation import Heads, HeadScalars, fit_heads
 from .numerics import sum_last
 from .seeding import generator
@@ -114,7 +114,7 @@ def delta_attacks(
     N: int | None = None,
     train_ids: Tensor | None = None,
     ctx_ids: Tensor | None = None,
-    dtype: torch.dtype = torch.float64,
+    dtype: torch.dtype | None = None,
     return_delta: bool = False,
     cache: dict | None = None,
 ) -> list[dict[str, Tensor]]:
@@ -157,7 +157,10 @@ def delta_attacks(
         N: number of training samples used; None means all M.
         train_ids: optional (M,) or (T, M) sample ids of X_train, to check that no context sample is a training one.
         ctx_ids: optional (B,) or (T, B) sample ids of X_ctx.
-        dtype: working dtype of the attack (the heads are always float64).
+        dtype: working dtype of the chains; None means float32 (faithful: float64, as the authors' code). Every step of
+            a chain reads the map's weights (RF: a k x d block per trial), so float32 halves its memory traffic. The
+            heads are always float64, and so are the reported values: the kept Delta is read out once more by the
+            same map's algebra in float64 (`float64_twin`).
         return_delta: also return "delta", the kept perturbation of the token, (B, d) ((T, B, d) with trials).
         cache: a dict shared by the calls that attack the same samples with the same maps under several objectives
             (training, loss, penalty): the heads and the contexts' algebra are computed by the first call and reused
@@ -187,6 +190,7 @@ def delta_attacks(
         train_ids,
         ctx_ids,
     )
+    dtype = dtype or (torch.float64 if at.faithful else torch.float32)
     heads, token, hv = _prepare(at, feature_map, dtype, cache)
     attacks, radius, T, B, d = at.attacks, at.radius, at.T, at.B, at.X_ctx.shape[-1]
     hR = _with_restart_dim(heads)  # (T, B, 1) scalars, broadcast over restarts
@@ -222,7 +226,11 @@ def delta_attacks(
     with torch.no_grad():
         # Paper (authors' code): the final iterate; otherwise the best point of each chain
         value, point = (chains.f, chains.x) if at.faithful else (chains.best_f, chains.best_x)
-        return _report(attacks, heads, inner, -value, point, chains.steps, return_delta, at.batched)
+        token64 = float64_twin(token, at.X_ctx)
+        hv64 = hv if hv.dtype == torch.float64 else _head_vectors(heads)
+        inner64 = partial(inner, token=token64, hv=hv64)
+        point = point.to(torch.float64)
+        return _report(attacks, heads, inner64, -value, point, chains.steps, radius, return_delta, at.batched)
 
 
 def _prepare(at: AttackInputs, feature_map, dtype: torch.dtype, cache: dict | None) -> tuple[Heads, TokenMove, Tensor]:
@@ -249,12 +257,16 @@ def _prepare(at: AttackInputs, feature_map, dtype: torch.dtype, cache: dict | No
             token = token_move(at.maps, X_ctx, [at.position], dtype)
         heads = fit_heads(Phi, Y, phi, at.y_ctx)
         del Phi  # heads.Phi keeps the float64 copy for P
-        hv = torch.stack([heads.theta_star.unsqueeze(1).expand_as(heads.phi), heads.phi, heads.Pphi], -1).to(dtype)
-        # hv: (T, B, p, 3), the three vectors the losses need
+        hv = _head_vectors(heads).to(dtype)
         if cache is not None:
             cache.clear()
             cache.update(key=key, heads=heads, token=token, hv=hv)
     return heads, token, hv
+
+
+def _head_vectors(heads: Heads) -> Tensor:
+    """(T, B, p, 3) float64: theta*, phi and P phi, the three vectors the losses read phi(X') with."""
+    return torch.stack([heads.theta_star.unsqueeze(1).expand_as(heads.phi), heads.phi, heads.Pphi], -1)
 
 
 def _starts(seeds, per_trial_seeds, T, B, R, d, radius, dtype, device) -> Tensor:
@@ -267,11 +279,14 @@ def _starts(seeds, per_trial_seeds, T, B, R, d, radius, dtype, device) -> Tensor
     return delta
 
 
-def _report(attacks, heads: Heads, inner, loss: Tensor, delta: Tensor, taken: Tensor, return_delta, batched):
+def _report(attacks, heads: Heads, inner, loss: Tensor, delta: Tensor, taken: Tensor, radius, return_delta, batched):
     """Keep the best restart per sample and objective and report the heads' outputs there in float64.
 
     Args:
-        loss, taken: (T, B, n_obj R) each chain's loss and steps; delta: (T, B, n_obj R, d) its point.
+        loss, taken: (T, B, n_obj R) each chain's loss and steps; delta: (T, B, n_obj R, d) its point, float64.
+        inner: the float64 read-out (T, B, K, d) -> (T, B, K, 3); the kept points are projected onto the ball in
+            float64 first (a point of a float32 chain may sit outside it by a rounding), and the objective is
+            recomputed there.
     """
     T, B = loss.shape[:2]
     d, n_obj = delta.shape[-1], len(attacks)
@@ -284,9 +299,10 @@ def _report(attacks, heads: Heads, inner, loss: Tensor, delta: Tensor, taken: Te
     best = loss.gather(3, r_best[..., None])[..., 0]
     near = near_best(-loss, -best, atol=ATOL)  # restarts within 1% of the best loss (docs/theory.md §4.3)
     delta_k = delta.gather(3, r_best[..., None, None].expand(T, B, n_obj, 1, d))[:, :, :, 0]
-    sap = inner(delta_k).to(torch.float64)  # (T, B, n_obj, 3)
+    delta_k = project_ball(delta_k, radius)
+    sap = inner(delta_k)  # (T, B, n_obj, 3) float64
     outs = []
-    for o, (training, _, _) in enumerate(attacks):
+    for o, (training, loss_name, penalty) in enumerate(attacks):
         D0 = sap[:, :, o, 0]
         D1 = D0 + heads.coef(training) * (sap[:, :, o, 1] if training == "finetune" else sap[:, :, o, 2])
         t1 = heads.t0 + heads.coef(training) * (
@@ -308,7 +324,7 @@ def _report(attacks, heads: Heads, inner, loss: Tensor, delta: Tensor, taken: Te
             "abs_D0": D0.abs(),
             "delta_norm": delta_k[:, :, o].to(torch.float64).norm(dim=-1),
             "steps": taken[:, :, o].gather(2, r_best[:, :, o, None])[..., 0],
-            "loss": best[:, :, o],
+            "loss": attack_objective(D0, sap[:, :, o, 1], sap[:, :, o, 2], heads, training, loss_name, penalty),
             "restart": r_best[:, :, o],
             "chains": torch.full_like(r_best[:, :, o], loss.shape[3]),
             "near_best": near[:, :, o],

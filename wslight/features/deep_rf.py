@@ -194,6 +194,12 @@ class DeepRFMove(TokenMove):
             token._setup(z1_64.to(dtype), blocks.to(dtype), [V.to(dtype) for V in deeper], z1_64)
         return token
 
+    def law_twin(self, dtype: torch.dtype) -> DeepRFMove | None:
+        # the layers hold the drawn values (float32) exactly, z1 is float64: the twin is the algebra `dtype` would get
+        if self.maps or getattr(self, "_z1_64", None) is None:
+            return None
+        return DeepRFMove.from_preactivations(self._z1_64, self.V1, self.deeper, dtype)
+
     @property
     def exact64(self):
         return self._exact64 if getattr(self, "_z1_64", None) is not None else None

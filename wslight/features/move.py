@@ -65,6 +65,11 @@ class TokenMove:
         finished; None when the family cannot (then every trial is evaluated to the end)."""
         return None
 
+    def law_twin(self, dtype: torch.dtype) -> TokenMove | None:
+        """The same algebra in another dtype, for maps drawn from their law (no module to rebuild it from); None
+        otherwise."""
+        return None
+
     def bound_factors(self, j: Tensor) -> Tensor | None:
         """c (T, B) float64 with S <= c ||Delta|| / ||phi(X)|| for a move of token positions[j[t, b]] of sample
         (t, b) (docs/theory.md §3.2); None when the map has no such bound."""
@@ -154,6 +159,15 @@ def move_class_for(maps: Sequence[nn.Module]) -> type[TokenMove]:
 def token_move(maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype: torch.dtype) -> TokenMove:
     """The token-move algebra of T maps for X (T, B, n, d) with the tokens `positions` moved."""
     return move_class_for(maps)(maps, X, positions, dtype)
+
+
+def float64_twin(token: TokenMove, X: Tensor) -> TokenMove:
+    """The algebra of the same maps and samples X (T, B, n, d) in float64, for final values exact to float64 rounding
+    after a search in a lower precision (the token itself when it is float64 already)."""
+    if token.dtype == torch.float64:
+        return token
+    twin = token.law_twin(torch.float64)
+    return twin if twin is not None else token_move(token.maps, X, token.positions, torch.float64)
 
 
 def project_ball(delta: Tensor, radius: float) -> Tensor:

@@ -211,6 +211,12 @@ class RFMove(TokenMove):
     def supports(cls, maps) -> bool:
         return len({m.activation for m in maps}) == 1
 
+    def law_twin(self, dtype: torch.dtype) -> RFMove | None:
+        # the blocks hold the drawn values (float32) exactly, z is float64: the twin is the algebra `dtype` would get
+        if self.maps or getattr(self, "_z64", None) is None:
+            return None
+        return RFMove.from_preactivations(self.activation, self._z64, self.V, dtype)
+
     @classmethod
     def chain_elements(cls, maps, B, n, d):
         return 6 * maps[0].k, maps[0].k * d
