@@ -7,6 +7,7 @@ import torch
 
 from wslight.features import RandomAttentionFeatures
 from wslight.interpolation import fit_heads
+from wslight.numerics import gram
 
 
 def _problem(N=12, p=40, B=3, seed=0, T=None):
@@ -123,3 +124,13 @@ def test_bad_input():
     h = fit_heads(Phi, Y, phi, y)
     with pytest.raises(ValueError, match=r"training must be one of \['finetune', 'retrain'\], got 'total'"):
         h.theta("total")
+
+
+@pytest.mark.parametrize("N", [5, 8, 13, 24])
+def test_gram_from_the_lower_blocks_is_the_symmetric_full_product(N):
+    """`gram` computes only the row blocks up to the diagonal: it equals Phi Phi^T to rounding, for N below, at and
+    past a multiple of the block, with trial axes, and is symmetric to the last bit."""
+    Phi = torch.randn(2, 3, N, 40, generator=torch.Generator().manual_seed(N), dtype=torch.float64)
+    G = gram(Phi, block=4)
+    assert G.shape == (2, 3, N, N) and torch.equal(G, G.mT)
+    assert torch.allclose(G, Phi @ Phi.mT, rtol=1e-13, atol=1e-12)

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from . import validate
-from .numerics import sum_last
+from .numerics import gram, sum_last
 from .vocabulary import TRAININGS
 
 # A Gram condition number above this is reported: the normal equations lose about log10(cond) of float64's 16 digits.
@@ -189,7 +189,7 @@ def gram_factor(Phi: Tensor, cond_warn: float = GRAM_COND_WARN) -> tuple[Tensor,
     Returns:
         chol (..., N, N), cond (...), jitter (...) relative jitter used, ill_conditioned (...) bool.
     """
-    G = Phi @ Phi.mT  # (..., N, p) @ (..., p, N) -> (..., N, N)
+    G = gram(Phi)  # (..., N, N)
     cond = gram_condition(G)
     chol, jitter = _cholesky(G, cond > GRAM_COND_SINGULAR)
     ill = (cond > cond_warn) | (jitter > 0)

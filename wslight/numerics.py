@@ -27,3 +27,19 @@ def sum_last(x: Tensor) -> Tensor:
     head = x[..., : m * _SUM_CHUNK].unflatten(-1, (m, _SUM_CHUNK)).sum(-1)  # (..., m) chunk sums
     tail = x[..., m * _SUM_CHUNK :]  # (..., p mod 1024)
     return torch.cat([head, tail], dim=-1).sum(-1)  # fewer than 32768 + 1024 elements per output
+
+
+def gram(Phi: Tensor, block: int = 256) -> Tensor:
+    """Phi Phi^T, (..., N, p) -> (..., N, N), from the row blocks on and below the diagonal: about half the products
+    of one matmul (the Gram matrix of the heads is the largest product of an attack cell); the blocks above the
+    diagonal are the mirror of those below."""
+    N = Phi.shape[-2]
+    if N <= block:
+        return Phi @ Phi.mT
+    G = Phi.new_empty(*Phi.shape[:-1], N)
+    for i0 in range(0, N, block):
+        i1 = min(i0 + block, N)
+        lower = Phi[..., i0:i1, :] @ Phi[..., :i1, :].mT  # (..., b, i1): block row i up to its diagonal block
+        G[..., i0:i1, :i1] = lower
+        G[..., :i0, i0:i1] = lower[..., :i0].mT
+    return G.tril() + G.tril(-1).mT  # the diagonal blocks' lower triangles mirrored too: symmetric to the bit
