@@ -86,7 +86,8 @@ def test_a_stage_runs_one_process_per_core_unless_its_config_says_otherwise():
 
     plan = {s.name: s for s in reproduce.load_plan("offline")}
     assert plan["probe_attention_edit"].processes() == 1  # `devices: 1`
-    assert plan["ws_raf"].processes() == (available_cores() if on_cpu("auto") else 1)
+    assert plan["ws_raf"].processes() == 1  # its overlay: `devices: 1` (a small grid)
+    assert plan["ws_rf"].processes() == (available_cores() if on_cpu("auto") else 1)
 
 
 def test_a_stage_shares_maps_when_its_overlay_says_so(tmp_path):
