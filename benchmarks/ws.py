@@ -30,6 +30,7 @@ Every measured part runs in its own subprocess, so the reported peak memory (ru_
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import subprocess
@@ -197,7 +198,13 @@ def part_package(a) -> dict:
     t0 = time.perf_counter()
     fm = FreshMaps(a.map, map_seeds(a.seed, a.trials))  # a fresh map per trial; RF drawn from its law
     res = word_sensitivity(
-        fm, X, restarts=a.restarts, max_chains=a.max_chains, max_steps=a.max_steps, seed=restart_seeds(a.seed, a.trials)
+        fm,
+        X,
+        restarts=a.restarts,
+        max_chains=a.max_chains,
+        max_steps=a.max_steps,
+        seed=restart_seeds(a.seed, a.trials),
+        **stop(a),
     )
     wall = time.perf_counter() - t0
     return {
@@ -224,6 +231,7 @@ def part_package_at_radius(a) -> dict:
             max_chains=a.max_chains,
             max_steps=a.max_steps,
             seed=[restarts[t]],
+            **stop(a),
         )
         ws.append(res.ws.item())
     return {"ws": ws}
@@ -310,7 +318,7 @@ def part_largest(a) -> dict:
     reset = reset_peak()
     t0 = time.perf_counter()
     res = word_sensitivity(
-        fm, X.float(), restarts=a.restarts, max_chains=a.max_chains, max_steps=a.max_steps, seed=a.seed
+        fm, X.float(), restarts=a.restarts, max_chains=a.max_chains, max_steps=a.max_steps, seed=a.seed, **stop(a)
     )
     wall = time.perf_counter() - t0
     return {
@@ -415,23 +423,35 @@ def compare_cell(name: str, map_: str, d: int, n: int, a, common: list[str]) -> 
     return {"name": name, "pkg": pkg, "base": base, "fair": fair, "ratio": ratio}
 
 
-def shipped(map_: str, key: str) -> int:
-    """The search setting `key` of the shipped config configs/ws/<map>.yaml (what a user's run uses)."""
+DEFAULTS = {k: v.default for k, v in inspect.signature(word_sensitivity).parameters.items()}
+
+
+def shipped(map_: str, key: str, default: float | None = None) -> float:
+    """The search setting `key` of the shipped config configs/ws/<map>.yaml (what a user's run uses); `default` where
+    the config leaves it to word_sensitivity."""
     with open(os.path.join(os.path.dirname(__file__), "..", "configs", "ws", f"{map_}.yaml")) as f:
-        return int(yaml.safe_load(f)["model"]["init_args"][key])
+        args = yaml.safe_load(f)["model"]["init_args"]
+    return args.get(key, default) if default is not None else args[key]
+
+
+def stop(a) -> dict:
+    """The chains' stop rule of a part (tol, window) where given, else word_sensitivity's."""
+    return {k: v for k, v in (("tol", a.tol), ("window", a.window)) if v is not None}
 
 
 def restarts_for(map_: str, a) -> int:
     """--restarts, else the shipped config's."""
-    return a.restarts if a.restarts is not None else shipped(map_, "restarts")
+    return a.restarts if a.restarts is not None else int(shipped(map_, "restarts"))
 
 
 def search_args(map_: str, a) -> list[str]:
     """--restarts, --max-chains and --max-steps for a part: the given ones, else the shipped config's (rounds of chains
     until the best is tight, docs/theory.md §4.3)."""
-    max_chains = a.max_chains if a.max_chains is not None else shipped(map_, "max_chains")
-    max_steps = a.max_steps if a.max_steps is not None else shipped(map_, "max_steps")
-    return ["--restarts", str(restarts_for(map_, a)), "--max-chains", str(max_chains), "--max-steps", str(max_steps)]
+    max_chains = a.max_chains if a.max_chains is not None else int(shipped(map_, "max_chains"))
+    max_steps = a.max_steps if a.max_steps is not None else int(shipped(map_, "max_steps"))
+    tol, window = shipped(map_, "tol", DEFAULTS["tol"]), int(shipped(map_, "window", DEFAULTS["window"]))
+    out = ["--restarts", str(restarts_for(map_, a)), "--max-chains", str(max_chains), "--max-steps", str(max_steps)]
+    return out + ["--tol", str(tol), "--window", str(window)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -441,6 +461,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--restarts", type=int, default=None, help="default: as configs/ws/<map>.yaml")
     p.add_argument("--max-chains", type=int, default=None, help="default: as configs/ws/<map>.yaml")
     p.add_argument("--max-steps", type=int, default=None, help="steps per chain; default: as configs/ws/<map>.yaml")
+    p.add_argument("--tol", type=float, default=None, help=argparse.SUPPRESS)  # a part's: the shipped config's
+    p.add_argument("--window", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--data",
