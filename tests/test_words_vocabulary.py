@@ -56,3 +56,25 @@ def test_positions_that_are_not_words_are_refused(words, reviews):
     for position in (0, length - 1, length + 3):
         with pytest.raises(ValueError, match="position"):
             words.admissible(ids, position)
+
+
+def test_round_trips_are_shared_by_words_with_the_same_neighbours(words):
+    """The round trip of a word depends only on the other pieces of its word: two reviews whose first word is one
+    piece share it (one tokenizer pass), and each review's mask is still its own (its original word left out)."""
+    fresh = EncoderWords("bundled-minilm")
+    first = torch.tensor(fresh.tokenizer("great movie")["input_ids"])
+    second = torch.tensor(fresh.tokenizer("awful movie")["input_ids"])
+    mask_1, rejected_1 = fresh.admissible(first, 1)
+    mask_2, rejected_2 = fresh.admissible(second, 1)
+    assert len(fresh._trips) == 1  # one pass for both
+    assert not mask_1[first[1]] and mask_1[second[1]] and mask_2[first[1]] and not mask_2[second[1]]
+    differ = (mask_1 ^ mask_2).nonzero()[:, 0].tolist()  # only the two original words
+    assert sorted(differ) == sorted([int(first[1]), int(second[1])]) and rejected_1 == rejected_2
+    # the shared pass keeps exactly the words whose one-word text tokenizes back to them
+    some = (
+        mask_1.nonzero()[:200:20, 0].tolist()
+        + (allowed_tokens(fresh.tokenizer, int(first[1])) & ~mask_1).nonzero()[:5, 0].tolist()
+    )
+    for w in some:
+        back = fresh.tokenizer(fresh.tokenizer.decode([w]), add_special_tokens=False)["input_ids"]
+        assert (back == [w]) == bool(mask_1[w]), fresh.tokens[w]

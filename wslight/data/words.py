@@ -69,6 +69,7 @@ class EncoderWords:
         self.encoder = encoder
         self.model, self.tokenizer, self.info = load_encoder(encoder)
         self._rows: dict[tuple[int, int], Tensor] = {}
+        self._trips: dict[tuple[tuple[int, ...], tuple[int, ...]], Tensor] = {}
 
     @cached_property
     def tokens(self) -> list[str]:
@@ -115,14 +116,22 @@ class EncoderWords:
         static = _static_allowed(self.tokens, set(self.tokenizer.all_special_ids), original)
         a, b = self.word_span(ids, position)
         pieces = ids[a:b].tolist()
-        words = static.nonzero()[:, 0].tolist()
-        edited = [pieces[: position - a] + [w] + pieces[position - a + 1 :] for w in words]
-        texts = self.tokenizer.batch_decode(edited)
-        again = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        ok = torch.tensor([list(e) == list(r) for e, r in zip(edited, again, strict=True)])
-        mask = torch.zeros_like(static)
-        mask[static.nonzero()[:, 0]] = ok
-        return mask, int((~ok).sum())
+        # the round trip of a word depends only on the other pieces of its word: reviews whose word at `position` has
+        # the same neighbours share it (e.g. every one-piece first word)
+        trip = self._round_trip(tuple(pieces[: position - a]), tuple(pieces[position - a + 1 :]))
+        mask = static & trip
+        return mask, int((static & ~trip).sum())
+
+    def _round_trip(self, before: tuple[int, ...], after: tuple[int, ...]) -> Tensor:
+        """(V,) bool: the words w whose pieces before + [w] + after decode to a text that tokenizes back to them
+        (computed for every word once per (before, after), cached)."""
+        key = (before, after)
+        if key not in self._trips:
+            edited = [[*before, w, *after] for w in range(self.size)]
+            texts = self.tokenizer.batch_decode(edited)
+            again = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+            self._trips[key] = torch.tensor([list(e) == list(r) for e, r in zip(edited, again, strict=True)])
+        return self._trips[key]
 
     def text(self, word_id: int) -> str:
         """The token of `word_id` as the vocabulary writes it (`##` marks a continuation piece); '' for -1."""

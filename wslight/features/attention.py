@@ -382,12 +382,23 @@ class AttentionMove(TokenMove):
         return token
 
     def change_sq_and_readout(self, delta: torch.Tensor, H: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.change_sq(delta), self.readout(delta, H)  # both closed forms, no features formed
+        """Both closed forms from one pass over the moved token's products (no features formed); the same numbers as
+        `change_sq` and `readout` called apart."""
+        y, a, _, _, _, rows, (out_i, _, _, _) = self._parts(delta)
+        f_i = (out_i - self.Oi[:, :, :, None]).pow(2).sum(-1)
+        return rows.sum(-1) + f_i, self._readout_at(y, a * self.keep, out_i, H)
 
     def readout(self, delta: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
         """phi(X^i(Delta))^T h without forming the features: row l != i gives u_l.h_l + a_l (y.h_l - u_l.h_l), row i
         its new output . h_i (docs/theory.md §3.4): (T, B, P, R, d), H (T, B, n d, C) -> (T, B, P, R, C)."""
-        T, B, P, R, d = delta.shape
+        y = self.xi[:, :, :, None, :] + delta
+        t, _, _, r = self._project(y)
+        a = self._key_weight(t)[0] * self.keep  # (T, B, P, R, n), 0 in row i
+        return self._readout_at(y, a, self._row_i(r, y, delta)[0], H)
+
+    def _readout_at(self, y: Tensor, a: Tensor, out_i: Tensor, H: Tensor) -> Tensor:
+        """The read-out from the moved token y, its key weights a (0 in row i) and the new output row i."""
+        T, B, P, R, d = y.shape
         n, C = self.X0.shape[2], H.shape[-1]
         cached = getattr(self, "_readout_of", None)
         if cached is None or cached[0] is not H:  # an attack reads out the same H at every step
@@ -396,12 +407,8 @@ class AttentionMove(TokenMove):
             Hd = Hl.permute(0, 1, 3, 2, 4).reshape(T, B, d, n * C)  # (T, B, d, n C)
             self._readout_of = cached = (H, uh, Hd, Hl[:, :, self.positions])  # h_i: (T, B, P, d, C)
         _, uh, Hd, h_i = cached
-        y = self.xi[:, :, :, None, :] + delta
-        t, _, _, r = self._project(y)
-        a = self._key_weight(t)[0] * self.keep  # (T, B, P, R, n), 0 in row i
         yh = (y.reshape(T, B, P * R, d) @ Hd).reshape(T, B, P, R, n, C)  # y . h_l
         rows = uh.sum(3)[:, :, :, None] + (a[..., None] * (yh - uh[:, :, :, None])).sum(4)  # (T, B, P, R, C)
-        out_i = self._row_i(r, y, delta)[0]  # (T, B, P, R, d)
         return rows + out_i @ h_i  # (T, B, P, R, d) @ (T, B, P, d, C)
 
     def features(self, delta: torch.Tensor) -> torch.Tensor:
