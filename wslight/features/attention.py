@@ -386,7 +386,8 @@ class AttentionMove(TokenMove):
         `change_sq` and `readout` called apart."""
         y, a, _, _, _, rows, (out_i, _, _, _) = self._parts(delta)
         f_i = (out_i - self.Oi[:, :, :, None]).pow(2).sum(-1)
-        return rows.sum(-1) + f_i, self._readout_at(y, a * self.keep, out_i, H)
+        read, h_i = self._rows_read(y, a * self.keep, H)
+        return rows.sum(-1) + f_i, read + out_i @ h_i
 
     def readout(self, delta: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
         """phi(X^i(Delta))^T h without forming the features: row l != i gives u_l.h_l + a_l (y.h_l - u_l.h_l), row i
@@ -394,10 +395,14 @@ class AttentionMove(TokenMove):
         y = self.xi[:, :, :, None, :] + delta
         t, _, _, r = self._project(y)
         a = self._key_weight(t)[0] * self.keep  # (T, B, P, R, n), 0 in row i
-        return self._readout_at(y, a, self._row_i(r, y, delta)[0], H)
+        # the rows l != i before row i: the attack differentiates this, and the order fixes how y's gradient sums
+        read, h_i = self._rows_read(y, a, H)
+        out_i = self._row_i(r, y, delta)[0]  # (T, B, P, R, d)
+        return read + out_i @ h_i  # (T, B, P, R, d) @ (T, B, P, d, C)
 
-    def _readout_at(self, y: Tensor, a: Tensor, out_i: Tensor, H: Tensor) -> Tensor:
-        """The read-out from the moved token y, its key weights a (0 in row i) and the new output row i."""
+    def _rows_read(self, y: Tensor, a: Tensor, H: Tensor) -> tuple[Tensor, Tensor]:
+        """The read-out of the rows l != i from the moved token y (T, B, P, R, d) and its key weights a (0 in row
+        i): (T, B, P, R, C), and h_i (T, B, P, d, C) for row i."""
         T, B, P, R, d = y.shape
         n, C = self.X0.shape[2], H.shape[-1]
         cached = getattr(self, "_readout_of", None)
@@ -408,8 +413,7 @@ class AttentionMove(TokenMove):
             self._readout_of = cached = (H, uh, Hd, Hl[:, :, self.positions])  # h_i: (T, B, P, d, C)
         _, uh, Hd, h_i = cached
         yh = (y.reshape(T, B, P * R, d) @ Hd).reshape(T, B, P, R, n, C)  # y . h_l
-        rows = uh.sum(3)[:, :, :, None] + (a[..., None] * (yh - uh[:, :, :, None])).sum(4)  # (T, B, P, R, C)
-        return rows + out_i @ h_i  # (T, B, P, R, d) @ (T, B, P, d, C)
+        return uh.sum(3)[:, :, :, None] + (a[..., None] * (yh - uh[:, :, :, None])).sum(4), h_i
 
     def features(self, delta: torch.Tensor) -> torch.Tensor:
         y = self.xi[:, :, :, None, :] + delta  # (T, B, P, R, d)
