@@ -14,7 +14,7 @@ from torch import Tensor
 from . import validate
 from .allocation import ALLOCATION_RANDOM, allocated_start
 from .chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
-from .features.move import GenericMove, TokenMove, project_ball
+from .features.move import GenericMove, TokenMove, project_ball, trial_selector
 from .starts import seeded_draws, top_curvature, unit
 from .ws_result import WSResult
 
@@ -341,13 +341,10 @@ class Search:
         closed = getattr(token, "value_and_grad", None)
         evaluate = closed if closed is not None else autograd_evaluate(token.change_sq)
 
-        selected: dict = {}  # the trials last selected and their algebra (copied once per set of trials)
+        select = trial_selector(token)
 
         def restrict(idx: Tensor, columns: Tensor):  # every chain of a sample runs the same objective
-            if selected.get("idx") is None or not torch.equal(selected["idx"], idx):
-                every = len(idx) == starts.shape[0]  # only columns narrowed: the whole algebra serves
-                selected.update(idx=idx, token=token if every else token.select_trials(idx))
-            narrowed = selected["token"]
+            narrowed = select(idx)
             if narrowed is None:
                 return None
             return (

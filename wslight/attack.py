@@ -31,7 +31,7 @@ from .attack_inputs import AttackInputs, checked_inputs
 from .attack_losses import attack_objective
 from .chains import Evaluate, FixedStep, MomentumDescent, StepRule, autograd_evaluate, near_best, run_chains
 from .features import FreshMaps
-from .features.move import TokenMove, float64_twin, project_ball, token_move, trial_features
+from .features.move import TokenMove, float64_twin, project_ball, token_move, trial_features, trial_selector
 from .interpolation import Heads, HeadScalars, fit_heads
 from .numerics import sum_last
 from .seeding import generator
@@ -207,15 +207,13 @@ def delta_attacks(
 
     def restrict(idx: Tensor, columns: Tensor) -> Evaluate | None:
         """The evaluation of the chains `columns` of the trials idx only (the trials' algebra copied once)."""
-        if selected.get("idx") is None or not torch.equal(selected["idx"], idx):
-            selected.update(idx=idx, token=token if len(idx) == T else token.select_trials(idx))
-        restricted = selected["token"]
+        restricted = select(idx)
         if restricted is None:
             return None
         objective = columns // R  # the chains are objective-major
         return autograd_evaluate(partial(gain, objective=objective, token=restricted, hv=hv[idx], hR=_trials(hR, idx)))
 
-    selected: dict = {}  # the trials last selected and their algebra
+    select = trial_selector(token)
     starts = _starts(at.seeds, at.per_trial_seeds, T, B, R, d, radius, dtype, at.X_ctx.device).repeat(1, 1, n_obj, 1)
     if at.faithful:
         rule: StepRule = FixedStep(radius, at.lr)

@@ -161,6 +161,20 @@ def token_move(maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype
     return move_class_for(maps)(maps, X, positions, dtype)
 
 
+def trial_selector(token: TokenMove) -> Callable[[Tensor], TokenMove | None]:
+    """idx (T',) -> the algebra of those trials (`select_trials`; the token itself for all of them), the last
+    selection kept: a search narrows its chains far more often than its trials, and a selection copies tensors."""
+    last: dict = {}
+
+    def select(idx: Tensor) -> TokenMove | None:
+        if "idx" not in last or not torch.equal(last["idx"], idx):
+            every = len(idx) == token.phi0.shape[0]
+            last.update(idx=idx, token=token if every else token.select_trials(idx))
+        return last["token"]
+
+    return select
+
+
 def float64_twin(token: TokenMove, X: Tensor) -> TokenMove:
     """The algebra of the same maps and samples X (T, B, n, d) in float64, for final values exact to float64 rounding
     after a search in a lower precision (the token itself when it is float64 already)."""
