@@ -14,6 +14,7 @@ from wslight.data import EmbeddingSpec, load_token_embeddings
 from wslight.features import FreshMaps, make_map
 from wslight.features.move import token_move
 from wslight.sensitivity import word_sensitivity
+from wslight.starts import seeded_draws, unit
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -158,9 +159,9 @@ class _Plain(torch.nn.Module):
 
 
 def test_generic_path_first_round_runs_more_random_chains_after_the_usual_starts():
-    """A map without structured starts runs GENERIC_FIRST_ROUND x restarts chains in its first round: the usual
-    `restarts` starts first (the same as with one round's worth), then random ones from their own stream; a map with
-    its own algebra keeps `restarts`."""
+    """A map without structured starts runs GENERIC_FIRST_ROUND x restarts chains in its first round, besides the
+    homotopy starts: the usual `restarts` starts first (the same as with one round's worth), then the homotopy starts,
+    then random ones from their own stream; a map with its own algebra keeps `restarts`."""
     B, n, d = 4, 10, 24
     X = unit_rows(B, n, d, seed=7)
     inner = make_map("relu_raf", n, d, seed=3)
@@ -171,15 +172,56 @@ def test_generic_path_first_round_runs_more_random_chains_after_the_usual_starts
     search = ascent.Search.checked(d, n, [0], None, 3, 50, 0.25, 1e-4, 20, 2**25, 10, 3, 1e-3)
     token = token_move([plain], X[None], [0], torch.float32)
     starts = search._starts(token, [0], [1], torch.float32, X[None])
-    assert starts.shape[3] == 3 * ascent.GENERIC_FIRST_ROUND
+    H = len(ascent.HOMOTOPY_SCALES)
+    assert starts.shape[3] == 3 * ascent.GENERIC_FIRST_ROUND + H
     first = ascent.GENERIC_FIRST_ROUND
     try:
         ascent.GENERIC_FIRST_ROUND = 1
         usual = search._starts(token, [0], [1], torch.float32, X[None])
     finally:
         ascent.GENERIC_FIRST_ROUND = first
-    torch.testing.assert_close(starts[:, :, :, :3], usual, rtol=0, atol=0)
+    torch.testing.assert_close(starts[:, :, :, : 3 + H], usual, rtol=0, atol=0)
     torch.testing.assert_close(starts.norm(dim=-1), torch.full(starts.shape[:-1], d**0.5), rtol=1e-5, atol=0)
+
+
+def test_homotopy_starts_are_the_best_points_of_the_larger_balls_brought_back_to_the_radius():
+    """Each homotopy start is the direction of the best point that HOMOTOPY_CHAINS chains reached on the ball of
+    radius s r: that point lies on (or in) its ball, beats the chains' own starting points there, and the objective at
+    the start (radius r) is what the first round's chain starts from."""
+    B, n, d = 2, 8, 16
+    X = unit_rows(B, n, d, seed=3)
+    plain = _Plain(make_map("raf", n, d, seed=4))
+    search = ascent.Search.checked(d, n, [0, 3], None, 2, 100, 0.25, 1e-4, 20, 2**25, 10, 2, 1e-3)
+    token = token_move([plain], X[None], [0, 3], torch.float64)
+    H = ascent.HOMOTOPY_SCALES
+    homotopy = search._homotopy_starts(token, [0, 3], [5], torch.float64, X[None], chain_chunk=64)  # (1, B, 2, H, d)
+    assert homotopy.shape == (1, B, 2, len(H), d)
+    torch.testing.assert_close(homotopy.norm(dim=-1), torch.ones(1, B, 2, len(H), dtype=torch.float64))
+    for k, scale in enumerate(H):
+        R = scale * search.radius
+        u0 = unit(seeded_draws([5], [0, 3], B, ascent.HOMOTOPY_CHAINS, d, "homotopy", k)).to(torch.float64) * R
+        f0 = token.change_sq(u0)  # (1, B, 2, K) the chains' starting values on that ball
+        f_best, x_best, _ = search._round(token, u0, 64, R)
+        best = x_best.gather(3, f_best.argmax(-1)[..., None, None].expand(-1, -1, -1, 1, d))[:, :, :, 0]
+        assert (best.norm(dim=-1) <= R * (1 + 1e-12)).all()
+        assert (f_best.max(-1).values > f0.max(-1).values).all()  # the chains climbed on the larger ball
+        torch.testing.assert_close(homotopy[:, :, :, k], unit(best), rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(homotopy[:, :, :, 0], homotopy[:, :, :, -1])  # the balls' best points differ
+
+
+def test_homotopy_starts_reach_the_maxima_that_random_starts_miss(monkeypatch):
+    """RAF as a plain module at d = 128: without the homotopy starts the generic path stops short of the closed form's
+    S on some samples (random starts miss the attracting basins); with them it reaches the closed form on every one."""
+    B, n, d = 6, 8, 128
+    X = unit_rows(B, n, d, seed=1)
+    raf = make_map("raf", n, d, seed=1)
+    kw = dict(restarts=6, max_chains=64, max_steps=60, seed=1)  # the RAF config's search
+    closed = word_sensitivity(raf, X, **kw).ws
+    homotopy = word_sensitivity(_Plain(raf), X, **kw).ws
+    monkeypatch.setattr(ascent, "HOMOTOPY_SCALES", ())
+    random_only = word_sensitivity(_Plain(raf), X, **kw).ws
+    assert int((random_only < 0.98 * closed).sum()) >= 2
+    assert (homotopy >= 0.995 * closed).all()
 
 
 def test_generic_path_polishing_round_only_adds_chains(monkeypatch):

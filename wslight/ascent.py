@@ -28,6 +28,14 @@ FINAL_CANDIDATES = 4
 # 90% with the larger first round, 95% (two draws) with the polishing round too; a jitter of 0.05 or 0.1 gave 90-95%)
 GENERIC_FIRST_ROUND = 4
 POLISH_JITTER = 0.02
+# The generic path's homotopy starts: HOMOTOPY_CHAINS random chains climb the same objective on the ball of radius
+# s r for each s in HOMOTOPY_SCALES, and the best point of each ball, scaled back to radius r, starts a chain of the
+# first round. RAF and ReLU-RAF as plain modules at d = 384, n = 10, 20 bundled reviews, against the best value of
+# every run (the closed forms' and 256-chain searches included): RAF 55% -> 90-100% within 1% on two draws of
+# reviews and maps (mean ratio 0.979 -> 0.998), ReLU-RAF 70% -> 90% (0.990 -> 0.997); the balls 1.5, 2, 3 r alone
+# gave 85-95%, 32 chains a ball no better (docs/theory.md §4.3)
+HOMOTOPY_SCALES = (1.25, 1.5, 2.0, 3.0, 4.0)
+HOMOTOPY_CHAINS = 16
 # The confirmation round's chains start this far (relative to the radius) from the lone best chain's start
 CONFIRM_JITTER = 0.3
 
@@ -127,7 +135,7 @@ class Search:
             pos = self.positions[c0 : c0 + pos_chunk]
             token = build(pos)
             f_c, delta_c, j_c, steps_c, values_c = self._search(
-                token, self._starts(token, pos, seeds, dt, X), pos, seeds, dt, chain_chunk
+                token, self._starts(token, pos, seeds, dt, X, chain_chunk), pos, seeds, dt, chain_chunk
             )
             values.append(values_c)
             # Deviation: the ball is centred on the clean token; the authors centre it at the noisy start
@@ -184,11 +192,14 @@ class Search:
             chain_chunk = max(1, self.chunk_elements // max(1, T * B * per_chain))
         return pos_chunk, chain_chunk
 
-    def _starts(self, token: TokenMove, pos: list[int], seeds: list[int], dt: torch.dtype, X: Tensor) -> Tensor:
+    def _starts(
+        self, token: TokenMove, pos: list[int], seeds: list[int], dt: torch.dtype, X: Tensor, chain_chunk: int = 64
+    ) -> Tensor:
         """The first round's starting points on the sphere, (T, B, P, restarts, d): +- the top curvature direction,
-        the map's own constructions, then random ones (on the generic path GENERIC_FIRST_ROUND x restarts in all),
-        one stream per trial and position (a chain does not depend on the chunking or the other trials).
-        X (T, B, n, d) the samples."""
+        the map's own constructions, then random ones; on the generic path, after these `restarts`, the homotopy
+        starts and (GENERIC_FIRST_ROUND - 1) x restarts more random ones. One stream per trial and position (a chain
+        does not depend on the chunking or the other trials). X (T, B, n, d) the samples; chain_chunk: chains run
+        together by the homotopy starts."""
         B, d = X.shape[1], X.shape[3]
         draws = seeded_draws(seeds, pos, B, self.restarts + 1, d).to(device=X.device, dtype=dt)  # (T, B, P, R + 1, d)
         exact_top = getattr(token, "top_curvature", None)  # e.g. RF: the d x d Hessian in closed form
@@ -205,10 +216,32 @@ class Search:
             own = torch.cat([unit(split).to(own.dtype), own], dim=3)
         struct = torch.cat([top, -top, own.to(dt)], dim=3)[:, :, :, : self.restarts]  # (T, B, P, S, d)
         rand = draws[:, :, :, 1 : 1 + self.restarts - struct.shape[3]]
-        if isinstance(token, GenericMove):  # no structured starts of the map's own: more random chains, after these
+        usual = torch.cat([struct, unit(rand)], dim=3)
+        if isinstance(token, GenericMove):  # no structured starts of the map's own: homotopy starts, more random ones
             extra = seeded_draws(seeds, pos, B, (GENERIC_FIRST_ROUND - 1) * self.restarts, d, "generic")
-            rand = torch.cat([rand, extra.to(rand)], dim=3)
-        return torch.cat([struct, unit(rand)], dim=3) * self.radius
+            homotopy = self._homotopy_starts(token, pos, seeds, dt, X, chain_chunk)
+            usual = torch.cat([usual, homotopy.to(usual), unit(extra).to(usual)], dim=3)
+        return usual * self.radius
+
+    def _homotopy_starts(
+        self, token: TokenMove, pos: list[int], seeds: list[int], dt: torch.dtype, X: Tensor, chain_chunk: int
+    ) -> Tensor:
+        """Unit directions (T, B, P, len(HOMOTOPY_SCALES), d): for each scale s, the best point of HOMOTOPY_CHAINS
+        random chains climbing the objective on the ball of radius s r (plain steps), scaled to norm 1.
+
+        A measured heuristic, not a guarantee: in high dimension random chains on the ball of radius r rarely reach
+        the basins that the attention maps' own starts aim at (the attracting direction, docs/theory.md §3.5), and
+        the best points of larger balls, brought back to radius r, start closer to them (docs/theory.md §4.3).
+        """
+        T, B, _, d = X.shape
+        out = [torch.zeros(T, B, len(pos), 0, d, dtype=dt, device=X.device)]
+        for k, scale in enumerate(HOMOTOPY_SCALES):
+            draws = seeded_draws(seeds, pos, B, HOMOTOPY_CHAINS, d, "homotopy", k)
+            radius = scale * self.radius
+            f, x, _ = self._round(token, unit(draws).to(device=X.device, dtype=dt) * radius, chain_chunk, radius)
+            best = f.argmax(dim=-1, keepdim=True).to(x.device)  # (T, B, P, 1)
+            out.append(unit(x.gather(3, best[..., None].expand(*best.shape, d))))
+        return torch.cat(out, dim=3)
 
     def _search(
         self, token: TokenMove, starts: Tensor, pos: list[int], seeds: list[int], dt: torch.dtype, chain_chunk: int
@@ -332,8 +365,11 @@ class Search:
         """Whether the search ends with a polishing round: on the generic path (the closed forms' records stay)."""
         return isinstance(token, GenericMove)
 
-    def _round(self, token: TokenMove, starts: Tensor, chain_chunk: int) -> tuple[Tensor, Tensor, Tensor]:
-        """One round: every chain of `starts` (T, B, P, R, d) run to convergence, `chain_chunk` chains at a time.
+    def _round(
+        self, token: TokenMove, starts: Tensor, chain_chunk: int, radius: float | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One round: every chain of `starts` (T, B, P, R, d) run to convergence, `chain_chunk` chains at a time, on
+        the ball of radius `radius` (None: the search's own; another one, for the homotopy starts, with plain steps).
 
         Returns:
             f (T, B, P, R) float64 on the CPU, each chain's best objective; x (T, B, P, R, d) its point; steps.
@@ -355,8 +391,8 @@ class Search:
 
         # the generic path (autograd, no structured starts) walks ridges, and so do closed forms with kinks (DeepRF's
         # ReLU layers); the other closed forms keep plain steps
-        ridge = closed is None or getattr(token, "ridges", False)
-        rule = MonotoneAscent(self.radius, self.lr, self.tol, self.window, ridge=ridge)
+        ridge = (closed is None or getattr(token, "ridges", False)) and radius is None
+        rule = MonotoneAscent(self.radius if radius is None else radius, self.lr, self.tol, self.window, ridge=ridge)
         out = [
             run_chains(evaluate, starts[:, :, :, r0 : r0 + chain_chunk].contiguous(), rule, self.max_steps, restrict)
             for r0 in range(0, starts.shape[3], chain_chunk)
