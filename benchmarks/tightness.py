@@ -42,6 +42,7 @@ from ws import map_seeds, restart_seeds, samples  # benchmarks/ws.py, next to th
 
 from wslight.ascent import GENERIC_FIRST_ROUND
 from wslight.features import FreshMaps, make_map
+from wslight.features.move import GenericMove, move_class_for
 from wslight.sensitivity import word_sensitivity
 
 # (map, d, n values): the paper's n values at offline d (d = 384: the bundled MiniLM's width)
@@ -109,7 +110,9 @@ def row(name: str, d: int, n: int, a) -> list[str]:
     shipped, sec = timed(name, n, d, X, a, a.generic, **settings)
     ref_chains = max(16 * round(shipped.chains.double().mean().item()), 256 if name in ATTENTION else 0)
     # one round of ref_chains chains (the generic path's first round runs GENERIC_FIRST_ROUND x restarts)
-    first = GENERIC_FIRST_ROUND if a.generic and name in ATTENTION else 1
+    one = maps_for(name, n, d, [0], a.generic)
+    generic_path = isinstance(one, list) and move_class_for(one) is GenericMove
+    first = GENERIC_FIRST_ROUND if generic_path else 1
     ref, ref_sec = timed(name, n, d, X, a, a.generic, restarts=ref_chains // first, max_chains=ref_chains, **steps)
     S, S_before = shipped.ws.flatten(), before.ws.flatten()
     S_ref = torch.maximum(torch.maximum(S, S_before), ref.ws.flatten())
