@@ -186,8 +186,7 @@ def test_generic_path_first_round_runs_more_random_chains_after_the_usual_starts
 
 def test_homotopy_starts_are_the_best_points_of_the_larger_balls_brought_back_to_the_radius():
     """Each homotopy start is the direction of the best point that HOMOTOPY_CHAINS chains reached on the ball of
-    radius s r: that point lies on (or in) its ball, beats the chains' own starting points there, and the objective at
-    the start (radius r) is what the first round's chain starts from."""
+    radius s r: that point lies on (or in) its ball and beats the chains' own starting points there."""
     B, n, d = 2, 8, 16
     X = unit_rows(B, n, d, seed=3)
     plain = _Plain(make_map("raf", n, d, seed=4))
