@@ -121,6 +121,14 @@ def fmt(v, digits: int = 3) -> str:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
+def missing_requirements() -> list[str]:
+    """The command-line extras this python lacks (a bare CUDA image may hold torch and Lightning without them): the
+    `train.py` / `evaluate.py` tests need them and fail with ModuleNotFoundError otherwise."""
+    from lightning.pytorch.cli import _JSONARGPARSE_SIGNATURES_AVAILABLE as signatures
+
+    return [] if signatures else [str(signatures)]
+
+
 def run_pytest(timeout: float) -> dict:
     cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_gpu.py", "-p", "no:cacheprovider"]
     t = time.perf_counter()
@@ -136,7 +144,7 @@ def run_pytest(timeout: float) -> dict:
     return {
         "rc": rc,
         "summary": str(summary).strip("= "),
-        "failed": failed,
+        "failed": failed + [f"missing: {m}" for m in missing_requirements()],
         "seconds": time.perf_counter() - t,
         "log": out,
     }
@@ -428,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gpu_check: {env}", flush=True)
 
     tests = None
+    for missing in missing_requirements():
+        print(f"gpu_check: {missing} (the command-line tests will fail)", flush=True)
     if not args.skip_tests:
         tests = run_pytest(min(args.pytest_timeout_s, max(10.0, budget.left() - 120)))
         print(f"gpu_check: tests: {tests['summary']} ({tests['seconds']:.0f} s)", flush=True)

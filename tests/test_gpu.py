@@ -9,7 +9,9 @@ What "the same on CUDA" means here:
   forwards below FWD64.
 - Word sensitivity and the Delta attack: float64 maps and searches agree to WS64 / ATTACK64 relative (the same
   ascent, rounding apart); float32 word sensitivity to WS32 (rounding can move an accept/reject decision of the ascent,
-  which converges to the same maximum within its tolerance).
+  which converges to the same maximum within its tolerance). ReLU-RAF is discontinuous where a row's only positive
+  score crosses zero (docs/theory.md §4.3), so even in float64 a rounding-level difference can put a chain on the other
+  side of a jump: its records agree to WS_RELU64, and their path counts (steps, chains, near_best) may differ.
 - Lightning: `train.py fit` and an `evaluate.py` run with `--trainer.accelerator gpu --trainer.devices 1` on tiny
   synthetic embeddings write the same results contract as on the CPU, with the same records.
 
@@ -40,6 +42,11 @@ gpu_only = pytest.mark.skipif(not ON_GPU, reason="checks CUDA itself")
 
 FWD32, FWD64 = 1e-5, 1e-12
 WS32, WS64 = 2e-2, 1e-6
+# ReLU-RAF in float64 (see the module doc): on the CPU, 60 samples at d = 8, n = 6 scaled by 1 + 1e-15 moved S by up
+# to 3.0e-4 relative (RAF: 2e-13 under a 1e-13 change)
+WS_RELU64 = 1e-3
+# a record's counts of its search's own path: one accept decision flipped by rounding changes them
+PATH_FIELDS = ("steps", "chains", "near_best")
 ATTACK64 = 1e-6
 
 # the stable results.jsonl fields (README, "Evaluations"; extra fields are allowed)
@@ -262,11 +269,14 @@ def _comparable(record: dict) -> dict:
 
 
 def _sort_key(record: dict) -> str:
-    """Records ordered by their identifying (non-float) fields."""
-    return json.dumps({k: v for k, v in sorted(record.items()) if not isinstance(v, float)}, sort_keys=True)
+    """Records ordered by their identifying fields (neither floats nor the search's path counts)."""
+    ident = {k: v for k, v in sorted(record.items()) if not isinstance(v, float) and k not in PATH_FIELDS}
+    return json.dumps(ident, sort_keys=True)
 
 
-def _close_records(gpu: list[dict], cpu: list[dict], rtol: float) -> None:
+def _close_records(gpu: list[dict], cpu: list[dict], rtol: float, atol: float = 1e-9, paths: bool = True) -> None:
+    """Record for record, the same identifying fields, floats within rtol (or atol) and, with `paths`, the same
+    path counts."""
     gpu = sorted((_comparable(r) for r in gpu), key=_sort_key)
     cpu = sorted((_comparable(r) for r in cpu), key=_sort_key)
     assert len(gpu) == len(cpu) > 0
@@ -274,8 +284,8 @@ def _close_records(gpu: list[dict], cpu: list[dict], rtol: float) -> None:
         assert set(a) == set(b)
         for k in a:
             if isinstance(b[k], float) and math.isfinite(b[k]):
-                assert a[k] == pytest.approx(b[k], rel=rtol, abs=1e-9), (k, a, b)
-            elif not isinstance(b[k], float):
+                assert a[k] == pytest.approx(b[k], rel=rtol, abs=atol), (k, a, b)
+            elif not isinstance(b[k], float) and (paths or k not in PATH_FIELDS):
                 assert a[k] == b[k], (k, a[k], b[k])
 
 
@@ -338,8 +348,10 @@ def test_evaluate_ws_on_gpu_writes_the_contract_and_the_cpu_records(tmp_path, ca
         assert WS_FIELDS <= set(r) and r["experiment"] == "ws" and 0 < r["ws"] < math.inf
     cpu = _evaluate("configs/ws/raf.yaml", tmp_path, "cpu", *extra)
     # DeepRF is left out of the comparison: a sweep may draw its weights on the GPU (other numbers, by design)
-    same = lambda rs: [r for r in rs if r["map"] != "deep_rf"]  # noqa: E731
-    _close_records(same(recs), same(_records(cpu.model.results_path)), rtol=WS64)
+    cpu_recs = _records(cpu.model.results_path)
+    same = lambda rs, maps: [r for r in rs if r["map"] in maps]  # noqa: E731
+    _close_records(same(recs, ("rf", "raf")), same(cpu_recs, ("rf", "raf")), rtol=WS64)
+    _close_records(same(recs, ("relu_raf",)), same(cpu_recs, ("relu_raf",)), rtol=WS_RELU64, paths=False)
 
 
 def test_evaluate_attack_on_gpu_writes_the_contract_and_the_cpu_records(tmp_path):
@@ -432,7 +444,9 @@ def test_fit_on_gpu_trains_the_head_there_and_writes_the_attack_contract(fitted,
     cpu = _fit(tmp_path, "cpu")
     assert torch.allclose(model.theta.cpu().double(), cpu.model.theta.double(), rtol=1e-4, atol=1e-6)
     cpu_recs = _records(sorted(Path(cpu.trainer.log_dir).rglob("*results.jsonl"))[0])
-    _close_records(recs, cpu_recs, rtol=1e-3)
+    # the attack's chains run in float32 (docs/theory.md §6.5): rounding moves their paths, and the float64 values
+    # read out where they stop, err included (resolved to about 1e-9 by a float32 chain), by less than these
+    _close_records(recs, cpu_recs, rtol=1e-3, atol=1e-6, paths=False)
 
 
 @gpu_only
