@@ -17,13 +17,15 @@ call). Target: >= 95% within 1% and mean ratio >= 0.995.
 `--generic` hands raf / relu_raf over as plain modules that only forward (the same weights), so the search sees no
 closed form and differentiates the full forward: the tightness of the path a user's own map takes. Its reference
 also takes the closed form's own search on the same weights (shipped settings), whose structured starts find maxima
-that random chains on the generic path rarely reach in high dimension. Timings need an
+that random chains on the generic path rarely reach in high dimension; `--own-starts` gives the plain modules a
+`search_starts` naming those directions (`WithStarts`), as a user who knows their map can. Timings need an
 otherwise idle machine: with other processes on the cores, torch's threads contend (try --threads 1).
 
     python benchmarks/tightness.py                          # the default grid (minutes)
     python benchmarks/tightness.py --quick --maps rf raf    # 6 trials, smallest n per map
     python benchmarks/tightness.py --maps raf --n 50 --restarts 8 --max-chains 32
     python benchmarks/tightness.py --maps raf relu_raf --generic   # the attention maps as plain modules (autograd)
+    python benchmarks/tightness.py --maps raf relu_raf --generic --own-starts   # ... that name their own starts
     python benchmarks/tightness.py --zoo                    # configs/ws/zoo.yaml's maps, its smallest and largest n
     python benchmarks/tightness.py --zoo --maps raf_mh12    # one of them
 """
@@ -42,6 +44,7 @@ from ws import map_seeds, restart_seeds, samples  # benchmarks/ws.py, next to th
 
 from wslight.ascent import GENERIC_FIRST_ROUND
 from wslight.features import FreshMaps, make_map
+from wslight.features.attention import ReLUAttentionFeatures
 from wslight.features.move import GenericMove, move_class_for
 from wslight.sensitivity import word_sensitivity
 
@@ -81,12 +84,34 @@ class Plain(nn.Module):
         return self.inner(X)
 
 
-def maps_for(name: str, n: int, d: int, seeds: list[int], generic: bool):
-    """The T trial maps: FreshMaps, or (--generic, attention maps) a list of plain modules with the same weights;
-    the zoo's maps as built by make_map."""
+class WithStarts(Plain):
+    """A user's map that also names its own starting directions (`search_starts`, docs/theory.md §4.3), as one who
+    knows its structure would: the attracting direction W^T xbar, the steering directions W x_m (m != i) and, for
+    ReLU-RAF, mixes m x_i / ||x_i|| + (1 - m) a of the token and the unit attracting direction a, m = 1, 0.7, 0.4
+    (docs/theory.md §3.5). Only forwards otherwise: the search still takes the generic path."""
+
+    def search_starts(self, X: torch.Tensor, positions: list[int]) -> torch.Tensor:
+        W = self.inner.W
+        attract = X.mean(dim=1) @ W  # (B, d) = (W^T xbar)^T
+        attract = attract / attract.norm(dim=-1, keepdim=True)
+        steer = X @ W.T  # (B, n, d): row m is (W x_m)^T
+        out = []
+        for p in positions:
+            dirs = [attract[:, None], steer[:, [m for m in range(X.shape[1]) if m != p]]]
+            if isinstance(self.inner, ReLUAttentionFeatures):
+                xi = X[:, p] / X[:, p].norm(dim=-1, keepdim=True)
+                dirs.append(torch.stack([m * xi + (1 - m) * attract for m in (1.0, 0.7, 0.4)], dim=1))
+            out.append(torch.cat(dirs, dim=1))
+        return torch.stack(out, dim=1)  # (B, P, k, d)
+
+
+def maps_for(name: str, n: int, d: int, seeds: list[int], generic: bool, own_starts: bool = False):
+    """The T trial maps: FreshMaps, or (--generic, attention maps) a list of plain modules with the same weights
+    (--own-starts: that also name their starts); the zoo's maps as built by make_map."""
     if generic and name in ATTENTION or name not in GRID:  # the zoo's maps are built in full
         maps = [make_map(name, n, d, s) for s in seeds]
-        return maps if name not in GRID else [Plain(m, n, d) for m in maps]
+        wrap = WithStarts if own_starts else Plain
+        return maps if name not in GRID else [wrap(m, n, d) for m in maps]
     return FreshMaps(name, seeds)
 
 
@@ -94,7 +119,7 @@ def timed(name, n, d, X, a, generic, **settings):
     """One word_sensitivity call over all trials (maps built inside the timed part): (result, seconds per trial)."""
     T = X.shape[0]
     t0 = time.perf_counter()
-    fm = maps_for(name, n, d, map_seeds(a.seed, T), generic)
+    fm = maps_for(name, n, d, map_seeds(a.seed, T), generic, generic and a.own_starts)
     res = word_sensitivity(fm, X, seed=restart_seeds(a.seed, T), **settings)
     return res, (time.perf_counter() - t0) / T
 
@@ -127,7 +152,7 @@ def row(name: str, d: int, n: int, a) -> list[str]:
     max_chains = settings.get("max_chains", DEFAULTS["max_chains"]) or restarts
     ok = within >= 0.95 and mean_ratio >= 0.995
     return [
-        name + (" (generic)" if a.generic and name in ATTENTION else ""),
+        name + (f" (generic{', own starts' if a.own_starts else ''})" if a.generic and name in ATTENTION else ""),
         str(d),
         str(n),
         f"{restarts}/{max_chains}",
@@ -165,10 +190,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="6 trials, only the smallest n per map")
     p.add_argument("--generic", action="store_true", help="raf / relu_raf as plain modules (autograd path)")
+    p.add_argument("--own-starts", action="store_true", help="with --generic: the modules name their starts")
     p.add_argument("--zoo", action="store_true", help="the zoo config's maps (configs/ws/zoo.yaml) instead")
     a = p.parse_args(argv)
     if a.quick:
         a.trials = 6
+    if a.own_starts and not a.generic:
+        raise SystemExit("--own-starts: only with --generic (the plain modules name their starts)")
     if a.trials % 2:
         raise SystemExit("--trials must be even (the bundled reviews are balanced: half of each label)")
     torch.set_num_threads(a.threads)

@@ -197,10 +197,10 @@ class Search:
         self, token: TokenMove, pos: list[int], seeds: list[int], dt: torch.dtype, X: Tensor, chain_chunk: int = 64
     ) -> Tensor:
         """The first round's starting points on the sphere, (T, B, P, restarts, d): +- the top curvature direction,
-        the map's own constructions, then random ones; on the generic path, after these `restarts`, the homotopy
-        starts and (GENERIC_FIRST_ROUND - 1) x restarts more random ones. One stream per trial and position (a chain
-        does not depend on the chunking or the other trials). X (T, B, n, d) the samples; chain_chunk: chains run
-        together by the homotopy starts."""
+        the map's own constructions, then random ones; on the generic path, after these `restarts`, every direction
+        of the module's `search_starts`, the homotopy starts and (GENERIC_FIRST_ROUND - 1) x restarts more random
+        ones. One stream per trial and position (a chain does not depend on the chunking or the other trials).
+        X (T, B, n, d) the samples; chain_chunk: chains run together by the homotopy starts."""
         B, d = X.shape[1], X.shape[3]
         draws = seeded_draws(seeds, pos, B, self.restarts + 1, d).to(device=X.device, dtype=dt)  # (T, B, P, R + 1, d)
         exact_top = getattr(token, "top_curvature", None)  # e.g. RF: the d x d Hessian in closed form
@@ -209,7 +209,9 @@ class Search:
         else:
             product = getattr(token, "curvature_product", None)  # e.g. attention: H v in closed form
             top = top_curvature(token.change_sq, draws[:, :, :, :1], self.power_iters, product)
-        own = token.starts if token.starts is not None else top.new_zeros(*top.shape[:3], 0, top.shape[-1])
+        generic = isinstance(token, GenericMove)
+        none = top.new_zeros(*top.shape[:3], 0, top.shape[-1])
+        own = token.starts if token.starts is not None and not generic else none
         if getattr(token, "block_move", None) is not None and self.restarts > 2:
             # a change that sums over blocks (multi-head): first the best split of the radius among them (§12.1)
             rand = seeded_draws(seeds, pos, B, ALLOCATION_RANDOM, d, "split").to(device=X.device, dtype=dt)
@@ -218,10 +220,11 @@ class Search:
         struct = torch.cat([top, -top, own.to(dt)], dim=3)[:, :, :, : self.restarts]  # (T, B, P, S, d)
         rand = draws[:, :, :, 1 : 1 + self.restarts - struct.shape[3]]
         usual = torch.cat([struct, unit(rand)], dim=3)
-        if isinstance(token, GenericMove):  # no structured starts of the map's own: homotopy starts, more random ones
+        if generic:  # the module's own starts (`search_starts`, all of them), homotopy starts, more random ones
+            mine = token.starts if token.starts is not None else none
             extra = seeded_draws(seeds, pos, B, (GENERIC_FIRST_ROUND - 1) * self.restarts, d, "generic")
             homotopy = self._homotopy_starts(token, pos, seeds, dt, X, chain_chunk)
-            usual = torch.cat([usual, homotopy.to(usual), unit(extra).to(usual)], dim=3)
+            usual = torch.cat([usual, mine.to(usual), homotopy.to(usual), unit(extra).to(usual)], dim=3)
         return usual * self.radius
 
     def _homotopy_starts(

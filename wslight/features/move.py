@@ -105,7 +105,13 @@ def _out_dim(m: nn.Module, n: int) -> int:
 
 
 class GenericMove(TokenMove):
-    """Any module: its full forward on X + e_i Delta^T, differentiated by autograd (no closed form needed)."""
+    """Any module: its full forward on X + e_i Delta^T, differentiated by autograd (no closed form needed).
+
+    A module may name its own starting directions for the word-sensitivity search with a method
+    `search_starts(X, positions)`: X (B, n, d) in the module's dtype and the moved positions (P of them) ->
+    (B, P, k, d), k directions per sample and position (their norm does not matter). The search starts a chain from
+    each, at the ball's radius, besides its own starts (docs/theory.md §4.3).
+    """
 
     def __init__(self, maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype: torch.dtype) -> None:
         super().__init__(maps, X, positions, dtype)
@@ -115,6 +121,7 @@ class GenericMove(TokenMove):
         self.onehot[torch.arange(len(positions)), torch.tensor(positions)] = 1
         with torch.no_grad():
             self.phi0 = torch.stack([_forward(m, X[t], dtype) for t, m in enumerate(self.maps)])  # (T, B, p)
+            self.starts = _own_starts(self.maps, X, list(positions), dtype)
 
     def features(self, delta: Tensor) -> Tensor:
         T, B, P, R, d = delta.shape
@@ -131,7 +138,27 @@ class GenericMove(TokenMove):
         TokenMove.__init__(token, [self.maps[i] for i in idx.tolist()], self.X, self.positions, self.dtype)
         idx = idx.to(self.X.device)
         token.X, token.onehot, token.phi0 = self.X[idx], self.onehot, self.phi0[idx]
+        token.starts = None if self.starts is None else self.starts[idx]
         return token
+
+
+def _own_starts(maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype: torch.dtype) -> Tensor | None:
+    """The maps' own starting directions (their `search_starts`), (T, B, P, k, d) unit vectors; None unless every
+    map has them."""
+    if not all(callable(getattr(m, "search_starts", None)) for m in maps):
+        return None
+    T, B, n, d = X.shape
+    out = []
+    for t, m in enumerate(maps):
+        s = m.search_starts(X[t].to(_weight_dtype(m, X.dtype)), positions)  # type: ignore[operator]
+        if not isinstance(s, Tensor) or s.dim() != 4 or s.shape[:2] != (B, len(positions)) or s.shape[3] != d:
+            got = tuple(s.shape) if isinstance(s, Tensor) else type(s).__name__
+            raise ValueError(f"search_starts: expected a ({B}, {len(positions)}, k, {d}) tensor, got {got}")
+        out.append(s.to(device=X.device, dtype=dtype))
+    if len({s.shape[2] for s in out}) > 1:
+        raise ValueError(f"search_starts: every map must give as many directions, got {[s.shape[2] for s in out]}")
+    starts = torch.stack(out)
+    return starts / starts.norm(dim=-1, keepdim=True).clamp_min(1e-30)
 
 
 def _forward(m: nn.Module, X: Tensor, dtype: torch.dtype) -> Tensor:
