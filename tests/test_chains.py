@@ -279,9 +279,15 @@ def test_search_starts_of_the_wrong_shape_are_refused():
         def search_starts(self, X, positions):
             return X[:, :1]  # (B, 1, d): no axis of directions
 
+    class Zero(_Plain):
+        def search_starts(self, X, positions):
+            return torch.zeros(X.shape[0], len(positions), 2, X.shape[2])
+
     X = unit_rows(2, 6, 8, seed=0)
     with pytest.raises(ValueError, match=r"search_starts: expected a \(2, 1, k, 8\) tensor, got \(2, 1, 8\)"):
         word_sensitivity(Wrong(make_map("raf", 6, 8, seed=0)), X)
+    with pytest.raises(ValueError, match="search_starts: every direction must be finite and non-zero"):
+        word_sensitivity(Zero(make_map("raf", 6, 8, seed=0)), X)
 
 
 def test_generic_path_polishing_round_only_adds_chains(monkeypatch):

@@ -154,6 +154,9 @@ def _own_starts(maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtyp
         if not isinstance(s, Tensor) or s.dim() != 4 or s.shape[:2] != (B, len(positions)) or s.shape[3] != d:
             got = tuple(s.shape) if isinstance(s, Tensor) else type(s).__name__
             raise ValueError(f"search_starts: expected a ({B}, {len(positions)}, k, {d}) tensor, got {got}")
+        norm = s.detach().norm(dim=-1)
+        if not bool(norm.isfinite().all()) or bool((norm == 0).any()):
+            raise ValueError("search_starts: every direction must be finite and non-zero (it is scaled to the radius)")
         out.append(s.to(device=X.device, dtype=dtype))
     if len({s.shape[2] for s in out}) > 1:
         raise ValueError(f"search_starts: every map must give as many directions, got {[s.shape[2] for s in out]}")
