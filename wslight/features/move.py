@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from ..numerics import sum_last
+from ..starts import unit
 
 
 class TokenMove:
@@ -160,8 +161,7 @@ def _own_starts(maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtyp
         out.append(s.to(device=X.device, dtype=dtype))
     if len({s.shape[2] for s in out}) > 1:
         raise ValueError(f"search_starts: every map must give as many directions, got {[s.shape[2] for s in out]}")
-    starts = torch.stack(out)
-    return starts / starts.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    return unit(torch.stack(out))
 
 
 def _forward(m: nn.Module, X: Tensor, dtype: torch.dtype) -> Tensor:
