@@ -209,9 +209,8 @@ class Search:
         else:
             product = getattr(token, "curvature_product", None)  # e.g. attention: H v in closed form
             top = top_curvature(token.change_sq, draws[:, :, :, :1], self.power_iters, product)
-        generic = isinstance(token, GenericMove)
         none = top.new_zeros(*top.shape[:3], 0, top.shape[-1])
-        own = token.starts if token.starts is not None and not generic else none
+        own = token.starts if token.starts is not None else none
         if getattr(token, "block_move", None) is not None and self.restarts > 2:
             # a change that sums over blocks (multi-head): first the best split of the radius among them (§12.1)
             rand = seeded_draws(seeds, pos, B, ALLOCATION_RANDOM, d, "split").to(device=X.device, dtype=dt)
@@ -220,8 +219,9 @@ class Search:
         struct = torch.cat([top, -top, own.to(dt)], dim=3)[:, :, :, : self.restarts]  # (T, B, P, S, d)
         rand = draws[:, :, :, 1 : 1 + self.restarts - struct.shape[3]]
         usual = torch.cat([struct, unit(rand)], dim=3)
-        if generic:  # the module's own starts (`search_starts`, all of them), homotopy starts, more random ones
-            mine = token.starts if token.starts is not None else none
+        if isinstance(token, GenericMove):  # the module's `search_starts` (all of them), homotopy, more random starts
+            mine = token.own_starts()
+            mine = mine if mine is not None else none
             extra = seeded_draws(seeds, pos, B, (GENERIC_FIRST_ROUND - 1) * self.restarts, d, "generic")
             homotopy = self._homotopy_starts(token, pos, seeds, dt, X, chain_chunk)
             usual = torch.cat([usual, mine.to(usual), homotopy.to(usual), unit(extra).to(usual)], dim=3)

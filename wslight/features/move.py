@@ -122,7 +122,6 @@ class GenericMove(TokenMove):
         self.onehot[torch.arange(len(positions)), torch.tensor(positions)] = 1
         with torch.no_grad():
             self.phi0 = torch.stack([_forward(m, X[t], dtype) for t, m in enumerate(self.maps)])  # (T, B, p)
-            self.starts = _own_starts(self.maps, X, list(positions), dtype)
 
     def features(self, delta: Tensor) -> Tensor:
         T, B, P, R, d = delta.shape
@@ -139,13 +138,17 @@ class GenericMove(TokenMove):
         TokenMove.__init__(token, [self.maps[i] for i in idx.tolist()], self.X, self.positions, self.dtype)
         idx = idx.to(self.X.device)
         token.X, token.onehot, token.phi0 = self.X[idx], self.onehot, self.phi0[idx]
-        token.starts = None if self.starts is None else self.starts[idx]
         return token
+
+    def own_starts(self) -> Tensor | None:
+        """The modules' own starting directions (their `search_starts`), (T, B, P, k, d) unit vectors; None unless
+        every module has them. Asked by the word-sensitivity search only (the attack and the substitution never
+        start from them)."""
+        with torch.no_grad():
+            return _own_starts(self.maps, self.X, self.positions, self.dtype)
 
 
 def _own_starts(maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype: torch.dtype) -> Tensor | None:
-    """The maps' own starting directions (their `search_starts`), (T, B, P, k, d) unit vectors; None unless every
-    map has them."""
     if not all(callable(getattr(m, "search_starts", None)) for m in maps):
         return None
     T, B, n, d = X.shape
