@@ -15,7 +15,7 @@ from . import validate
 from .allocation import ALLOCATION_RANDOM, allocated_start
 from .chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
 from .features.move import GenericMove, TokenMove, project_ball, trial_selector
-from .starts import seeded_draws, top_curvature, unit
+from .starts import ROW_LIMIT, seeded_draws, top_curvature, unit
 from .ws_result import WSResult
 
 # Elements (of the working dtype) one chunk of positions/restarts may hold; bounds the memory of the search.
@@ -198,8 +198,8 @@ class Search:
     ) -> Tensor:
         """The first round's starting points on the sphere, (T, B, P, restarts, d): +- the top curvature direction,
         the map's own constructions, then random ones; on the generic path, after these `restarts`, every direction
-        of the module's `search_starts`, the homotopy starts and (GENERIC_FIRST_ROUND - 1) x restarts more random
-        ones. One stream per trial and position (a chain does not depend on the chunking or the other trials).
+        of the module's `search_starts`, the row starts (`GenericMove.row_starts`), the homotopy starts and
+        (GENERIC_FIRST_ROUND - 1) x restarts more random ones. One stream per trial and position (a chain does not depend on the chunking or the other trials).
         X (T, B, n, d) the samples; chain_chunk: chains run together by the homotopy starts."""
         B, d = X.shape[1], X.shape[3]
         draws = seeded_draws(seeds, pos, B, self.restarts + 1, d).to(device=X.device, dtype=dt)  # (T, B, P, R + 1, d)
@@ -219,12 +219,16 @@ class Search:
         struct = torch.cat([top, -top, own.to(dt)], dim=3)[:, :, :, : self.restarts]  # (T, B, P, S, d)
         rand = draws[:, :, :, 1 : 1 + self.restarts - struct.shape[3]]
         usual = torch.cat([struct, unit(rand)], dim=3)
-        if isinstance(token, GenericMove):  # the module's `search_starts` (all of them), homotopy, more random starts
+        if isinstance(token, GenericMove):  # the module's `search_starts` (all), row, homotopy, more random starts
             mine = token.own_starts()
             mine = mine if mine is not None else none
+            n = X.shape[2]
+            power = seeded_draws(seeds, pos, B, min(n, ROW_LIMIT + 1), d, "rows").to(X.device)
+            rows = token.row_starts(self.radius, power)
+            rows = rows if rows is not None else none
             extra = seeded_draws(seeds, pos, B, (GENERIC_FIRST_ROUND - 1) * self.restarts, d, "generic")
             homotopy = self._homotopy_starts(token, pos, seeds, dt, X, chain_chunk)
-            usual = torch.cat([usual, mine.to(usual), homotopy.to(usual), unit(extra).to(usual)], dim=3)
+            usual = torch.cat([usual, mine.to(usual), rows.to(usual), homotopy.to(usual), unit(extra).to(usual)], dim=3)
         return usual * self.radius
 
     def _homotopy_starts(

@@ -1,5 +1,6 @@
-"""Building blocks of the word-sensitivity search's starting points (docs/theory.md §4.2): the top curvature direction
-at the clean token, seeded Gaussian draws (one stream per trial seed and position) and unit directions."""
+"""Building blocks of the word-sensitivity search's starting points (docs/theory.md §4.2-4.3): the top curvature
+direction at the clean token, seeded Gaussian draws (one stream per trial seed and position), unit directions, and the
+row directions of a map whose output has one row per token."""
 
 from __future__ import annotations
 
@@ -61,3 +62,129 @@ def seeded_draws(seeds: list[int], pos: list[int], B: int, count: int, d: int, *
 def unit(v: Tensor) -> Tensor:
     """Every row of v scaled to norm 1 (a start's direction)."""
     return v / v.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+
+
+# The mixes m x_i/||x_i|| + (1 - m) a of the moved token and an attracting direction a that start the ReLU-RAF
+# self-capture climbs and the generic path's row starts (docs/theory.md §4.3)
+SELF_CAPTURE_MIXES = (1.0, 0.7, 0.4, 0.0)
+
+
+def token_mixes(x: Tensor, attract: Tensor) -> Tensor:
+    """unit(m x/||x|| + (1 - m) attract) for each m of SELF_CAPTURE_MIXES: (..., d) twice -> (..., K, d); attract a
+    unit vector."""
+    xu = unit(x)
+    return unit(torch.stack([m * xu + (1 - m) * attract for m in SELF_CAPTURE_MIXES], dim=-2))
+
+
+# Row starts (docs/theory.md §4.3, "Row starts"): read off the Jacobians of a map whose output is one d-row per token.
+# At most ROW_LIMIT output rows besides the moved token's own are read (evenly spaced); each row's direction takes
+# ROW_POWER_STEPS power steps (2 brought the cosine with RAF's W^T x_k from about 0.5 to 0.999, measured)
+ROW_LIMIT = 64
+ROW_POWER_STEPS = 2
+ROW_CHUNK_ELEMENTS = 2**21  # float64 elements of the samples one batch of row copies holds
+
+
+def read_rows(n: int, i: int) -> Tensor:
+    """The output rows whose directions are read when token i of n moves: every row (i itself through a copy, see
+    `row_directions`), at most ROW_LIMIT of the others, evenly spaced."""
+    others = torch.tensor([k for k in range(n) if k != i], dtype=torch.long)
+    if len(others) > ROW_LIMIT:
+        others = others[torch.linspace(0, len(others) - 1, ROW_LIMIT).round().long()]
+    return torch.cat([torch.tensor([i]), others])
+
+
+def row_directions(
+    forward: Callable[[Tensor], Tensor], X: Tensor, i: int, rows: Tensor, radius: float, v0: Tensor
+) -> Tensor:
+    """For each output row k of `rows`, the unit direction of Delta in which row k of phi(X^i(Delta)) moves fastest,
+    signed so that the move r v changes that row more than -r v.
+
+    For an attention map, row k != i moves with Delta only through the score of key i, so this is (up to its norm)
+    the key direction of query k: W^T x_k for RAF and ReLU-RAF. Row i's own entry is read through a copy of token i
+    at position (i + 1) mod n: the direction a query equal to token i would follow. A row whose Jacobian vanishes at
+    Delta = 0 (ReLU: a negative score) is read with token i reflected to -x_i instead, which flips the sign of its
+    scores and keeps their directions; of the two readings the one with the larger singular value is kept.
+
+    Args:
+        forward: (C, n, d) -> (C, n d) float64, the map's forward in float64 (row-major output rows).
+        X: (B, n, d) float64 clean samples.
+        i: the moved position.
+        rows: (K,) the rows to read (`read_rows`).
+        radius: the ball's radius r.
+        v0: (B, K, d) the power iterations' start vectors.
+
+    Returns:
+        (B, K, d) unit directions (zero where a row does not move with Delta in either reading).
+    """
+    B, n, d = X.shape
+    K = len(rows)
+    own = rows == i
+    read = torch.where(own, (i + 1) % n, rows)
+    base = X[:, None].repeat(1, K, 1, 1)  # (B, K, n, d): one copy of the sample per row
+    base[:, own, (i + 1) % n] = X[:, None, i]
+    reflected = base.clone()
+    reflected[:, :, i] = -base[:, :, i]
+    chunk = max(1, ROW_CHUNK_ELEMENTS // (n * d))
+    copies = torch.cat([base, reflected], dim=1).flatten(0, 1)  # (B 2K, n, d)
+    reads = read.repeat(2 * B).to(X.device)
+    start = torch.cat([v0, v0], dim=1).flatten(0, 1)
+    parts = [
+        _top_direction(forward, copies[c : c + chunk], reads[c : c + chunk], i, start[c : c + chunk], radius)
+        for c in range(0, len(copies), chunk)
+    ]
+    v = torch.cat([p[0] for p in parts]).reshape(B, 2, K, d)
+    sigma = torch.cat([p[1] for p in parts]).reshape(B, 2, K)
+    v = torch.where((sigma[:, 0] >= sigma[:, 1])[..., None], v[:, 0], v[:, 1])  # (B, K, d)
+    flat, reads, vf = base.flatten(0, 1), reads[: B * K], v.flatten(0, 1)
+    up, down = (_row_change(forward, flat, reads, i, sign * radius * vf, chunk) for sign in (1.0, -1.0))
+    return torch.where((up >= down).reshape(B, K, 1), v, -v)
+
+
+def _row_change(
+    forward: Callable[[Tensor], Tensor], X: Tensor, reads: Tensor, i: int, delta: Tensor, chunk: int
+) -> Tensor:
+    """||row reads[c] of phi(X^i(delta)) - the same row of phi(X)|| for each copy c, `chunk` copies at a time: (C,)."""
+    return torch.cat(
+        [
+            (
+                _rows(forward, _moved(X[s : s + chunk], i, delta[s : s + chunk]), reads[s : s + chunk])
+                - _rows(forward, X[s : s + chunk], reads[s : s + chunk])
+            ).norm(dim=-1)
+            for s in range(0, len(X), chunk)
+        ]
+    )
+
+
+def _rows(forward: Callable[[Tensor], Tensor], X: Tensor, reads: Tensor) -> Tensor:
+    """Output row reads[c] of copy c: (C, n, d) -> (C, d)."""
+    C, n, d = X.shape
+    return forward(X).reshape(C, n, d)[torch.arange(C, device=X.device), reads]
+
+
+def _moved(X: Tensor, i: int, delta: Tensor) -> Tensor:
+    """X (C, n, d) with token i moved by delta (C, d); differentiable in delta."""
+    onehot = torch.zeros(X.shape[1], 1, dtype=X.dtype, device=X.device)
+    onehot[i] = 1
+    return X + onehot * delta[:, None]
+
+
+def _top_direction(
+    forward: Callable[[Tensor], Tensor], X: Tensor, reads: Tensor, i: int, v: Tensor, radius: float
+) -> tuple[Tensor, Tensor]:
+    """The top right-singular vector of d row_k / d x_i at Delta = 0 for each copy (C, n, d), by ROW_POWER_STEPS
+    power steps (J v by a central difference, J^T u by autograd): ((C, d) unit vectors, (C,) singular values)."""
+    eps = 1e-5 * radius
+    v = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    sigma = torch.zeros(len(X), dtype=X.dtype, device=X.device)
+    with torch.enable_grad():
+        delta = torch.zeros_like(v, requires_grad=True)
+        row = _rows(forward, _moved(X, i, delta), reads)
+        for _ in range(ROW_POWER_STEPS):
+            with torch.no_grad():
+                u = (_rows(forward, _moved(X, i, eps * v), reads) - _rows(forward, _moved(X, i, -eps * v), reads)) / (
+                    2 * eps
+                )
+            (g,) = torch.autograd.grad(row, delta, grad_outputs=u, retain_graph=True)
+            sigma = g.norm(dim=-1)
+            v = g / sigma[:, None].clamp_min(1e-300)
+    return v.detach(), sigma.detach()

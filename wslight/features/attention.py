@@ -10,6 +10,7 @@ from torch import Tensor
 
 from .. import validate
 from ..seeding import generator
+from ..starts import token_mixes
 from .base import TokenwiseMap, register_map
 from .move import TokenMove, per_trial, project_ball, stack_trials, tangent_unit
 
@@ -97,8 +98,7 @@ class ReLUAttentionFeatures(_RandomAttentionBase):
         return R / torch.where(row_sum > 0, row_sum, torch.ones_like(row_sum))
 
 
-# ReLU-RAF self-capture starts: their mixes of x_i and the attracting direction, and their steps
-SELF_CAPTURE_MIXES = (1.0, 0.7, 0.4, 0.0)
+# ReLU-RAF self-capture starts: their steps (their mixes of x_i and the attracting direction: `token_mixes`)
 SELF_CAPTURE_STEPS = 60
 # then the captured ascent (docs/theory.md §4.3): its steps, and the score margin that keeps query i on key i alone
 CAPTURED_ASCENT_STEPS = 100
@@ -200,7 +200,7 @@ class AttentionMove(TokenMove):
         """ReLU-RAF starts where query i attends to itself alone (docs/theory.md §4.3): its output row becomes the moved
         token y = x_i + Delta, the largest change of that row, and the other rows' weight on key i stays free.
 
-        From radius * unit(mix x_i/||x_i|| + (1 - mix) attract), for each mix of SELF_CAPTURE_MIXES, projected steps
+        From radius * unit(mix x_i/||x_i|| + (1 - mix) attract), for each mix of `token_mixes`, projected steps
         on the capture penalty push every other key's score below zero and the self score above it (the "captured"
         starts). From there, the captured ascent climbs the objective inside the capture region: its steps leave it
         (the other rows pull y across the boundary of a key's score, where the objective has a ridge that plain
@@ -209,9 +209,7 @@ class AttentionMove(TokenMove):
         (T, B, d) a unit vector; returns (T, B, P, 2 K, d) unit-radius starts.
         """
         radius = self.xi.shape[-1] ** 0.5  # a start's direction only: the search scales it to its radius
-        xu = self.xi / self.xi.norm(dim=-1, keepdim=True).clamp_min(1e-30)  # (T, B, P, d)
-        dirs = torch.stack([m * xu + (1 - m) * attract[:, :, None] for m in SELF_CAPTURE_MIXES], dim=3)
-        delta = radius * dirs / dirs.norm(dim=-1, keepdim=True).clamp_min(1e-30)  # (T, B, P, K, d)
+        delta = radius * token_mixes(self.xi, attract[:, :, None])  # (T, B, P, K, d)
         for _ in range(SELF_CAPTURE_STEPS):
             step, _ = self._capture_step(XWt, delta, 1.0)
             delta = project_ball(delta - 0.05 * radius * step, radius)

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from ..numerics import sum_last
-from ..starts import unit
+from ..starts import read_rows, row_directions, token_mixes, unit
 
 
 class TokenMove:
@@ -147,6 +147,31 @@ class GenericMove(TokenMove):
         with torch.no_grad():
             return _own_starts(self.maps, self.X, self.positions, self.dtype)
 
+    @torch.no_grad()
+    def row_starts(self, radius: float, draws: Tensor) -> Tensor | None:
+        """Starts read off the maps' Jacobians when their output has one d-row per token (docs/theory.md §4.3), the
+        generic path's stand-in for an attention map's attracting construction: (T, B, P, 4, d) unit directions, the
+        `token_mixes` of the moved token and the attracting direction a, the sum of the row directions of
+        `row_directions` (a = x_i/||x_i|| where they all vanish). None for any other output. Computed with float64
+        copies of the maps. draws (T, B, P, K, d): the power iterations' start vectors, K >= len(read_rows(n, i))."""
+        T, B, n, d = self.X.shape
+        if self.phi0.shape[-1] != n * d or n < 2:
+            return None
+        out = []
+        for t, m in enumerate(self.maps):
+            forward = float64_forward(m)
+            X64 = self.X[t].to(torch.float64)
+            per_position = []
+            for j, i in enumerate(self.positions):
+                rows = read_rows(n, i)
+                v0 = draws[t, :, j, : len(rows)].to(X64)
+                total = row_directions(forward, X64, i, rows, radius, v0).sum(dim=1)  # (B, d)
+                xi = unit(X64[:, i])
+                attract = torch.where(total.norm(dim=-1, keepdim=True) > 0, unit(total), xi)
+                per_position.append(token_mixes(X64[:, i], attract))
+            out.append(torch.stack(per_position, dim=1))  # (B, P, 4, d)
+        return torch.stack(out).to(self.dtype)
+
 
 def _own_starts(maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype: torch.dtype) -> Tensor | None:
     if not all(callable(getattr(m, "search_starts", None)) for m in maps):
@@ -255,10 +280,7 @@ def map_features(
         out: (M, p) float64 to write into (e.g. one trial's slice of a (T, M, p) stack: no second copy).
     """
     if exact:
-        forward = getattr(feature_map, "forward64", None)
-        if forward is None:  # a plain module: a float64 copy of it
-            double = copy.deepcopy(feature_map).to(torch.float64)
-            forward = lambda x: double(x.to(torch.float64))  # noqa: E731
+        forward = getattr(feature_map, "forward64", None) or float64_forward(feature_map)
     else:
         forward = lambda x: _forward(feature_map, x, torch.float64)  # noqa: E731
     if out is None:
@@ -277,6 +299,12 @@ def trial_features(maps: Sequence[nn.Module], X: Tensor) -> Tensor:
     for t in range(1, len(maps)):
         map_features(maps[t], X[t], out=out[t])
     return out
+
+
+def float64_forward(feature_map: nn.Module) -> Callable[[Tensor], Tensor]:
+    """The forward of a float64 copy of the map (its weights cast): x -> phi(x) in float64."""
+    double = copy.deepcopy(feature_map).to(torch.float64)
+    return lambda x: double(x.to(torch.float64))
 
 
 def matmul64(h: Tensor, V: Tensor, rows: int = 2048) -> Tensor:
