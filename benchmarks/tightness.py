@@ -17,9 +17,10 @@ call). Target: >= 95% within 1% and mean ratio >= 0.995.
 `--generic` hands raf / relu_raf over as plain modules that only forward (the same weights), so the search sees no
 closed form and differentiates the full forward: the tightness of the path a user's own map takes. Its reference
 also takes the closed form's own search on the same weights (shipped settings), whose structured starts find maxima
-that random chains on the generic path rarely reach in high dimension; `--own-starts` gives the plain modules a
-`search_starts` naming those directions (`WithStarts`), as a user who knows their map can. Timings need an
-otherwise idle machine: with other processes on the cores, torch's threads contend (try --threads 1).
+that random chains on the generic path rarely reach in high dimension (the generic path's row starts read the
+attracting and self-capture directions off the map's Jacobian, docs/theory.md §4.3); `--own-starts` gives the
+plain modules a `search_starts` naming those directions (`WithStarts`), as a user who knows their map can. Timings
+need an otherwise idle machine: with other processes on the cores, torch's threads contend (try --threads 1).
 
     python benchmarks/tightness.py                          # the default grid (minutes)
     python benchmarks/tightness.py --quick --maps rf raf    # 6 trials, smallest n per map

@@ -14,7 +14,7 @@ from wslight.data import EmbeddingSpec, load_token_embeddings
 from wslight.features import FreshMaps, make_map
 from wslight.features.move import GenericMove, float64_forward, token_move
 from wslight.sensitivity import word_sensitivity
-from wslight.starts import ROW_LIMIT, SELF_CAPTURE_MIXES, read_rows, row_directions, seeded_draws, unit
+from wslight.starts import ROW_LIMIT, SELF_CAPTURE_MIXES, captured, read_rows, row_directions, seeded_draws, unit
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -172,7 +172,7 @@ def test_generic_path_first_round_runs_more_random_chains_after_the_usual_starts
     search = ascent.Search.checked(d, n, [0], None, 3, 50, 0.25, 1e-4, 20, 2**25, 10, 3, 1e-3)
     token = token_move([plain], X[None], [0], torch.float32)
     starts = search._starts(token, [0], [1], torch.float32, X[None])
-    H = len(ascent.HOMOTOPY_SCALES) + len(SELF_CAPTURE_MIXES)  # homotopy and row starts
+    H = len(ascent.HOMOTOPY_SCALES) + 2 * len(SELF_CAPTURE_MIXES)  # homotopy and row starts
     assert starts.shape[3] == 3 * ascent.GENERIC_FIRST_ROUND + H
     first = ascent.GENERIC_FIRST_ROUND
     try:
@@ -260,6 +260,23 @@ def test_row_starts_and_search_starts_bring_a_plain_raf_at_d384_to_the_best_valu
     assert (hinted >= 0.995 * best).all()
 
 
+@pytest.mark.slow
+def test_row_starts_bring_a_plain_relu_raf_at_n250_to_the_closed_forms_value_on_the_bundled_reviews():
+    """ReLU-RAF as a plain module at d = 384, n = 250 with the ReLU-RAF config's search, 2 bundled reviews: its best
+    values lie where the moved query attends to itself alone, which the closed form enters with its capture steps
+    and the generic path with the captured row starts; the plain module is within 1% of the closed form's S."""
+    args = yaml.safe_load((CONFIGS / "ws" / "relu_raf.yaml").read_text())["model"]["init_args"]
+    settings = {k: args[k] for k in ("restarts", "max_chains", "gain_tol", "max_steps")}
+    T, n, d = 2, 250, 384
+    X, _ = load_token_embeddings(EmbeddingSpec(num_samples=40)).samples(list(range(T)), n, d)
+    X = X[:, None].float()
+    seeds = [7, 8]
+    maps = [make_map("relu_raf", n, d, s) for s in seeds]
+    closed = word_sensitivity(maps, X, seed=seeds, **settings).ws
+    plain = word_sensitivity([_Plain(m) for m in maps], X, seed=seeds, **settings).ws
+    assert (plain >= 0.99 * closed).all()
+
+
 @pytest.mark.parametrize("name", ["raf", "relu_raf"])
 def test_row_directions_are_the_key_directions_of_an_attention_map(name):
     """Row k != i of RAF / ReLU-RAF moves with Delta only through the score of key i, x_k^T W (x_i + Delta): its
@@ -289,14 +306,15 @@ def test_read_rows_keep_the_own_row_first_and_at_most_row_limit_others():
 
 def test_row_starts_mix_the_token_with_the_attracting_direction_and_need_one_row_per_token():
     """The generic path's row starts for RAF as a plain module: the attracting direction (cosine above 0.97 with the
-    closed form's W^T xbar) and its mixes with x_i; a map whose output is not one d-row per token gets none."""
+    closed form's W^T xbar) and its mixes with x_i, then the points captured from them; a map whose output is not
+    one d-row per token gets none."""
     B, n, d = 2, 9, 128
     X = unit_rows(B, n, d, seed=8, dtype=torch.float64)
     raf = make_map("raf", n, d, seed=9, dtype="float64")
     token = token_move([_Plain(raf)], X[None], [0, 4], torch.float64)
     draws = seeded_draws([1], [0, 4], B, n, d, "rows").double()
-    starts = token.row_starts(d**0.5, draws)  # (1, B, 2, 4, d)
-    assert starts.shape == (1, B, 2, len(SELF_CAPTURE_MIXES), d)
+    starts = token.row_starts(d**0.5, draws)  # (1, B, 2, 8, d): the mixes, then the points captured from them
+    assert starts.shape == (1, B, 2, 2 * len(SELF_CAPTURE_MIXES), d)
     attract = unit(X.mean(dim=1) @ raf.W)  # (B, d)
     k0 = SELF_CAPTURE_MIXES.index(0.0)
     assert ((starts[0, :, :, k0] * attract[:, None]).sum(-1) > 0.97).all()
@@ -308,6 +326,33 @@ def test_row_starts_mix_the_token_with_the_attracting_direction_and_need_one_row
             return self.inner(X).reshape(X.shape[0], n, d).mean(dim=1)
 
     assert token_move([Pooled(raf)], X[None], [0], torch.float64).row_starts(d**0.5, draws) is None
+
+
+def test_captured_points_make_the_moved_query_attend_to_itself_alone():
+    """ReLU-RAF: from the token mixes, the capture descent ends where output row i is the moved token itself (the
+    self-capture region: every other score of row i <= 0), on the sphere; RAF's softmax row only comes closer."""
+    B, n, d, i = 4, 8, 32, 3
+    X = unit_rows(B, n, d, seed=12, dtype=torch.float64)
+    r = d**0.5
+    for name in ("relu_raf", "raf"):
+        m = make_map(name, n, d, seed=13, dtype="float64")
+        token = token_move([_Plain(m)], X[None], [i], torch.float64)
+        mixes = token.row_starts(r, seeded_draws([1], [i], B, n, d, "rows").double())[0, :, 0, :4]  # (B, 4, d)
+        points = captured(float64_forward(m), X, i, mixes, r)
+        torch.testing.assert_close(points.norm(dim=-1), torch.ones(B, 4, dtype=torch.float64))
+
+        def residual(u):  # ||row_i - y|| / ||y|| at Delta = r u, y = x_i + Delta
+            moved = X[:, None].repeat(1, 4, 1, 1)
+            moved[:, :, i] += r * u
+            row = m(moved.reshape(-1, n, d)).reshape(B, 4, n, d)[:, :, i]
+            return (row - moved[:, :, i]).norm(dim=-1) / moved[:, :, i].norm(dim=-1)
+
+        before, after = residual(mixes), residual(points)
+        assert (after <= before + 1e-12).all()
+        if name == "relu_raf":
+            assert (after.min(dim=1).values < 1e-12).all() and (before.min(dim=1).values > 1e-3).all()
+        else:
+            assert (after > 0).all() and (after.mean() < 0.5 * before.mean())
 
 
 def test_search_starts_come_after_the_usual_starts_at_the_radius():

@@ -199,8 +199,9 @@ class Search:
         """The first round's starting points on the sphere, (T, B, P, restarts, d): +- the top curvature direction,
         the map's own constructions, then random ones; on the generic path, after these `restarts`, every direction
         of the module's `search_starts`, the row starts (`GenericMove.row_starts`), the homotopy starts and
-        (GENERIC_FIRST_ROUND - 1) x restarts more random ones. One stream per trial and position (a chain does not depend on the chunking or the other trials).
-        X (T, B, n, d) the samples; chain_chunk: chains run together by the homotopy starts."""
+        (GENERIC_FIRST_ROUND - 1) x restarts more random ones. One stream per trial and position (a chain does not
+        depend on the chunking or the other trials). X (T, B, n, d) the samples; chain_chunk: chains run together by
+        the homotopy starts."""
         B, d = X.shape[1], X.shape[3]
         draws = seeded_draws(seeds, pos, B, self.restarts + 1, d).to(device=X.device, dtype=dt)  # (T, B, P, R + 1, d)
         exact_top = getattr(token, "top_curvature", None)  # e.g. RF: the d x d Hessian in closed form

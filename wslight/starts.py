@@ -4,6 +4,7 @@ row directions of a map whose output has one row per token."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -82,6 +83,9 @@ def token_mixes(x: Tensor, attract: Tensor) -> Tensor:
 ROW_LIMIT = 64
 ROW_POWER_STEPS = 2
 ROW_CHUNK_ELEMENTS = 2**21  # float64 elements of the samples one batch of row copies holds
+# Capture descent: steps of cosine-decayed length (CAPTURE_ETA[0] r down to CAPTURE_ETA[1] r) on the sphere
+CAPTURE_STEPS = 100
+CAPTURE_ETA = (0.05, 0.002)
 
 
 def read_rows(n: int, i: int) -> Tensor:
@@ -188,3 +192,42 @@ def _top_direction(
             sigma = g.norm(dim=-1)
             v = g / sigma[:, None].clamp_min(1e-300)
     return v.detach(), sigma.detach()
+
+
+def captured(forward: Callable[[Tensor], Tensor], X: Tensor, i: int, dirs: Tensor, radius: float) -> Tensor:
+    """Where the moved token's output row comes closest to the moved token itself: from r dirs, CAPTURE_STEPS
+    normalised descent steps along the sphere of radius r on ||row_i(X^i(Delta)) - (x_i + Delta)||^2 /
+    ||x_i + Delta||^2, the best point of each kept. Where that is 0 the moved query attends to itself alone
+    (ReLU-RAF's self-capture region, docs/theory.md §4.3); the generic path's stand-in for the closed form's capture
+    steps, for a map whose output rows live where its tokens do.
+
+    Args:
+        forward: (C, n, d) -> (C, n d) float64.
+        X: (B, n, d) float64 clean samples.
+        i: the moved position.
+        dirs: (B, K, d) unit start directions.
+        radius: r.
+
+    Returns:
+        (B, K, d) unit directions (the best points, divided by r).
+    """
+    B, K, d = dirs.shape
+    n = X.shape[1]
+    copies = X[:, None].expand(B, K, n, d).reshape(B * K, n, d)
+    delta = radius * dirs.reshape(B * K, d)
+    best, best_g = delta, torch.full((B * K,), math.inf, dtype=X.dtype, device=X.device)
+    for step in range(CAPTURE_STEPS + 1):
+        with torch.enable_grad():
+            moving = delta.clone().requires_grad_(True)
+            y = copies[:, i] + moving
+            g = ((_rows(forward, _moved(copies, i, moving), torch.full((B * K,), i)) - y) ** 2).sum(-1) / (y**2).sum(-1)
+            (grad,) = torch.autograd.grad(g.sum(), moving)
+        better = g.detach() < best_g
+        best, best_g = torch.where(better[:, None], delta, best), torch.where(better, g.detach(), best_g)
+        if step == CAPTURE_STEPS:
+            break
+        lo, hi = CAPTURE_ETA[1], CAPTURE_ETA[0]
+        eta = lo + 0.5 * (hi - lo) * (1 + math.cos(math.pi * step / CAPTURE_STEPS))
+        along = grad - (grad * delta).sum(-1, keepdim=True) * delta / radius**2  # the sphere's tangent part
+        delta = radius * unit(delta - eta * radius * unit(along))
+    return unit(best).reshape(B, K, d)

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from ..numerics import sum_last
-from ..starts import read_rows, row_directions, token_mixes, unit
+from ..starts import captured, read_rows, row_directions, token_mixes, unit
 
 
 class TokenMove:
@@ -150,10 +150,11 @@ class GenericMove(TokenMove):
     @torch.no_grad()
     def row_starts(self, radius: float, draws: Tensor) -> Tensor | None:
         """Starts read off the maps' Jacobians when their output has one d-row per token (docs/theory.md §4.3), the
-        generic path's stand-in for an attention map's attracting construction: (T, B, P, 4, d) unit directions, the
-        `token_mixes` of the moved token and the attracting direction a, the sum of the row directions of
-        `row_directions` (a = x_i/||x_i|| where they all vanish). None for any other output. Computed with float64
-        copies of the maps. draws (T, B, P, K, d): the power iterations' start vectors, K >= len(read_rows(n, i))."""
+        generic path's stand-in for an attention map's attracting and self-capture constructions: (T, B, P, 8, d)
+        unit directions, the `token_mixes` of the moved token and the attracting direction a, the sum of the row
+        directions of `row_directions` (a = x_i/||x_i|| where they all vanish), then the points `captured` from
+        each of them. None for any other output. Computed with float64 copies of the maps. draws (T, B, P, K, d):
+        the power iterations' start vectors, K >= len(read_rows(n, i))."""
         T, B, n, d = self.X.shape
         if self.phi0.shape[-1] != n * d or n < 2:
             return None
@@ -168,8 +169,9 @@ class GenericMove(TokenMove):
                 total = row_directions(forward, X64, i, rows, radius, v0).sum(dim=1)  # (B, d)
                 xi = unit(X64[:, i])
                 attract = torch.where(total.norm(dim=-1, keepdim=True) > 0, unit(total), xi)
-                per_position.append(token_mixes(X64[:, i], attract))
-            out.append(torch.stack(per_position, dim=1))  # (B, P, 4, d)
+                mixes = token_mixes(X64[:, i], attract)  # (B, 4, d)
+                per_position.append(torch.cat([mixes, captured(forward, X64, i, mixes, radius)], dim=1))
+            out.append(torch.stack(per_position, dim=1))  # (B, P, 8, d)
         return torch.stack(out).to(self.dtype)
 
 
