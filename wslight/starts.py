@@ -220,7 +220,8 @@ def captured(forward: Callable[[Tensor], Tensor], X: Tensor, i: int, dirs: Tenso
         with torch.enable_grad():
             moving = delta.clone().requires_grad_(True)
             y = copies[:, i] + moving
-            g = ((_rows(forward, _moved(copies, i, moving), torch.full((B * K,), i)) - y) ** 2).sum(-1) / (y**2).sum(-1)
+            row = _rows(forward, _moved(copies, i, moving), torch.full((B * K,), i, device=X.device))
+            g = ((row - y) ** 2).sum(-1) / (y**2).sum(-1)
             (grad,) = torch.autograd.grad(g.sum(), moving)
         better = g.detach() < best_g
         best, best_g = torch.where(better[:, None], delta, best), torch.where(better, g.detach(), best_g)
