@@ -15,7 +15,7 @@ from . import validate
 from .allocation import ALLOCATION_RANDOM, allocated_start
 from .chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
 from .features.move import GenericMove, TokenMove, project_ball, trial_selector
-from .starts import ROW_LIMIT, seeded_draws, top_curvature, unit
+from .starts import REMOVAL_ROWS, REMOVAL_SINGULAR, ROW_LIMIT, seeded_draws, top_curvature, unit
 from .ws_result import WSResult
 
 # Elements (of the working dtype) one chunk of positions/restarts may hold; bounds the memory of the search.
@@ -225,7 +225,8 @@ class Search:
             mine = mine if mine is not None else none
             n = X.shape[2]
             power = seeded_draws(seeds, pos, B, min(n, ROW_LIMIT + 1), d, "rows").to(X.device)
-            rows = token.row_starts(self.radius, power)
+            lean = seeded_draws(seeds, pos, B, REMOVAL_ROWS * REMOVAL_SINGULAR, d, "removal").to(X.device)
+            rows = token.row_starts(self.radius, power, lean)
             rows = rows if rows is not None else none
             extra = seeded_draws(seeds, pos, B, (GENERIC_FIRST_ROUND - 1) * self.restarts, d, "generic")
             homotopy = self._homotopy_starts(token, pos, seeds, dt, X, chain_chunk)

@@ -1,6 +1,6 @@
 """Building blocks of the word-sensitivity search's starting points (docs/theory.md §4.2-4.3): the top curvature
 direction at the clean token, seeded Gaussian draws (one stream per trial seed and position), unit directions, and the
-row directions of a map whose output has one row per token."""
+row directions of a map whose output has one row per token with the starts built from them."""
 
 from __future__ import annotations
 
@@ -86,6 +86,40 @@ ROW_CHUNK_ELEMENTS = 2**21  # float64 elements of the samples one batch of row c
 # Capture descent: steps of cosine-decayed length (CAPTURE_ETA[0] r down to CAPTURE_ETA[1] r) on the sphere
 CAPTURE_STEPS = 100
 CAPTURE_ETA = (0.05, 0.002)
+# Removal starts (docs/theory.md §4.3, "Removal starts"): the moved token nearly taken out of the sample, leaning
+# toward +- one of the REMOVAL_SINGULAR top right-singular vectors of one row's Jacobian, at each angle (degrees)
+# from -x_i, for at most REMOVAL_ROWS of the rows read (evenly spaced). The pre-trained layer's maxima at n = 8 lie
+# there and are narrow. A row's top singular values are close (ratios 0.4-0.99), so the vectors take
+# REMOVAL_POWER_STEPS steps of subspace iteration: with 4 steps these starts reached 90% of 20 reviews, with 16 all
+# (one power-step direction per row at 10, 20 and 30 degrees: 60%; measured)
+REMOVAL_ANGLES = (10.0, 20.0)
+REMOVAL_ROWS = 8
+REMOVAL_SINGULAR = 2
+REMOVAL_POWER_STEPS = 16
+
+
+def removal_mixes(x: Tensor, dirs: Tensor) -> Tensor:
+    """unit(-cos t x/||x|| + sin t v) for each angle t of REMOVAL_ANGLES and each direction v of `dirs` made
+    orthogonal to x (zero where a direction is parallel to x or zero, so the start is -x/||x||): (B, d), (B, K, d)
+    -> (B, K A, d), direction by direction, then angle by angle.
+
+    With ||x_i|| = r, Delta = r u takes token i to x_i + Delta of norm 2 r sin(t/2) (0.17 r at 10 degrees): the word
+    nearly removed, what is left of it pointing along v.
+    """
+    xu = unit(x)[:, None]  # (B, 1, d)
+    v = _beside(dirs, xu)  # (B, K, d)
+    angles = [math.radians(t) for t in REMOVAL_ANGLES]
+    mixes = torch.stack([-math.cos(t) * xu + math.sin(t) * v for t in angles], dim=2)  # (B, K, A, d)
+    return unit(mixes.flatten(1, 2))
+
+
+def _beside(dirs: Tensor, away: Tensor) -> Tensor:
+    """dirs (..., d) with their parts along the unit vectors `away` (broadcastable) removed, scaled to norm 1; zero
+    where nothing is left (rounding leaves a parallel direction a residue that `unit` would blow up to an arbitrary
+    one)."""
+    beside = dirs - (dirs * away).sum(-1, keepdim=True) * away
+    some = beside.norm(dim=-1, keepdim=True) > 1e-9 * dirs.norm(dim=-1, keepdim=True)
+    return torch.where(some, unit(beside), torch.zeros_like(beside))
 
 
 def read_rows(n: int, i: int) -> Tensor:
@@ -122,10 +156,7 @@ def row_directions(
     """
     B, n, d = X.shape
     K = len(rows)
-    own = rows == i
-    read = torch.where(own, (i + 1) % n, rows)
-    base = X[:, None].repeat(1, K, 1, 1)  # (B, K, n, d): one copy of the sample per row
-    base[:, own, (i + 1) % n] = X[:, None, i]
+    base, read = _row_copies(X, i, rows)
     reflected = base.clone()
     reflected[:, :, i] = -base[:, :, i]
     chunk = max(1, ROW_CHUNK_ELEMENTS // (n * d))
@@ -133,30 +164,61 @@ def row_directions(
     reads = read.repeat(2 * B).to(X.device)
     start = torch.cat([v0, v0], dim=1).flatten(0, 1)
     parts = [
-        _top_direction(forward, copies[c : c + chunk], reads[c : c + chunk], i, start[c : c + chunk], radius)
+        _top_directions(
+            forward, copies[c : c + chunk], reads[c : c + chunk], i, start[c : c + chunk, None], radius, ROW_POWER_STEPS
+        )
         for c in range(0, len(copies), chunk)
     ]
     v = torch.cat([p[0] for p in parts]).reshape(B, 2, K, d)
     sigma = torch.cat([p[1] for p in parts]).reshape(B, 2, K)
     v = torch.where((sigma[:, 0] >= sigma[:, 1])[..., None], v[:, 0], v[:, 1])  # (B, K, d)
-    flat, reads, vf = base.flatten(0, 1), reads[: B * K], v.flatten(0, 1)
-    up, down = (_row_change(forward, flat, reads, i, sign * radius * vf, chunk) for sign in (1.0, -1.0))
-    return torch.where((up >= down).reshape(B, K, 1), v, -v)
+    change = _row_changes(forward, base.flatten(0, 1), reads[: B * K], i, radius * v.flatten(0, 1), chunk)
+    return torch.where((change[:, 0] >= change[:, 1]).reshape(B, K, 1), v, -v)
 
 
-def _row_change(
+def row_subspaces(
+    forward: Callable[[Tensor], Tensor], X: Tensor, i: int, rows: Tensor, radius: float, v0: Tensor
+) -> Tensor:
+    """For each output row k of `rows`, the top s right-singular vectors of d row_k / d x_i at Delta = 0, read as in
+    `row_directions` (row i through a copy of token i; no reflection, no sign), by REMOVAL_POWER_STEPS steps of
+    subspace iteration: X (B, n, d) float64, v0 (B, K, s, d) the start vectors -> (B, K, s, d) orthonormal per row,
+    the largest singular value first (zero where a row does not move with Delta)."""
+    B, n, d = X.shape
+    K, s = v0.shape[1], v0.shape[2]
+    base, read = _row_copies(X, i, rows)
+    copies, reads, start = base.flatten(0, 1), read.repeat(B).to(X.device), v0.flatten(0, 1)
+    chunk = max(1, ROW_CHUNK_ELEMENTS // (n * d * s))
+    parts = [
+        _top_directions(
+            forward, copies[c : c + chunk], reads[c : c + chunk], i, start[c : c + chunk], radius, REMOVAL_POWER_STEPS
+        )[0]
+        for c in range(0, len(copies), chunk)
+    ]
+    return torch.cat(parts).reshape(B, K, s, d)
+
+
+def _row_copies(X: Tensor, i: int, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """One copy of each sample per row read, (B, K, n, d), and the row each copy reads, (K,): row i's own entry
+    through a copy of token i at position (i + 1) mod n."""
+    n = X.shape[1]
+    own = rows == i
+    base = X[:, None].repeat(1, len(rows), 1, 1)
+    base[:, own, (i + 1) % n] = X[:, None, i]
+    return base, torch.where(own, (i + 1) % n, rows)
+
+
+def _row_changes(
     forward: Callable[[Tensor], Tensor], X: Tensor, reads: Tensor, i: int, delta: Tensor, chunk: int
 ) -> Tensor:
-    """||row reads[c] of phi(X^i(delta)) - the same row of phi(X)|| for each copy c, `chunk` copies at a time: (C,)."""
-    return torch.cat(
-        [
-            (
-                _rows(forward, _moved(X[s : s + chunk], i, delta[s : s + chunk]), reads[s : s + chunk])
-                - _rows(forward, X[s : s + chunk], reads[s : s + chunk])
-            ).norm(dim=-1)
-            for s in range(0, len(X), chunk)
-        ]
-    )
+    """||row reads[c] of phi(X^i(+-delta)) - the same row of phi(X)|| for each copy c, `chunk` copies at a time:
+    (C, 2), + then -."""
+    out = []
+    for s in range(0, len(X), chunk):
+        part, rows, step = X[s : s + chunk], reads[s : s + chunk], delta[s : s + chunk]
+        clean = _rows(forward, part, rows)
+        moved = [_rows(forward, _moved(part, i, sign * step), rows) for sign in (1.0, -1.0)]
+        out.append(torch.stack([(m - clean).norm(dim=-1) for m in moved], dim=-1))
+    return torch.cat(out)
 
 
 def _rows(forward: Callable[[Tensor], Tensor], X: Tensor, reads: Tensor) -> Tensor:
@@ -172,26 +234,40 @@ def _moved(X: Tensor, i: int, delta: Tensor) -> Tensor:
     return X + onehot * delta[:, None]
 
 
-def _top_direction(
-    forward: Callable[[Tensor], Tensor], X: Tensor, reads: Tensor, i: int, v: Tensor, radius: float
+def _top_directions(
+    forward: Callable[[Tensor], Tensor], X: Tensor, reads: Tensor, i: int, V: Tensor, radius: float, steps: int
 ) -> tuple[Tensor, Tensor]:
-    """The top right-singular vector of d row_k / d x_i at Delta = 0 for each copy (C, n, d), by ROW_POWER_STEPS
-    power steps (J v by a central difference, J^T u by autograd): ((C, d) unit vectors, (C,) singular values)."""
+    """The top s right-singular vectors of d row_k / d x_i at Delta = 0 for each copy (C, n, d), by `steps` steps of
+    subspace iteration from V (C, s, d): J v by a central difference, J^T u by autograd, then Gram-Schmidt in order
+    (s = 1: power steps). Returns ((C, s, d) orthonormal rows, (C, s) the norms of the last J^T J v)."""
+    C, s, d = V.shape
+    Xs, rs = X.repeat_interleave(s, dim=0), reads.repeat_interleave(s)
     eps = 1e-5 * radius
-    v = v / v.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-    sigma = torch.zeros(len(X), dtype=X.dtype, device=X.device)
+    v = _orthonormal(V).reshape(C * s, d)
+    sigma = torch.zeros(C, s, dtype=X.dtype, device=X.device)
     with torch.enable_grad():
         delta = torch.zeros_like(v, requires_grad=True)
-        row = _rows(forward, _moved(X, i, delta), reads)
-        for _ in range(ROW_POWER_STEPS):
+        row = _rows(forward, _moved(Xs, i, delta), rs)
+        for _ in range(steps):
             with torch.no_grad():
-                u = (_rows(forward, _moved(X, i, eps * v), reads) - _rows(forward, _moved(X, i, -eps * v), reads)) / (
+                u = (_rows(forward, _moved(Xs, i, eps * v), rs) - _rows(forward, _moved(Xs, i, -eps * v), rs)) / (
                     2 * eps
                 )
             (g,) = torch.autograd.grad(row, delta, grad_outputs=u, retain_graph=True)
-            sigma = g.norm(dim=-1)
-            v = g / sigma[:, None].clamp_min(1e-300)
-    return v.detach(), sigma.detach()
+            sigma = g.norm(dim=-1).reshape(C, s)
+            v = _orthonormal(g.reshape(C, s, d)).reshape(C * s, d)
+    return v.detach().reshape(C, s, d), sigma.detach()
+
+
+def _orthonormal(V: Tensor) -> Tensor:
+    """Gram-Schmidt on the rows of each (s, d) block of V (..., s, d), in order (a row with nothing left is zero)."""
+    out: list[Tensor] = []
+    for j in range(V.shape[-2]):
+        v = V[..., j, :]
+        for u in out:
+            v = v - (v * u).sum(-1, keepdim=True) * u
+        out.append(v / v.norm(dim=-1, keepdim=True).clamp_min(1e-300))
+    return torch.stack(out, dim=-2)
 
 
 def captured(forward: Callable[[Tensor], Tensor], X: Tensor, i: int, dirs: Tensor, radius: float) -> Tensor:

@@ -20,7 +20,17 @@ import torch
 from torch import Tensor, nn
 
 from ..numerics import sum_last
-from ..starts import captured, read_rows, row_directions, token_mixes, unit
+from ..starts import (
+    REMOVAL_ROWS,
+    REMOVAL_SINGULAR,
+    captured,
+    read_rows,
+    removal_mixes,
+    row_directions,
+    row_subspaces,
+    token_mixes,
+    unit,
+)
 
 
 class TokenMove:
@@ -148,13 +158,21 @@ class GenericMove(TokenMove):
             return _own_starts(self.maps, self.X, self.positions, self.dtype)
 
     @torch.no_grad()
-    def row_starts(self, radius: float, draws: Tensor) -> Tensor | None:
+    def row_starts(self, radius: float, draws: Tensor, lean: Tensor) -> Tensor | None:
         """Starts read off the maps' Jacobians when their output has one d-row per token (docs/theory.md §4.3), the
-        generic path's stand-in for an attention map's attracting and self-capture constructions: (T, B, P, 8, d)
-        unit directions, the `token_mixes` of the moved token and the attracting direction a, the sum of the row
-        directions of `row_directions` (a = x_i/||x_i|| where they all vanish), then the points `captured` from
-        each of them. None for any other output. Computed with float64 copies of the maps. draws (T, B, P, K, d):
-        the power iterations' start vectors, K >= len(read_rows(n, i))."""
+        generic path's stand-in for an attention map's attracting and self-capture constructions, and removal starts:
+        (T, B, P, S, d) unit directions. First the 4 `token_mixes` of the moved token and the attracting direction a,
+        the sum of the row directions of `row_directions` (a = x_i/||x_i|| where they all vanish), then the 4 points
+        `captured` from each of them, then the `removal_mixes` of the moved token and +- the REMOVAL_SINGULAR top
+        right-singular vectors (`row_subspaces`) of at most REMOVAL_ROWS of those rows (evenly spaced, the own row
+        first): S = 8 + 2 REMOVAL_SINGULAR len(REMOVAL_ANGLES) min(n, REMOVAL_ROWS). None for any other output.
+        Computed with float64 copies of the maps.
+
+        Args:
+            radius: r.
+            draws: (T, B, P, K, d) the power iterations' start vectors, K >= len(read_rows(n, i)).
+            lean: (T, B, P, REMOVAL_ROWS REMOVAL_SINGULAR, d) the subspace iterations' start vectors.
+        """
         T, B, n, d = self.X.shape
         if self.phi0.shape[-1] != n * d or n < 2:
             return None
@@ -166,12 +184,17 @@ class GenericMove(TokenMove):
             for j, i in enumerate(self.positions):
                 rows = read_rows(n, i)
                 v0 = draws[t, :, j, : len(rows)].to(X64)
-                total = row_directions(forward, X64, i, rows, radius, v0).sum(dim=1)  # (B, d)
+                dirs = row_directions(forward, X64, i, rows, radius, v0)  # (B, K, d)
+                total = dirs.sum(dim=1)
                 xi = unit(X64[:, i])
                 attract = torch.where(total.norm(dim=-1, keepdim=True) > 0, unit(total), xi)
                 mixes = token_mixes(X64[:, i], attract)  # (B, 4, d)
-                per_position.append(torch.cat([mixes, captured(forward, X64, i, mixes, radius)], dim=1))
-            out.append(torch.stack(per_position, dim=1))  # (B, P, 8, d)
+                leaning = rows[torch.linspace(0, len(rows) - 1, min(len(rows), REMOVAL_ROWS)).round().long()]
+                v1 = lean[t, :, j, : len(leaning) * REMOVAL_SINGULAR].to(X64).unflatten(1, (len(leaning), -1))
+                tops = row_subspaces(forward, X64, i, leaning, radius, v1).flatten(1, 2)  # (B, K' s, d)
+                removal = removal_mixes(X64[:, i], torch.cat([tops, -tops], dim=1))
+                per_position.append(torch.cat([mixes, captured(forward, X64, i, mixes, radius), removal], dim=1))
+            out.append(torch.stack(per_position, dim=1))  # (B, P, S, d)
         return torch.stack(out).to(self.dtype)
 
 
