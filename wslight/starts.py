@@ -260,7 +260,7 @@ def _top_directions(
 
 
 def _orthonormal(V: Tensor) -> Tensor:
-    """Gram-Schmidt on the rows of each (s, d) block of V (..., s, d), in order (a row with nothing left is zero)."""
+    """Gram-Schmidt on the rows of each (s, d) block of V (..., s, d), in order (a zero row stays zero)."""
     out: list[Tensor] = []
     for j in range(V.shape[-2]):
         v = V[..., j, :]
