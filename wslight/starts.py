@@ -126,9 +126,15 @@ def read_rows(n: int, i: int) -> Tensor:
     """The output rows whose directions are read when token i of n moves: every row (i itself through a copy, see
     `row_directions`), at most ROW_LIMIT of the others, evenly spaced."""
     others = torch.tensor([k for k in range(n) if k != i], dtype=torch.long)
-    if len(others) > ROW_LIMIT:
-        others = others[torch.linspace(0, len(others) - 1, ROW_LIMIT).round().long()]
-    return torch.cat([torch.tensor([i]), others])
+    return torch.cat([torch.tensor([i]), evenly_spaced(others, ROW_LIMIT)])
+
+
+def evenly_spaced(items: Tensor, k: int) -> Tensor:
+    """At most k entries of `items` (1-D), evenly spaced, the first and last included; all of them if there are no
+    more than k."""
+    if len(items) <= k:
+        return items
+    return items[torch.linspace(0, len(items) - 1, k).round().long()]
 
 
 def row_directions(

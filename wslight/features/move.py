@@ -24,6 +24,7 @@ from ..starts import (
     REMOVAL_ROWS,
     REMOVAL_SINGULAR,
     captured,
+    evenly_spaced,
     read_rows,
     removal_mixes,
     row_directions,
@@ -189,7 +190,7 @@ class GenericMove(TokenMove):
                 xi = unit(X64[:, i])
                 attract = torch.where(total.norm(dim=-1, keepdim=True) > 0, unit(total), xi)
                 mixes = token_mixes(X64[:, i], attract)  # (B, 4, d)
-                leaning = rows[torch.linspace(0, len(rows) - 1, min(len(rows), REMOVAL_ROWS)).round().long()]
+                leaning = evenly_spaced(rows, REMOVAL_ROWS)
                 v1 = lean[t, :, j, : len(leaning) * REMOVAL_SINGULAR].to(X64).unflatten(1, (len(leaning), -1))
                 tops = row_subspaces(forward, X64, i, leaning, radius, v1).flatten(1, 2)  # (B, K' s, d)
                 removal = removal_mixes(X64[:, i], torch.cat([tops, -tops], dim=1))
