@@ -19,23 +19,46 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Verb:
     help: str
-    run: Callable[[list[str], str], None]  # (arguments after the verb, program name for messages)
+    # (arguments after the verb, program name for messages) -> exit status (None: 0)
+    run: Callable[[list[str], str], int | None]
 
 
-def _lightning(subcommand: str) -> Callable[[list[str], str], None]:
-    def run(args: list[str], prog: str) -> None:
+def _usage_mistake(err: Exception, prog: str) -> int:
+    print(f"{prog}: error: {err}", file=sys.stderr)
+    return 2
+
+
+def _lightning(subcommand: str) -> Callable[[list[str], str], int | None]:
+    def run(args: list[str], prog: str) -> int | None:
         from .cli import main as cli_main
+        from .errors import UsageError
+        from .help import lightning_args
 
+        try:
+            args = lightning_args(args)  # --help-all, --model.help <short class name>
+        except UsageError as err:
+            return _usage_mistake(err, prog)
         cli_main([subcommand, *args], prog=prog)
+        return None
 
     return run
 
 
-def _evaluate(args: list[str], prog: str) -> None:
+def _evaluate(args: list[str], prog: str) -> int | None:
     from .cli import main as cli_main
+    from .errors import UsageError
+    from .help import asks_for_help, evaluate_help, lightning_args
 
+    try:
+        if asks_for_help(args):  # the evaluation's own options, not Lightning's `test` help (that is --help-all)
+            print(evaluate_help(args, prog))
+            return 0
+        args = lightning_args(args)
+    except UsageError as err:
+        return _usage_mistake(err, prog)
     # the command line itself: Lightning may run it again for the other processes of a CPU evaluation
     cli_main(["test", *args], evaluate=True, prog=prog, every_core=True)
+    return None
 
 
 def _reproduce(args: list[str], prog: str) -> None:
@@ -82,5 +105,4 @@ def main(argv: list[str] | None = None, prog: str = "wslight") -> int:
 
 def run_verb(verb: str, args: list[str], prog: str) -> int:
     """Run one verb of the table with its arguments; `prog` names the command in messages and usage lines."""
-    VERBS[verb].run(args, prog)
-    return 0
+    return VERBS[verb].run(args, prog) or 0
