@@ -3,7 +3,7 @@
 The YAML files live in `configs/` at the repository root and are installed as the package data `wslight/configs/`
 (pyproject.toml maps the folder), so a wheel carries them. A `--config` value that names an existing file (relative to
 the working directory) is used as given; otherwise `ws/raf`, `ws/raf.yaml` or `configs/ws/raf.yaml` resolve to the
-shipped file.
+shipped file. A directory (`--config configs/ws`, `--config ws`) is refused with what to give instead.
 
 Overlays. A config file whose first line is `# overlay of: <name>` holds only what differs from the shipped config
 `<name>` (the paper's setting, the reproduce grid, a tiny test setting). `--config <overlay>` stands for
@@ -56,20 +56,41 @@ def _no_shipped(what: str, name: str) -> UnknownConfigError:
     return UnknownConfigError(f"{what}: no such file, and no shipped config named {name!r}{hint}")
 
 
+def _folder_error(value: str, folder: Path) -> UnknownConfigError:
+    """`--config <a directory>`: say that it is one, and what to give instead (a few of the YAML files it holds)."""
+    files = sorted(p for p in folder.glob("*.y*ml") if p.is_file())
+    shown = ", ".join(str(p) for p in files[:3]) + (", ..." if len(files) > 3 else "")
+    inside = f"a YAML file in it ({shown})" if files else "a YAML file"
+    return UnknownConfigError(
+        f"--config {value}: {folder} is a directory, not a config file; give {inside} or the name of a shipped "
+        "config such as ws/raf"
+    )
+
+
 def find_config(value: str) -> Path:
     """The file a `--config` value means: an existing path as given, else the shipped config of that name.
 
     Raises:
-        UnknownConfigError: neither exists; the message lists the closest shipped names.
+        UnknownConfigError: neither exists, or the value names a directory (of the working directory, or a folder of
+            shipped configs such as `ws`); the message lists the closest shipped names, or what to give instead.
     """
     given = Path(value).expanduser()
     if given.is_file() or "\n" in value or ": " in value:  # a file, or YAML given inline
         return given
+    if given.is_dir():
+        raise _folder_error(value, given)
     if given.is_absolute() or value.startswith(("./", "../", "~")):  # meant as a file, not a shipped name
         raise UnknownConfigError(f"--config {value}: no such file")
     shipped = configs_dir() / f"{_name(value)}.yaml"
     if shipped.is_file():
         return shipped
+    folder = configs_dir() / _name(value)
+    if _name(value) and folder.is_dir():  # `ws`: a folder of shipped configs
+        names = sorted(p.relative_to(configs_dir()).with_suffix("").as_posix() for p in folder.rglob("*.yaml"))
+        shown = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+        raise UnknownConfigError(
+            f"--config {value}: {_name(value)} is a folder of shipped configs, not a config; give one of {shown}"
+        )
     raise _no_shipped(f"--config {value}", _name(value))
 
 
