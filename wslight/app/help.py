@@ -358,9 +358,8 @@ def evaluations_help(prog: str) -> str:
         lines.append(f"  {cls.__name__:<{width - 2}}{text[0]}")
         lines += [" " * width + t for t in text[1:]]
     example = next((c for c in classes if configs.get(c.__name__)), classes[0])
-    config = next(
-        (n for n in configs.get(example.__name__, []) if not base_of(shipped_dir() / f"{n}.yaml")), "<config>"
-    )
+    whole = [n for n in configs.get(example.__name__, []) if not base_of(shipped_dir() / f"{n}.yaml")]
+    config = min(whole, key=len, default="<config>")  # the plainest: ws/rf rather than ws/deep_rf
     lines += [
         "",
         f"The options of one evaluation: {prog} --config {config} --help (with the values that config gives),",

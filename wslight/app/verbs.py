@@ -78,7 +78,7 @@ VERBS: dict[str, Verb] = {
 
 def usage(prog: str) -> str:
     width = max(map(len, VERBS))
-    lines = [f"usage: {prog} <verb> [options]   ({prog} <verb> --help: every option of a verb)", "", "verbs:"]
+    lines = [f"usage: {prog} <verb> [options]   ({prog} <verb> --help: the options of a verb)", "", "verbs:"]
     lines += [f"  {name:<{width}}  {verb.help}" for name, verb in VERBS.items()]
     lines += ["", "configs by name from any directory: --config raf, --config ws/raf, --config attack/fig4"]
     return "\n".join(lines)
