@@ -46,3 +46,29 @@ def test_fig4_comment_on_trials_per_step_states_the_steps_the_sweep_forms():
     assert int(found.group(2)) == len(steps) == len(sweep.cases) * len(args["N_values"])
     assert {len(s) for s in steps} == {args["trials"]}
     assert "half" not in comment
+
+
+# ----------------------------------------------------------------------------------------- the figures' legends
+def test_attack_scatter_gives_align_and_align_proj_each_their_own_legend_entry_and_marker():
+    import matplotlib.pyplot as plt
+
+    from wslight.plots.attack import plot_attack_scatter
+
+    losses = ("err", "align", "align_proj")
+    recs = [
+        {"map": "raf", "n": 6, "N": N, "training": "finetune", "loss": loss, "p": 0.0, "gamma": 0.1 * (i + 1), "err": e}
+        for N in (10, 20)
+        for loss in losses
+        for i, e in enumerate((0.2, 0.5))
+    ]
+    fig = plot_attack_scatter(recs)
+    (ax,) = fig.axes
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert len(labels) == len(set(labels)) == 2 * len(losses)  # one entry per (N, loss)
+    assert {"N = 10, alignment loss", "N = 10, projected alignment loss", "N = 10, loss = Err"} <= set(labels)
+    markers = {}
+    for coll in ax.collections:  # one scatter per (N, loss): the same loss has the same marker at every N
+        markers.setdefault(coll.get_label().split(", ", 1)[1], set()).add(coll.get_paths()[0].vertices.tobytes())
+    assert len(markers) == len(losses) and all(len(m) == 1 for m in markers.values())
+    assert len({next(iter(m)) for m in markers.values()}) == len(losses)  # three distinct markers
+    plt.close(fig)

@@ -17,6 +17,13 @@ from .style import LEGEND_FONTSIZE, colour, set_error_scale, styled
 
 MAP_TITLES = {"rf": "RF", "deep_rf": "DRF", "raf": "RAF", "relu_raf": "ReLU-RAF"}
 ALIGN_LOSSES = ("align", "align_proj")
+# (marker, legend label) of each loss of the scatter: hollow markers for the alignment losses, so that a cross of
+# `err` at the same point still shows; each loss its own legend entry
+SCATTER_LOSSES = {
+    "err": ("x", "loss = Err"),
+    "align": ("o", "alignment loss"),  # Paper: Eq. (24a)
+    "align_proj": ("s", "projected alignment loss"),  # Paper: Eq. (24b)
+}
 ROW_TITLES = {"finetune": "fine-tuned", "retrain": "re-trained"}
 
 
@@ -52,7 +59,8 @@ def _rows(records: Iterable[dict]) -> list[str]:
 
 @styled
 def plot_attack_scatter(records: list[dict]) -> Figure:
-    """Figure 4 style: Err against gamma, one colour per N, circles for the alignment losses, crosses for `err`.
+    """Figure 4 style: Err against gamma, one colour per N, one marker per loss: crosses for `err`, hollow circles for
+    `align`, hollow squares for `align_proj` (each (N, loss) its own legend entry).
 
     Rows: fine-tuned / re-trained; columns: one per (map, n). Records with loss "penalized" are left to
     `plot_penalized`.
@@ -63,15 +71,16 @@ def plot_attack_scatter(records: list[dict]) -> Figure:
     Returns:
         The matplotlib Figure (the caller closes it).
     """
-    recs = [r for r in records if r.get("loss") in ("err", *ALIGN_LOSSES)]
+    recs = [r for r in records if r.get("loss") in SCATTER_LOSSES]
     if not recs:
-        raise ValueError("records: expected attack records with loss in ['err', 'align', 'align_proj'], got none")
+        raise ValueError(f"records: expected attack records with loss in {list(SCATTER_LOSSES)}, got none")
     fig, where = _grid(recs, _rows(recs))
     Ns = sorted({int(r["N"]) for r in recs})
     colours = {N: colour(i) for i, N in enumerate(Ns)}
     for (tr, m, n), ax in where.items():
         for N in Ns:
-            for kind, marker in (("align", "o"), ("err", "x")):
+            for loss in ("align", "align_proj", "err"):  # the crosses drawn last, on top
+                marker, label = SCATTER_LOSSES[loss]
                 pts = [
                     r
                     for r in recs
@@ -79,17 +88,18 @@ def plot_attack_scatter(records: list[dict]) -> Figure:
                     and r["map"] == m
                     and int(r["n"]) == n
                     and int(r["N"]) == N
-                    and ((r["loss"] in ALIGN_LOSSES) == (kind == "align"))
+                    and r["loss"] == loss
                 ]
                 if not pts:
                     continue
-                style = {"facecolors": "none", "edgecolors": [colours[N]]} if marker == "o" else {"c": [colours[N]]}
+                hollow = loss in ALIGN_LOSSES
+                style = {"facecolors": "none", "edgecolors": [colours[N]]} if hollow else {"c": [colours[N]]}
                 ax.scatter(
                     [r["gamma"] for r in pts],
                     [r["err"] for r in pts],
                     marker=marker,
                     s=28,
-                    label=f"N = {N}, {'alignment loss' if kind == 'align' else 'loss = Err'}",
+                    label=f"N = {N}, {label}",
                     **style,
                 )
         if ax.collections:
