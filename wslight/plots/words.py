@@ -32,6 +32,14 @@ def _label(key: tuple, several_d: bool, several_L: bool) -> str:
     return TITLES.get(m, m) + (f", d = {d}" if several_d else "") + (f", L = {L}" if several_L else "")
 
 
+def _members_label(members: list[tuple[tuple, str]], several_d: bool, several_L: bool) -> str:
+    """The legend entry of one flip-rate line standing for the series `members` [(map key, training)] with equal
+    rates: "RAF, retrain", "RAF, retrain = finetune", "RF, retrain = RAF, retrain"."""
+    if len({key for key, _ in members}) == 1:
+        return f"{_label(members[0][0], several_d, several_L)}, {' = '.join(t for _, t in members)}"
+    return " = ".join(f"{_label(key, several_d, several_L)}, {t}" for key, t in members)
+
+
 def _finish(fig: Figure, ax, ns: list[int], ylabel: str, title: str) -> Figure:
     """The shared frame of both figures: n on a log axis with the grid's values as ticks, labels, the legend on the
     right, a grid."""
@@ -78,7 +86,8 @@ def plot_words_vs_n(records: list[dict]) -> Figure:
 @styled
 def plot_flip_rates(records: list[dict], trainings: Iterable[str]) -> Figure:
     """Share of reviews where some admissible real word flips the head, against n: one line per map and training
-    (re-trained solid, fine-tuned dashed, min-norm dotted).
+    (re-trained solid, fine-tuned dashed, min-norm dotted); series with equal rates at every n share one line, whose
+    legend entry names them all ("RAF, retrain = finetune").
 
     Args:
         records: words records with keys map, d, n, L and flipped_<training>.
@@ -91,22 +100,18 @@ def plot_flip_rates(records: list[dict], trainings: Iterable[str]) -> Figure:
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     keys = sorted({(r["map"], int(r["d"]), int(r.get("L", 1))) for r in records})
     several_d, several_L = len({k[1] for k in keys}) > 1, len({k[2] for k in keys}) > 1
-    ns_all: set[int] = set()
+    # Series with the same rates at the same n (e.g. both trainings flip every review) would be drawn on top of each
+    # other, the last one hiding the others: each such group is one line, its legend entry naming every series in it.
+    groups: dict[tuple, list[tuple[tuple, str]]] = {}
     for training in trainings:
-        rates = _curves(records, f"flipped_{training}")
-        for key, (ns, means) in sorted(rates.items()):
-            c, marker = line_look(keys.index(key))
-            style = {"retrain": "-", "finetune": "--"}.get(training, ":")
-            ax.plot(
-                ns,
-                means,
-                color=c,
-                marker=marker,
-                ms=4,
-                ls=style,
-                label=f"{_label(key, several_d, several_L)}, {training}",
-            )
-            ns_all |= set(ns)
+        for key, (ns, means) in sorted(_curves(records, f"flipped_{training}").items()):
+            groups.setdefault((tuple(ns), tuple(means)), []).append((key, training))
+    for (ns, means), members in groups.items():
+        key, training = members[0]
+        c, marker = line_look(keys.index(key))
+        style = {"retrain": "-", "finetune": "--"}.get(training, ":")
+        ax.plot(ns, means, color=c, marker=marker, ms=4, ls=style, label=_members_label(members, several_d, several_L))
+    ns_all = {n for ns, _ in groups for n in ns}
     if not ns_all:
         raise ValueError("records: no record with a flipped_<training> field")
     ax.set_ylim(-0.03, 1.03)
