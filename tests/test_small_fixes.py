@@ -1,5 +1,11 @@
 """Small contracts of the command line, the run folder, the probes and the figures."""
 
+from pathlib import Path
+
+import pytest
+
+from wslight.app.cli import main
+
 
 # ------------------------------------------------------------------------------------------ --config <a directory>
 def test_config_given_a_directory_says_so_and_what_to_give(tmp_path, monkeypatch, cli_fails):
@@ -102,3 +108,28 @@ def test_words_flip_rate_figure_draws_no_line_on_top_of_another():
     assert len(labels) == len(set(labels)) == len(lines)
     assert "RAF, retrain = finetune" in labels
     plt.close(fig)
+
+
+# ------------------------------------------------------------------------------- scalars computed on every rank
+def test_attack_sweep_under_a_process_group_logs_its_scalars_without_a_sync_dist_warning(tmp_path, recwarn):
+    """Under DDP (here one process) the attack's scalars, computed identically on every rank, draw no Lightning
+    `sync_dist` warning, and are logged as computed."""
+    import json
+
+    from lightning.pytorch.trainer.connectors.logger_connector import result
+
+    from wslight.records.summary import attack_scalars
+
+    result.warning_cache.clear()  # Lightning shows each warning once per process: a test before this one may have
+    conf = Path(__file__).parent / "conf" / "attack" / "fig4.yaml"
+    args = ["test", "--config", str(conf), "--trainer.logger.init_args.save_dir", str(tmp_path)]
+    args += ["--trainer.enable_progress_bar", "false", "--trainer.strategy", "ddp", "--trainer.devices", "1"]
+    cli = main(args, evaluate=True)
+    assert cli.trainer.world_size == 1 and type(cli.trainer.strategy).__name__ == "DDPStrategy"
+    messages = [str(w.message) for w in recwarn]
+    assert not [m for m in messages if "sync_dist=True" in m], messages
+    records = [json.loads(x) for x in Path(cli.model.results_path).read_text().splitlines()]
+    expected = attack_scalars(records, cli.model.trainings)
+    assert len(expected) == 4
+    for name, value in expected.items():
+        assert float(cli.trainer.callback_metrics[name]) == pytest.approx(value, rel=1e-6)
