@@ -145,3 +145,25 @@ def cli_fails(capsys):
         return err
 
     return run
+
+
+SQUARES = """
+seed_everything: 0
+model:
+  class_path: dummy_evaluation.SquaresEvaluation
+  init_args: {init_args}
+"""
+
+
+@pytest.fixture
+def squares(tmp_path, cpu_trainer):
+    """squares(trials=4, sleep=0.0, name="squares", **init_args): the tiny evaluation of tests/dummy_evaluation.py
+    with the CPU trainer logging under tmp_path/logs; returns the config's path."""
+
+    def write(trials=4, sleep=0.0, name="squares", **init_args):
+        cfg = tmp_path / f"{name}.yaml"
+        args = json.dumps({"trials": trials, "sleep": sleep, **init_args})
+        cfg.write_text(SQUARES.format(init_args=args) + cpu_trainer.yaml(f"{tmp_path}/logs", name))
+        return cfg
+
+    return write

@@ -19,25 +19,6 @@ from wslight.records.results import RunLock
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 TRAIN = str(TESTS / "conf" / "raf.yaml")
-SQUARES = """
-seed_everything: 0
-model:
-  class_path: dummy_evaluation.SquaresEvaluation
-  init_args: {{trials: {trials}, sleep: {sleep}}}
-"""
-
-
-@pytest.fixture
-def squares(tmp_path, cpu_trainer):
-    """squares(trials=4, sleep=0.0, name="squares"): the tiny evaluation of tests/dummy_evaluation.py with the CPU
-    trainer logging under tmp_path/logs; returns the config's path."""
-
-    def write(trials=4, sleep=0.0, name="squares"):
-        cfg = tmp_path / f"{name}.yaml"
-        cfg.write_text(SQUARES.format(trials=trials, sleep=sleep) + cpu_trainer.yaml(f"{tmp_path}/logs", name))
-        return cfg
-
-    return write
 
 
 def _env() -> dict:

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from wslight.records.results import ResultsFile, config_key, read_records
+from wslight.records.results import CorruptResults, ResultsFile, config_key, read_records
 
 
 def test_append_skips_finished_and_duplicate_trials(tmp_path):
@@ -42,7 +42,7 @@ def test_torn_last_line_is_dropped_with_warning_and_repaired(tmp_path):
 def test_corrupt_line_in_the_middle_raises(tmp_path):
     path = tmp_path / "r.jsonl"
     path.write_text('{"trial_key": "a"}\nnot json\n{"trial_key": "b"}\n')
-    with pytest.raises(ValueError, match="line 2 is not valid JSON"):
+    with pytest.raises(CorruptResults, match="line 2 of 3 is not a JSON record"):
         read_records(path)
 
 

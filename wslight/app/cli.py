@@ -16,17 +16,27 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ..records.results import RunLock
 from .config_files import resolve_config_args
-from .errors import ParseError
-from .failures import failure_message
+from .errors import ParseError, UsageError
+from .failures import EXIT_SIGNAL_BASE, failure_message
 from .messages import DEBUG_ENV, args_tree, check_command, fail
-from .placement import every_core
+from .placement import available_cores, every_core, on_cpu
 from .run_summary import final_metrics, log_config_text, log_run_hparams, record_metrics, run_hparams
-from .runs import check_logger_dirs, check_output_dir, fit_report, last_checkpoint, remove_empty_run_dir, run_key
+from .runs import (
+    PRECISION_ALIASES,
+    check_logger_dirs,
+    check_output_dir,
+    fit_report,
+    last_checkpoint,
+    remove_empty_run_dir,
+    run_key,
+)
 
 
 def _to_plain(value: Any) -> Any:
@@ -125,6 +135,9 @@ class WSLightCLI(LightningCLI):
             config.trainer["default_root_dir"] = str(root / f"run-{self.run_key}")
         if self.evaluate and self.every_core:
             every_core(config.trainer)  # devices: auto on the CPU -> one process per core (wslight.app.placement)
+        if self.evaluate:
+            check_evaluation_precision(config.trainer.get("precision"))
+        note_more_processes_than_cores(config.trainer)
         if not self.evaluate and config.get("ckpt_path") == "last":
             config["ckpt_path"] = str(last_checkpoint(_parsed_config))
 
@@ -186,19 +199,79 @@ class WSLightCLI(LightningCLI):
         logger = self.trainer.logger
         log_dir = logger.log_dir if isinstance(logger, TensorBoardLogger) else None  # not created yet
         _new_run_dir = Path(log_dir) if log_dir and not Path(log_dir).exists() else None
+        keep_own_signal_handlers(self.trainer)
+        claim = getattr(self.model, "claim_before_launch", None)
+        if self.subcommand is not None and claim is not None and is_rank_zero():
+            claim(self.trainer)  # a busy folder or an unusable results file: before any other process starts
+
+
+def is_rank_zero() -> bool:
+    """Whether this process is rank 0 (or the only one): the one that prints a run's messages."""
+    return getattr(rank_zero_only, "rank", 0) == 0  # from the launcher's environment, then the strategy's rank
+
+
+def keep_own_signal_handlers(trainer: pl.Trainer) -> None:
+    """Leave SIGTERM to `main`'s handler, which stops the run at once like Ctrl-C.
+
+    Lightning's own SIGTERM handler only notes the signal (the run goes on to the end of its step) and, under DDP,
+    broadcasts it from inside the handler: a second SIGTERM (the group's and the launcher's forwarded one) leaves a
+    process waiting in that broadcast for good. On SLURM with auto-requeue Lightning's handlers are kept: they
+    requeue the job.
+    """
+    environment = trainer._accelerator_connector.cluster_environment
+    if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
+        return
+    trainer._signal_connector.register_signal_handlers = lambda: None  # type: ignore[method-assign]
+
+
+def check_evaluation_precision(precision: Any) -> None:
+    """Refuse a mixed or half precision for an evaluation: the searches compute in the dtype their config states
+    (model.init_args.dtype) and re-check their values in float64; autocast would change S without a trace in the
+    records. `64-true` is accepted (the records say so in their `precision` field)."""
+    if precision is None:
+        return
+    name = PRECISION_ALIASES.get(str(precision), str(precision))
+    if name not in ("32-true", "64-true"):
+        raise UsageError(
+            f"trainer.precision={precision}: an evaluation computes in the dtype of its config "
+            "(model.init_args.dtype: float32 or float64) and re-checks its values in float64; mixed or half "
+            "precision would autocast the maps' products and change the numbers; leave trainer.precision out "
+            "(32-true) or give 64-true"
+        )
+
+
+def note_more_processes_than_cores(trainer: Any) -> None:
+    """One line when a CPU run asks for more processes than the cores it may use (they share the cores)."""
+    devices = trainer.get("devices")
+    if not str(devices).isdigit() or not on_cpu(trainer.get("accelerator")) or not is_rank_zero():
+        return
+    cores = available_cores()
+    if int(devices) > cores:
+        print(
+            f"note: trainer.devices={devices} starts {devices} processes on {cores} available cores: they share "
+            f"the cores (the same records, more slowly than --trainer.devices {cores})",
+            file=sys.stderr,
+        )
 
 
 # A file an evaluation writes its results.jsonl path into when the variable names one (wslight.app.reproduce)
 RESULTS_PATH_ENV = "WSLIGHT_RESULTS_PATH_FILE"
-_interrupted = False
+_interrupted: int | None = None  # the signal that stopped the run
 _parsed_config: dict | None = None
 _new_run_dir: Path | None = None  # the log folder a run is about to create (None: it exists already, or no logger)
 
 
 def _raise_keyboard_interrupt(signum: int, frame: Any) -> None:
     global _interrupted
-    _interrupted = True
+    _interrupted = signum
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _interrupted_exit(evaluate: bool, hint: str) -> SystemExit:
+    """SystemExit with 128 + the signal (130 for Ctrl-C), after the resume hint (rank 0 only)."""
+    if evaluate and is_rank_zero():
+        print(hint, file=sys.stderr)
+    return SystemExit(EXIT_SIGNAL_BASE + (_interrupted or signal.SIGINT))
 
 
 def main(
@@ -231,7 +304,7 @@ def main(
     if prog is None:
         sub = args[0] if args and not args[0].startswith("-") else ""
         prog = "evaluate.py" if evaluate else f"train.py {sub}".strip()
-    _interrupted = False
+    _interrupted = None
     _parsed_config = None
     _new_run_dir = None
     for sig in (signal.SIGINT, signal.SIGTERM):  # SIGTERM stops like Ctrl-C: cleanly, resumable
@@ -252,27 +325,29 @@ def main(
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
             # `--ckpt_path last` resumes into a new version folder on purpose (and prints where it resumes from)
             warnings.filterwarnings("ignore", message="The dirpath has changed from")
+            if not is_rank_zero():  # every rank reads the results file: rank 0 reports a torn line
+                warnings.filterwarnings("ignore", message=".*dropping a torn last line")
             cli = WSLightCLI(args=args, run=run, evaluate=evaluate, prog=prog, every_core=every_core)
-    except (KeyboardInterrupt, SystemExit):
-        # Lightning turns SIGINT/SIGTERM into a graceful shutdown and exits non-zero
+    except (KeyboardInterrupt, SystemExit) as stop:
+        # Lightning turns SIGINT/SIGTERM into a graceful shutdown and exits with 1: the signal's own status instead
         remove_empty_run_dir(_new_run_dir)
-        if evaluate and _interrupted:
-            print(hint, file=sys.stderr)
+        if _interrupted is not None or isinstance(stop, KeyboardInterrupt):
+            raise _interrupted_exit(evaluate, hint) from None
         raise
     except Exception as err:
         remove_empty_run_dir(_new_run_dir)
         failure = None if debug else failure_message(err, _parsed_config or args_tree(args))
         if failure is None:
             raise
+        if not is_rank_zero():  # every rank fails alike (a failed step is shared): rank 0 prints the message
+            raise SystemExit(failure[1]) from None
         fail(failure[0], prog, code=failure[1])
     finally:
         RunLock.release_all()  # also after a failure inside Lightning, which skips the modules' teardown
         if run:
             shut_down_distributed()
-    if run and (cli.trainer.interrupted or _interrupted):
-        if evaluate:
-            print(hint, file=sys.stderr)
-        raise SystemExit(130)
+    if run and (cli.trainer.interrupted or _interrupted is not None):
+        raise _interrupted_exit(evaluate, hint)
     path = getattr(cli.model, "results_path", None)
     if run and path is not None and cli.trainer.is_global_zero:
         print(f"results: {path}")

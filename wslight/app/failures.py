@@ -9,14 +9,17 @@ import re
 import lightning.pytorch as pl
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
+from ..evaluations.base import TrialFailed
 from ..models import TrainingDiverged
-from ..records.results import RunFolderBusy
+from ..records.results import ResultsFileError, RunFolderBusy
 from .errors import ParseError, UsageError
 from .messages import parse_error_message, value_error_message
 
-# Exit statuses: 0 the run did what it was asked, 1 it failed (diverged, disk full), 2 a mistake in the command or
-# config, 75 the run folder is busy (try again later, as sysexits' EX_TEMPFAIL), 130 interrupted (resumable).
+# Exit statuses: 0 the run did what it was asked, 1 it failed (diverged, a map that raises, disk full), 2 a mistake in
+# the command or config, 75 the run folder is busy (try again later, as sysexits' EX_TEMPFAIL), 128 + the signal when
+# interrupted (resumable): 130 by SIGINT (Ctrl-C), 143 by SIGTERM, as a shell reports a process its signal ended.
 EXIT_BUSY = 75
+EXIT_SIGNAL_BASE = 128
 _WRITE_ERRNOS = {
     errno.ENOSPC,
     errno.EDQUOT,
@@ -50,8 +53,10 @@ def failure_message(err: Exception, tree: dict) -> tuple[str, int] | None:
         return str(err), 2
     if isinstance(err, ParseError):
         return parse_error_message(err), 2
-    if isinstance(err, TrainingDiverged):
+    if isinstance(err, TrainingDiverged | TrialFailed):
         return str(err), 1
+    if isinstance(err, ResultsFileError):
+        return str(err), err.exit_status
     if isinstance(err, RunFolderBusy):
         return str(err), EXIT_BUSY
     if isinstance(err, MisconfigurationException):

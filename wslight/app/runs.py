@@ -21,7 +21,7 @@ _RUN_KEY_IGNORES = ("trainer", "ckpt_path", "config", "verbose")
 # Trainer settings that change the numbers themselves: in the run key whenever they differ from Lightning's default
 # (so the keys of default runs stay as they were). Precision: 16-mixed autocasts the maps' products and moves S.
 _RUN_KEY_TRAINER = {"precision": "32-true"}
-_PRECISION_ALIASES = {"32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed", "64": "64-true"}
+PRECISION_ALIASES = {"32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed", "64": "64-true"}
 # What a run writes before its first result; a new folder holding nothing else is an empty run in TensorBoard.
 _EMPTY_RUN_FILES = ("config.yaml", "hparams.yaml", "events.out.tfevents.*", LOCK_NAME)
 
@@ -36,7 +36,7 @@ def run_key(config: dict) -> str:
     trainer = config.get("trainer") or {}
     for name, default in _RUN_KEY_TRAINER.items():
         value = trainer.get(name)
-        value = _PRECISION_ALIASES.get(str(value), str(value)) if name == "precision" and value is not None else value
+        value = PRECISION_ALIASES.get(str(value), str(value)) if name == "precision" and value is not None else value
         if value is not None and value != default:
             keyed[f"trainer.{name}"] = value
     return config_key(keyed)

@@ -10,6 +10,7 @@ re-running a command resumes it. At the end every rank reads the whole file and 
 from __future__ import annotations
 
 import os
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +24,29 @@ from torch.utils.data import DataLoader
 from .. import validate
 from ..records.results import RESULTS_NAME, ResultsFile, RunFolderBusy, RunLock, unwritable_reason
 from .figures import save_figure
+
+
+class TrialFailed(Exception):
+    """A step of an evaluation failed (a map that raises, a setting the maths refuses): every rank stops with it.
+
+    Its message is the one block the command line prints: what failed, where, and the finished trials kept.
+    `details` holds the failing rank's traceback (printed with WSLIGHT_DEBUG=1).
+    """
+
+    details: str = ""
+
+
+_OWN_CODE = (str(Path(torch.__file__).parent), str(Path(__file__).resolve().parents[1]))
+
+
+def failure_site(err: BaseException) -> str:
+    """`in forward (my_maps.py:12)`: the innermost frame of the traceback outside torch and wslight (the user's code),
+    or "" when the error arose in them."""
+    site = ""
+    for frame in traceback.extract_tb(err.__traceback__):
+        if not frame.filename.startswith(_OWN_CODE) and "/lightning/" not in frame.filename:
+            site = f"in {frame.name} ({Path(frame.filename).name}:{frame.lineno})"
+    return site
 
 
 def _first(batch: list) -> list:
@@ -55,11 +79,21 @@ def gather_records(records: list[dict], world_size: int) -> list[dict]:
 
     A collective under DDP: every rank must call it, with the same `world_size`.
     """
+    return gather_step(records, None, world_size)[0]
+
+
+def gather_step(records: list[dict], failure: str | None, world_size: int) -> tuple[list[dict], list[tuple[int, str]]]:
+    """The records of every rank and the failures of the ranks whose step failed, as (rank, message), on every rank.
+
+    A collective under DDP: a rank whose step failed still takes part, so that every rank learns of the failure and
+    stops with it instead of waiting for the failed rank in the next collective.
+    """
+    parts: list[Any] = [(records, failure)]
     if world_size > 1 and dist.is_available() and dist.is_initialized():
-        parts: list[Any] = [None] * world_size
-        dist.all_gather_object(parts, records)
-        records = [r for part in parts for r in part]
-    return records
+        parts = [None] * world_size
+        dist.all_gather_object(parts, (records, failure))
+    gathered = [r for part, _ in parts for r in part]
+    return gathered, [(rank, f) for rank, (_, f) in enumerate(parts) if f is not None]
 
 
 class Evaluation(pl.LightningModule):
@@ -101,12 +135,35 @@ class Evaluation(pl.LightningModule):
     # --- machinery ----------------------------------------------------------------------------------------------
     @property
     def out_dir(self) -> Path:
+        if self.output_dir is not None:  # also before a trainer runs it (the command line's checks)
+            return Path(self.output_dir)
+        return self.out_dir_of(self.trainer)
+
+    def out_dir_of(self, trainer: pl.Trainer) -> Path:
+        """Where this evaluation writes when run by `trainer` (also before the trainer runs it)."""
         if self.output_dir is not None:
             return Path(self.output_dir)
-        log_dir = getattr(self.logger, "log_dir", None)  # None without a logger
+        log_dir = getattr(trainer.logger, "log_dir", None)  # None without a logger
         if log_dir:
             return Path(log_dir)
-        return Path(self.trainer.default_root_dir)
+        return Path(trainer.default_root_dir)
+
+    def claim_before_launch(self, trainer: pl.Trainer) -> None:
+        """On the process that starts the run (rank 0), before any other process starts: take the run folder's lock
+        and check its results file (whole, and of this run only), so that a busy folder or an unusable file is one
+        message from one process, not one per process after they have all started.
+
+        Raises:
+            RunFolderBusy: another process writes the folder.
+            ResultsFileError: a corrupt results file, or one holding another run's records.
+        """
+        out_dir = self.out_dir_of(trainer)
+        if unwritable_reason(out_dir.absolute()) is not None:
+            return  # the checks of check_logger_dirs / check_output_dir name the folder
+        lock = RunLock(out_dir)
+        lock.acquire()
+        self._lock = lock
+        ResultsFile(out_dir / RESULTS_NAME, self.run_key).check_single_run()
 
     @property
     def results(self) -> ResultsFile:
@@ -141,11 +198,13 @@ class Evaluation(pl.LightningModule):
         keys = [s["trial_key"] for s in specs]
         if len(set(keys)) != len(keys):
             raise ValueError("trial_specs: trial_key values must be unique")
+        self.results.check_single_run()
         done = self.results.finished_keys()
         return [s for s in specs if s["trial_key"] not in done]
 
     def claim_run_folder(self) -> None:
-        """Take the run folder's lock on rank 0 (one writer per results.jsonl), before its finished trials are read.
+        """Take the run folder's lock on rank 0 (one writer per results.jsonl) unless `claim_before_launch` has, before
+        its finished trials are read.
 
         A collective under DDP: every rank learns whether rank 0 got it.
 
@@ -200,12 +259,50 @@ class Evaluation(pl.LightningModule):
         return batches
 
     def test_step(self, batch: list[dict], batch_idx: int) -> None:
+        failed: Exception | None = None
+        records: list[dict] = []
         # the searches need input gradients; one thread: the same numbers on 1 device or several
         with torch.inference_mode(False), torch.enable_grad(), one_cpu_thread(self.device):
-            records = self.run_trials(batch)
-        records = gather_records(records, self.trainer.world_size)  # padding duplicates: dropped when appended
+            try:
+                records = self.run_trials(batch)
+            except Exception as err:  # a map or setting that fails: every rank stops with one message (below)
+                failed = err
+        precision = str(self.trainer.precision)
+        if precision != "32-true":  # how the records were computed, when it is not the default
+            records = [{**r, "precision": precision} for r in records]
+        failure = None if failed is None else self.failure_text(batch, failed)
+        # padding duplicates: dropped when appended
+        records, failures = gather_step(records, failure, self.trainer.world_size)
         if self.trainer.is_global_zero:
             self.results.append(records)
+        if failures:
+            self._stop(failures, failed)
+
+    def failure_text(self, specs: list[dict], err: Exception) -> str:
+        """What failed, where and on which trials: `model.init_args.maps: my_map failed in forward (my_maps.py:12)
+        at n = 10, d = 192: RuntimeError: ...`."""
+        spec = specs[0]
+        cell = ", ".join(f"{k} = {spec[k]}" for k in ("n", "d", "N", "L") if k in spec)
+        what = f"model.init_args.maps: {spec['map']}" if "map" in spec else f"{type(self).__name__}"
+        site = failure_site(err)
+        message = " ".join(str(err).split()) or "(no message)"
+        where = "".join(f" {part}" for part in (site, f"at {cell}" if cell else "") if part)
+        return f"{what} failed{where}: {type(err).__name__}: {message}"
+
+    def _stop(self, failures: list[tuple[int, str]], own: Exception | None) -> None:
+        """Raise TrialFailed on every rank: rank 0's failure first, naming the rank when several processes run."""
+        if isinstance(own, ValueError) and not failure_site(own):
+            raise own  # the package's own check of a setting: the command line names its key (exit status 2)
+        rank, text = failures[0]
+        if self.trainer.world_size > 1:
+            text = f"{text} (on rank {rank})"
+        kept = len(self.results.finished_keys())
+        hint = f"{kept} finished trials are kept in {self.results.path}; fix it, then run the same command to resume"
+        err = TrialFailed(f"{text}\n{hint}")
+        if own is not None:
+            err.__cause__ = own  # the traceback of WSLIGHT_DEBUG=1
+            err.details = "".join(traceback.format_exception(own))
+        raise err
 
     def on_test_epoch_end(self) -> None:
         self._finish()
@@ -231,7 +328,12 @@ class Evaluation(pl.LightningModule):
     def log_scalar(self, name: str, value: float) -> None:
         """Log an end-of-evaluation scalar (computed identically on every rank from the results file)."""
         if getattr(self, "_log_enabled", True):
-            self.log(name, float(value), rank_zero_only=True)
+            # Every rank computes the same value from the same results file: there is nothing to reduce. Lightning
+            # still warns at the epoch's end ("It is recommended to use `self.log(..., sync_dist=True)`") for every
+            # tensor logged under a process group with sync_dist off, whatever rank_zero_only says (it checks
+            # sync_dist alone). sync_dist=True marks the value as agreed, and with rank_zero_only=True Lightning's
+            # sync is a no-op: no collective runs (none to hang on) and the value is logged as computed.
+            self.log(name, float(value), rank_zero_only=True, sync_dist=True)
         elif self.trainer.is_global_zero and self.logger is not None:
             self.logger.log_metrics({name: float(value)})
 

@@ -113,12 +113,28 @@ def deferred_signals() -> Iterator[None]:
                 signal.raise_signal(signum)
 
 
+class ResultsFileError(Exception):
+    """A results file this run cannot use as it is; `exit_status` is the command line's (wslight.app.failures)."""
+
+    exit_status = 1
+
+
+class CorruptResults(ResultsFileError):
+    """A line before the last one of a results file is not a JSON record: the file was edited or damaged."""
+
+
+class ForeignResults(ResultsFileError):
+    """A run folder's results file holds records of another run (another config wrote to the same folder)."""
+
+    exit_status = 2
+
+
 def read_records(path: str | os.PathLike, repair: bool = False) -> list[dict]:
     """All complete records of a results file ([] when it does not exist).
 
     A last line without its newline or that does not parse is a torn write: it is skipped with a warning and, with
     `repair=True`, cut off the file so that later appends start on a clean line. A bad line elsewhere is corruption and
-    raises a ValueError naming the file and the line.
+    raises CorruptResults naming the file and the line.
     """
     path = Path(path)
     if not path.exists():
@@ -134,7 +150,12 @@ def read_records(path: str | os.PathLike, repair: bool = False) -> list[dict]:
             if lineno == len(lines) and not tail:
                 tail = line  # the last complete-looking line is torn (e.g. cut inside a string)
                 break
-            raise ValueError(f"{path}: line {lineno} is not valid JSON ({e}); the file is corrupt") from e
+            shown = line[:60].decode("utf-8", "replace") + ("..." if len(line) > 60 else "")
+            raise CorruptResults(
+                f"{path}: line {lineno} of {len(lines)} is not a JSON record ({e.msg}: {shown!r}); finished trials "
+                "are read from this file, so it must be whole: delete that line (or move the file away to start "
+                "over), then run the same command again"
+            ) from e
         good_bytes += len(line) + 1
     if tail:
         warnings.warn(
@@ -176,6 +197,26 @@ class ResultsFile:
             if len(recs) >= size:
                 out.extend(recs.values())
         return out
+
+    def check_single_run(self) -> None:
+        """Refuse a file that holds records of another run: appending to it would leave a mixed file.
+
+        Raises:
+            ForeignResults: naming the file, what it holds and what to do.
+        """
+        others: dict[str, int] = {}
+        for r in read_records(self.path):
+            if r.get("run_key") != self.run_key:
+                exp = f" ({r['experiment']})" if "experiment" in r else ""
+                kind = f"run {r.get('run_key')}{exp}"
+                others[kind] = others.get(kind, 0) + 1
+        if others:
+            held = ", ".join(f"{count} records of {kind}" for kind, count in others.items())
+            raise ForeignResults(
+                f"{self.path} holds records of another run ({held}), and this run's key is {self.run_key}: appending "
+                "would mix two runs in one file; give this run its own folder (model.init_args.output_dir, or the "
+                "logger's save_dir/name/version) or move that file away, then run again"
+            )
 
     def finished_keys(self, repair: bool = False) -> set[str]:
         return {str(r["trial_key"]) for r in self.records(repair=repair)}
@@ -243,17 +284,21 @@ class RunLock:
         except ImportError:  # pragma: no cover - not POSIX
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        f = open(self.path, "a+")
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.seek(0)
-            holder = f.read().strip() or "another process"
-            f.close()
-            raise RunFolderBusy(
-                f"{self.path.parent} is being written by {holder}: this run would compute the same trials again; "
-                "wait for it to finish (or stop it), then run the same command to resume"
-            ) from None
+        while True:
+            f = open(self.path, "a+")
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                f.seek(0)
+                holder = f.read().strip() or "another process"
+                f.close()
+                raise RunFolderBusy(
+                    f"{self.path.parent} is being written by {holder}: this run would compute the same trials "
+                    "again; wait for it to finish (or stop it), then run the same command to resume"
+                ) from None
+            if self._is_current(f):
+                break
+            f.close()  # locked a file its holder had just removed on release: lock the new one instead
         f.seek(0)
         f.truncate()
         f.write(f"pid {os.getpid()} on {platform.node() or 'this host'}\n")
@@ -261,8 +306,18 @@ class RunLock:
         self._file = f
         RunLock._held.add(self)
 
+    def _is_current(self, f: Any) -> bool:
+        try:
+            return os.fstat(f.fileno()).st_ino == os.stat(self.path).st_ino
+        except FileNotFoundError:
+            return False
+
     def release(self) -> None:
+        """Remove the lock file and release the lock (a second process that opened the file meanwhile holds an
+        unlinked file and retries its own check: `acquire` compares the open file with the path)."""
         if self._file is not None:
+            with contextlib.suppress(OSError):
+                self.path.unlink()  # while still locked: no other process can hold the lock of this file now
             self._file.close()  # closing the file releases the lock
             self._file = None
         RunLock._held.discard(self)
