@@ -177,9 +177,15 @@ def _env() -> dict:
     return {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
 
 
-def _command(cfg: Path, devices: int) -> list[str]:
+ENTRY_POINTS = {
+    "evaluate.py": [str(ROOT / "evaluate.py")],
+    "python -m wslight": ["-m", "wslight", "evaluate"],
+}
+
+
+def _command(cfg: Path, devices: int, entry: str = "evaluate.py") -> list[str]:
     ddp = ["--trainer.strategy", "ddp"] if devices > 1 else []
-    return [sys.executable, str(ROOT / "evaluate.py"), "--config", str(cfg), "--trainer.devices", str(devices), *ddp]
+    return [sys.executable, *ENTRY_POINTS[entry], "--config", str(cfg), "--trainer.devices", str(devices), *ddp]
 
 
 def _wait_for_line(proc: subprocess.Popen, text: str, timeout: float = 240) -> None:
@@ -205,18 +211,19 @@ def _group_gone(pgid: int, timeout: float = 10) -> bool:
 
 @pytest.mark.slow  # evaluate.py in subprocesses (one and two processes), each stopped in the middle of a long step
 @pytest.mark.parametrize(
-    "sig, target, devices",
+    "sig, target, devices, entry",
     [
-        (signal.SIGINT, "parent", 1),
-        (signal.SIGTERM, "parent", 2),
-        (signal.SIGINT, "group", 2),  # Ctrl-C in a terminal
-        (signal.SIGTERM, "group", 2),  # a scheduler's stop before its SIGKILL
+        (signal.SIGINT, "parent", 1, "evaluate.py"),
+        (signal.SIGTERM, "parent", 1, "python -m wslight"),
+        (signal.SIGTERM, "parent", 2, "evaluate.py"),
+        (signal.SIGINT, "group", 2, "evaluate.py"),  # Ctrl-C in a terminal
+        (signal.SIGTERM, "group", 2, "python -m wslight"),  # a scheduler's stop before its SIGKILL
     ],
 )
-def test_a_signal_stops_a_long_step_within_seconds_with_its_status(tmp_path, squares, sig, target, devices):
+def test_a_signal_stops_a_long_step_within_seconds_with_its_status(tmp_path, squares, sig, target, devices, entry):
     cfg = squares(trials=4, sleep=300, compute=True)  # each step computes for five minutes
     proc = subprocess.Popen(
-        _command(cfg, devices),
+        _command(cfg, devices, entry),
         cwd=tmp_path,
         env=_env(),
         stdout=subprocess.PIPE,
@@ -242,6 +249,26 @@ def test_a_signal_stops_a_long_step_within_seconds_with_its_status(tmp_path, squ
     assert err.count("run the same command again to resume") == 1, err[-3000:]
     assert _group_gone(proc.pid), "a worker process is still running"
     assert not list(tmp_path.rglob(LOCK_NAME))
+
+
+@pytest.mark.slow  # a training run in a subprocess, stopped in its first epochs
+def test_ctrl_c_stops_a_fit_with_status_130(tmp_path, tiny):
+    command = [sys.executable, str(ROOT / "train.py"), "fit", *tiny("raf", {"max_epochs": 100000}, "trainer.")]
+    command += ["--trainer.default_root_dir", str(tmp_path)]
+    proc = subprocess.Popen(
+        command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        deadline = time.time() + 240
+        while not list(tmp_path.rglob("events.out.tfevents.*")) and time.time() < deadline:
+            time.sleep(0.2)  # the fit has started logging
+        time.sleep(2)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130
 
 
 @pytest.mark.slow  # evaluate.py on two processes, four times
