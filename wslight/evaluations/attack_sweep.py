@@ -20,7 +20,7 @@ from ..attack import delta_attacks, output_records
 from ..attack_losses import LOSSES
 from ..data import EmbeddingSpec
 from ..features import resolve_maps, trial_maps
-from ..records.summary import ATTACK_REQUIRED, attack_scalars, attack_table, markdown_table, trusted
+from ..records.summary import ATTACK_REQUIRED, attack_scalars, attack_table, trusted, write_summary
 from ..seeding import derive_seed, generator
 from ..vocabulary import TRAININGS
 from .base import EmbeddingsEvaluation
@@ -288,14 +288,12 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
         return [{**r, "seconds": seconds} for r in records]
 
     def summarize(self, records: list[dict], out_dir: Path) -> None:
-        from ..records.summary import evidence_note
-
         records = trusted(records, "attack", ATTACK_REQUIRED)
         for name, value in attack_scalars(records, self.trainings).items():
             self.log_scalar(name, value)
         if not self.trainer.is_global_zero or not records:
             return
         table = attack_table(records)  # with the confirmed share of each cell's objective when recorded
-        (out_dir / "summary.md").write_text(evidence_note(table) + markdown_table(table))
+        write_summary(out_dir, table)
         for tag, fig, stem in attack_figures(records):
             self.add_figure(tag, fig, stem)

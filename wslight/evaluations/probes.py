@@ -1,6 +1,8 @@
-"""The encoder probes as evaluations for `evaluate.py`: one trial each, records to results.jsonl, figures saved.
+"""The encoder probes as evaluations for `evaluate.py`: one trial each, records to results.jsonl, a summary.md table,
+figures saved.
 
-The maths of the probes and their figures live in `wslight.probes`; these classes only run them as evaluations.
+The maths of the probes and their figures live in `wslight.probes`, their tables in `wslight.records.summary`; these
+classes only run them as evaluations.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from ..probes import (
     figure_layerwise,
     layerwise_change,
 )
+from ..records.summary import attention_edit_table, attention_under_delta_table, layerwise_table, write_summary
 from .base import Evaluation
 
 
 class _Probe(Evaluation):
-    """A probe is one trial: compute, keep the figure for the summary, return the records (each with a record_key)."""
+    """A probe is one trial: compute, keep the figure for the summary, return the records (each with a record_key);
+    the summary writes the probe's table (`table`) to summary.md and its figure."""
 
     name = "probe"
 
@@ -46,7 +50,14 @@ class _Probe(Evaluation):
             for i, r in enumerate(result["records"])
         ]
 
+    def table(self, records: list[dict]) -> tuple[str, list[dict]]:
+        """(caption, rows) of summary.md from the probe's records (`wslight.records.summary`)."""
+        raise NotImplementedError
+
     def summarize(self, records: list[dict], out_dir: Path) -> None:
+        if self.trainer.is_global_zero and records:
+            caption, rows = self.table(records)
+            write_summary(out_dir, rows, caption)
         if self._figure is not None:
             self.add_figure(f"probes/{self.name}", self._figure, self.name)
             self._figure = None
@@ -87,6 +98,9 @@ class AttentionEditProbe(_Probe):
     def compute(self):
         res = attention_edit(**self.kwargs)
         return res, figure_attention_edit(res, vlim=self.vlim)
+
+    def table(self, records: list[dict]) -> tuple[str, list[dict]]:
+        return attention_edit_table(records)
 
 
 class LayerwiseChangeProbe(_Probe):
@@ -151,6 +165,9 @@ class LayerwiseChangeProbe(_Probe):
         res = layerwise_change(**self.kwargs)
         return res, figure_layerwise(res, log=self.log_scale)
 
+    def table(self, records: list[dict]) -> tuple[str, list[dict]]:
+        return layerwise_table(records)
+
 
 class AttentionUnderDeltaProbe(_Probe):
     """Attention of one head before and after one token moves by the attention-attracting Delta (Figure 3, panel 4).
@@ -202,3 +219,6 @@ class AttentionUnderDeltaProbe(_Probe):
     def compute(self):
         res = attention_under_delta(**self.kwargs)
         return res, figure_attention_under_delta(res)
+
+    def table(self, records: list[dict]) -> tuple[str, list[dict]]:
+        return attention_under_delta_table(records)

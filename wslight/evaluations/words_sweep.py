@@ -15,7 +15,7 @@ from ..ascent import DEFAULT_CHUNK_ELEMENTS
 from ..data import EmbeddingSpec
 from ..features.move import trial_features
 from ..interpolation import fit_heads
-from ..records.summary import markdown_table, nonfinite, trusted
+from ..records.summary import markdown_table, nonfinite, trusted, write_summary
 from ..seeding import derive_seed, generator
 from ..sensitivity import word_sensitivity
 from ..substitution import word_substitution
@@ -257,7 +257,6 @@ class WordSubstitutionSweep(MapGridEvaluation):
     # --- the summary ------------------------------------------------------------------------------------------------
     def summarize(self, records: list[dict], out_dir: Path) -> None:
         from ..plots.words import plot_flip_rates, plot_words_vs_n
-        from ..records.summary import evidence_note
         from ..records.words import top_words_markdown, words_slopes, words_table
 
         records = trusted(records, "one-word substitution", WORDS_REQUIRED)
@@ -272,20 +271,20 @@ class WordSubstitutionSweep(MapGridEvaluation):
         if not self.trainer.is_global_zero or not records:
             return
         slopes = words_slopes(records)
-        (out_dir / "summary.md").write_text(
-            "One real word against the continuous Delta, per cell: ws_words, the exact best admissible word's "
+        write_summary(
+            out_dir,
+            table,
+            caption="One real word against the continuous Delta, per cell: ws_words, the exact best admissible word's "
             "relative change of phi(X) (mean); ws, the continuous S at the same token; ratio, the mean of ws_words / "
             "ws; distance, the best word's ||h_w - x_i|| / sqrt(d); flip_rate_<training>, the share of reviews where "
-            "some admissible word flips that head.\n\n"
-            + evidence_note(table)
-            + markdown_table(table)
-            + (
+            "some admissible word flips that head.\n\n",
+            after=(
                 "\nSlope of log S and log S_words against log n (95% interval):\n\n" + markdown_table(slopes)
                 if slopes
                 else ""
             )
             + "\n"
-            + top_words_markdown(records, self.trainings)
+            + top_words_markdown(records, self.trainings),
         )
         self.add_figure("words/vs_n", plot_words_vs_n(records), "words_vs_n")
         if any(f"flipped_{t}" in r for r in records for t in self.trainings):
