@@ -6,7 +6,12 @@ and small grids: overlays of them written next to their plan, exactly as a user 
 
 import io
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -31,14 +36,17 @@ TINY = {
 }
 
 
-def write_tiny_plan(root: Path) -> Path:
-    """plan.yaml with the shipped ws_rf and attack_fig4 stages shrunk by an overlay each; returns the plan's path."""
+def write_tiny_plan(root: Path, one_process: bool = False) -> Path:
+    """plan.yaml with the shipped ws_rf and attack_fig4 stages shrunk by an overlay each; returns the plan's path.
+
+    `one_process`: both stages run in this process (`devices: 1`), where the report, not the stage's command, is tested.
+    """
     shipped = {s.name: s for s in reproduce.load_plan("offline")}
     entries = []
     for name, changes in TINY.items():
         # ws_rf keeps the shipped `devices: auto`: one process per core, run as its own command (several cores);
         # attack_fig4 one process, run in this one
-        trainer = {} if name == "ws_rf" else {"trainer": {"devices": 1}}
+        trainer = {} if name == "ws_rf" and not one_process else {"trainer": {"devices": 1}}
         overlay = {"model": {"init_args": {**changes, "embeddings": SYNTH}}, **trainer}
         path = root / "conf" / f"{name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -162,3 +170,138 @@ def test_the_plan_and_its_stages_resolve_from_any_directory(tmp_path, monkeypatc
     stages = load_plan("offline", PLAN)
     assert stages and all(s.path.is_file() for s in stages)
     assert stages[0].path.name == "ws_rf.yaml" and stages[0].path.parent.name == "reproduce"
+
+
+def sections_of(report: str) -> dict[str, str]:
+    """A report's sections by their heading (the stage's title)."""
+    return {s.split("\n", 1)[0]: s for s in report.split("\n## ")}
+
+
+def test_only_one_stage_then_another_keeps_both_in_the_report(tmp_path):
+    """`--only ws_rf` then `--only attack_fig4`: the report describes both stages, and its checks read both."""
+    plan = write_tiny_plan(tmp_path, one_process=True)
+    argv = ["--reports", str(tmp_path), "--plan", str(plan)]
+    first = reproduce.main([*argv, "--only", "ws_rf"]).read_text()
+    assert "with no results yet (`wslight reproduce --only <stage>` runs one): attack_fig4." in first
+    text = reproduce.main([*argv, "--only", "attack_fig4"]).read_text()
+    sections = sections_of(text)
+    assert {"Word sensitivity of RF (Figure 2 left)", "The Delta attack (Figure 4 style)"} <= set(sections)
+    assert "no results yet" not in text
+    results = {p.parent.parent.name: p for p in (tmp_path / "offline" / "tensorboard").rglob("results.jsonl")}
+    ws = [json.loads(x) for x in results["ws_rf"].read_text().splitlines()]
+    att = [json.loads(x) for x in results["attack_fig4"].read_text().splitlines()]
+    row = {n: next(line for line in text.splitlines() if line.startswith(f"| {n}. ")) for n in (3, 9)}
+    assert f"max S / bound = {max(r['ws'] / r['bound'] for r in ws):.3f} over {len(ws)} trials" in row[3]
+    assert f"({len(att)} records)" in row[9]
+    assert "no word-sensitivity trial" not in text
+    assert "figures/ws_rf__ws_rf.png" in sections["Word sensitivity of RF (Figure 2 left)"]
+    # the report names the file each section reads: the ws_rf run of the first command, untouched by the second
+    assert f"{len(ws)} records in `{os.path.relpath(results['ws_rf'], tmp_path / 'offline')}`" in text
+
+
+def test_list_and_help_name_every_stage_of_the_plan(capsys):
+    plan = reproduce.load_plan("offline")
+    assert reproduce.main(["--list"]) is None
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in listed] == [[s.name, s.config] for s in plan]
+    assert all(line.endswith(s.title) for line, s in zip(listed, plan, strict=True))
+    with pytest.raises(SystemExit) as exc:
+        reproduce.main(["--help"])
+    assert exc.value.code == 0
+    shown = capsys.readouterr().out
+    assert all(re.search(rf"^  {s.name} +{re.escape(s.title)}$", shown, re.MULTILINE) for s in plan)
+    with pytest.raises(SystemExit):
+        reproduce.main(["--full", "1", "--help"])
+    full = capsys.readouterr().out
+    assert "stages of the full plan" in full
+    assert all(re.search(rf"^  {s.name} +{re.escape(s.title)}$", full, re.M) for s in reproduce.load_plan("full"))
+
+
+# A stage's command stood in for by a script: it exits with the status given, or is killed by the signal -status.
+EXIT_WITH = (
+    "import os, signal, sys; code = int(sys.argv[1]); signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "os.kill(os.getpid(), -code) if code < 0 else sys.exit(code)"
+)
+TWO_STAGES = (
+    "offline:\n  - {name: ws_rf, config: configs/reproduce/ws_rf.yaml}\n"
+    "  - {name: ws_raf, config: configs/reproduce/ws_raf.yaml}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "says"),
+    [
+        (130, 130, "stage ws_rf interrupted (SIGINT): its finished trials are saved; run the same command again"),
+        (143, 143, "stage ws_rf interrupted (SIGTERM)"),
+        (-signal.SIGINT, 130, "stage ws_rf interrupted (SIGINT)"),
+        (75, 75, "error: stage ws_rf: its run folder is being written by another process"),
+        (2, 2, "error: stage ws_rf: a mistake in its config configs/reproduce/ws_rf.yaml"),
+        (3, 1, "error: stage ws_rf failed"),
+    ],
+)
+def test_a_stage_that_stops_stops_reproduce_with_its_status(tmp_path, monkeypatch, capsys, code, status, says):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(TWO_STAGES)
+    monkeypatch.setattr(reproduce, "stage_command", lambda stage, log_dir: [sys.executable, "-c", EXIT_WITH, str(code)])
+    monkeypatch.setattr(reproduce.Stage, "processes", lambda self: 2)  # every stage runs as its own command
+    with pytest.raises(SystemExit) as exc:
+        reproduce.main(["--reports", str(tmp_path), "--plan", str(plan)])
+    assert exc.value.code == status
+    out, err = capsys.readouterr()
+    assert len(err.splitlines()) == 1 and says in err, err
+    assert "ws_raf" not in out and not (tmp_path / "offline" / "report.md").exists()  # the plan stops there
+
+
+# Driver of `wslight reproduce` whose one stage is a script that records each SIGINT/SIGTERM it gets (a second one
+# would arrive within its half second) and exits as an interrupted evaluation does.
+STAGE = """
+import os, pathlib, signal, sys, time
+out = pathlib.Path(sys.argv[1])
+def record(signum, frame):
+    with open(out / "signals", "a") as f:
+        f.write(f"{signum}\\n")
+for s in (signal.SIGINT, signal.SIGTERM):
+    signal.signal(s, record)
+(out / "ready").write_text(str(os.getpid()))
+deadline = time.time() + 60
+while not (out / "signals").exists() and time.time() < deadline:
+    time.sleep(0.05)
+time.sleep(0.5)
+sys.exit(128 + int((out / "signals").read_text().split()[0]))
+"""
+DRIVER = f"""
+import sys
+from wslight.app import reproduce
+from wslight.app.verbs import main
+reproduce.stage_command = lambda stage, log_dir: [sys.executable, "-c", {STAGE!r}, sys.argv[1]]
+reproduce.Stage.processes = lambda self: 2
+sys.exit(main(["reproduce", "--reports", sys.argv[1], "--plan", sys.argv[2]]))
+"""
+
+
+@pytest.mark.slow  # a subprocess stopped by a signal
+@pytest.mark.parametrize(("sig", "to_group"), [(signal.SIGINT, False), (signal.SIGINT, True), (signal.SIGTERM, True)])
+def test_a_signal_to_reproduce_reaches_its_stage_once_and_stops_it(tmp_path, sig, to_group):
+    """SIGINT or SIGTERM to `wslight reproduce` alone, or to its whole process group (Ctrl-C, a scheduler), reaches
+    the running stage exactly once; reproduce exits 128 + the signal's number after one line saying how to resume."""
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(TWO_STAGES)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    cmd = [sys.executable, "-c", DRIVER, str(tmp_path), str(plan)]
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while not (tmp_path / "ready").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert (tmp_path / "ready").exists(), proc.communicate()
+    os.killpg(proc.pid, sig) if to_group else proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, err
+    assert (tmp_path / "signals").read_text().split() == [str(int(sig))]  # once, also when sent to the group
+    assert (
+        err.decode()
+        .splitlines()[-1]
+        .endswith(
+            f"stage ws_rf interrupted ({sig.name}): its finished trials are saved; run the same command again to resume"
+        )
+    )
+    assert b"ws_raf" not in out
