@@ -533,6 +533,7 @@ def described_plan(argv: list[str]) -> tuple[str, str]:
 
 def epilog(which: str, plan_path: str) -> str:
     """`--help`'s list of the plan's stages, one line each, read from the plan file; and the exit statuses."""
+    shown = "configs/reproduce/plan.yaml" if Path(plan_path) == PLAN else plan_path  # the shipped one, by its name
     try:
         stages = load_plan(which, plan_path)
         width = max(len(s.name) for s in stages)
@@ -541,7 +542,7 @@ def epilog(which: str, plan_path: str) -> str:
         listing = [f"  (the plan cannot be read: {err})"]
     return "\n".join(
         [
-            f"stages of the {which} plan ({os.path.relpath(plan_path)}), in order (--list adds their configs):",
+            f"stages of the {which} plan ({shown}), in order (--list adds their configs):",
             *listing,
             "",
             "exit status:",
