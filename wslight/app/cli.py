@@ -23,8 +23,8 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ..records.results import RunLock
 from .config_files import resolve_config_args
-from .errors import ParseError, UsageError
-from .failures import EXIT_SIGNAL_BASE, failure_message
+from .errors import EXIT_SIGNAL_BASE, ParseError, UsageError
+from .failures import failure_message
 from .messages import DEBUG_ENV, args_tree, check_command, fail
 from .placement import available_cores, every_core, on_cpu
 from .run_summary import final_metrics, log_config_text, log_run_hparams, record_metrics, run_hparams

@@ -12,14 +12,10 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from ..evaluations.base import TrialFailed
 from ..models import TrainingDiverged
 from ..records.results import ResultsFileError, RunFolderBusy
-from .errors import ParseError, UsageError
+from .errors import EXIT_BUSY, EXIT_SIGNAL_BASE, ParseError, UsageError
 from .messages import parse_error_message, value_error_message
 
-# Exit statuses: 0 the run did what it was asked, 1 it failed (diverged, a map that raises, disk full), 2 a mistake in
-# the command or config, 75 the run folder is busy (try again later, as sysexits' EX_TEMPFAIL), 128 + the signal when
-# interrupted (resumable): 130 by SIGINT (Ctrl-C), 143 by SIGTERM, as a shell reports a process its signal ended.
-EXIT_BUSY = 75
-EXIT_SIGNAL_BASE = 128
+__all__ = ["EXIT_BUSY", "EXIT_SIGNAL_BASE", "failure_message", "trainer_error_message"]
 _WRITE_ERRNOS = {
     errno.ENOSPC,
     errno.EDQUOT,

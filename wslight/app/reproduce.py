@@ -39,7 +39,7 @@ from .. import validate
 from ..records.paper_checks import all_checks, checks_markdown
 from ..records.results import RESULTS_NAME, read_records
 from .config_files import UnknownConfigError, configs_dir, find_config, overlay_chain, resolve_config_args
-from .errors import UsageError
+from .errors import EXIT_BUSY, EXIT_FAILED, EXIT_SIGNAL_BASE, EXIT_USAGE, UsageError
 from .messages import given_values
 from .placement import available_cores, on_cpu
 
@@ -52,10 +52,9 @@ tables, the paper's checks and provenance of every stage whose results are on di
 config that also runs alone and writes its results as trials finish: after an interruption, run the same command
 again to resume. `--only <stage> ...` runs those stages; the report keeps the others."""
 
-# Exit statuses, as every wslight command's (wslight.app.failures); a stage's own 2, 75, 130 or 143 is passed on.
-EXIT_FAILED, EXIT_USAGE, EXIT_BUSY = 1, 2, 75
+# Exit statuses, as every wslight command's (wslight.app.errors); a stage's own 2, 75, 130 or 143 is passed on.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-PASSED_ON = frozenset({EXIT_USAGE, EXIT_BUSY, *(128 + s for s in STOP_SIGNALS)})
+PASSED_ON = frozenset({EXIT_USAGE, EXIT_BUSY, *(EXIT_SIGNAL_BASE + s for s in STOP_SIGNALS)})
 EXIT_STATUSES = {
     0: "done",
     EXIT_FAILED: "a stage failed",
@@ -161,7 +160,9 @@ class Interrupted(KeyboardInterrupt):
 
     @property
     def status(self) -> int:
-        return 128 + self.signum  # as the shell reports a process stopped by the signal: 130 SIGINT, 143 SIGTERM
+        return (
+            EXIT_SIGNAL_BASE + self.signum
+        )  # as the shell reports a process stopped by the signal: 130 SIGINT, 143 SIGTERM
 
 
 class StageStopped(Exception):
@@ -178,16 +179,16 @@ def stage_status(code: object) -> int:
     if code is None or code == 0:
         return 0
     if isinstance(code, int) and code < 0 and -code in STOP_SIGNALS:
-        return 128 - code
+        return EXIT_SIGNAL_BASE - code
     return code if isinstance(code, int) and code in PASSED_ON else EXIT_FAILED
 
 
 def stop_line(stage: Stage, status: int) -> str:
     """The one line that says why a stage stopped and what to do."""
-    if status - 128 in STOP_SIGNALS:
+    if status - EXIT_SIGNAL_BASE in STOP_SIGNALS:
         return (
-            f"stage {stage.name} interrupted ({signal.Signals(status - 128).name}): its finished trials are saved; "
-            "run the same command again to resume"
+            f"stage {stage.name} interrupted ({signal.Signals(status - EXIT_SIGNAL_BASE).name}): its finished trials "
+            "are saved; run the same command again to resume"
         )
     if status == EXIT_BUSY:
         return (

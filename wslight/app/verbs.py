@@ -11,6 +11,7 @@ and the two scripts all exit with it; a mistake exits 2 with one block on stderr
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,7 +88,8 @@ def usage(prog: str) -> str:
 def main(argv: list[str] | None = None, prog: str = "wslight") -> int:
     """Run `<verb> [options]` and return its exit status (0 on success).
 
-    A mistake raises SystemExit(2) after one block on stderr; an interrupted run SystemExit(130).
+    A mistake raises SystemExit(2) after one block on stderr; an interrupted run SystemExit(130) for SIGINT and
+    SystemExit(143) for SIGTERM (wslight.app.errors).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
@@ -105,4 +107,8 @@ def main(argv: list[str] | None = None, prog: str = "wslight") -> int:
 
 def run_verb(verb: str, args: list[str], prog: str) -> int:
     """Run one verb of the table with its arguments; `prog` names the command in messages and usage lines."""
-    return VERBS[verb].run(args, prog) or 0
+    try:
+        return VERBS[verb].run(args, prog) or 0
+    except BrokenPipeError:  # `wslight reproduce --list | head`: the reader left, which is no failure of the verb
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would raise again
+        return 0
