@@ -6,15 +6,31 @@ Runs write no experiment summary, so TensorBoard infers the columns from every r
 evaluation runs side by side).
 `hparams.yaml` in the log directory holds the same parameters (LightningCLI's internal `_instantiator` left out).
 Logged by rank 0 after the run (`wslight.app.cli.WSLightCLI.after_fit` / `after_test`); the config text before it.
+
+Event files: an evaluation adds at most one to its run folder per invocation, and none when it had nothing left to
+run (every trial in its results file). The config text is written once per folder (a resumed evaluation has the same
+run key, so the same config); the HPARAMS row, logged after Lightning has closed the run's event file, is appended to
+that file rather than opening a new one (`_write_events`); the empty file Lightning opens for a run with nothing to
+do is removed (`drop_empty_event_file`).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import socket
+import time
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers import TensorBoardLogger
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+# TensorBoard's name of an event file: events.out.tfevents.<time>.<host>.<pid>.<n>, n counting the process's files
+EVENT_FILE = re.compile(r"events\.out\.tfevents\.\d+\.(?P<host>.+)\.(?P<pid>\d+)\.(?P<n>\d+)")
 
 # The sizes of a sweep under the names a training run uses (a list of values joins into one string).
 SIZE_KEYS = {"maps": "map", "d_values": "d", "n_values": "n", "N_values": "N", "d": "d", "N": "N", "encoder": "map"}
@@ -105,17 +121,96 @@ def tensorboard_loggers(trainer: Any) -> list[TensorBoardLogger]:
     return [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
 
 
+def event_files(log_dir: str | Path) -> list[Path]:
+    """The TensorBoard event files of a log folder (none when it does not exist)."""
+    return sorted(Path(log_dir).glob("events.out.tfevents.*"))
+
+
+@rank_zero_only
 def log_config_text(trainer: Any, config_yaml: str) -> None:
-    """The resolved config as the TEXT tab's `config` entry (indented: a code block in TensorBoard's markdown)."""
+    """The resolved config as the TEXT tab's `config` entry (indented: a code block in TensorBoard's markdown).
+
+    Written once per log folder: a folder that holds event files already is a resumed evaluation's (the same run key,
+    the same config), whose first invocation wrote it; writing it again would add an event file to the folder.
+    """
     text = "\n".join("    " + line for line in config_yaml.splitlines())
     for logger in tensorboard_loggers(trainer):
+        if event_files(logger.log_dir):
+            continue
         logger.experiment.add_text("config", text, global_step=0)
+        logger.experiment.flush()  # on disk now: a run killed before the writer's next flush still shows its config
+
+
+def ran_nothing(trainer: Any) -> bool:
+    """True after an evaluation that had nothing left to run: every trial was in its results file, Lightning skipped
+    the test loop (no step, no epoch hook) and the run logged nothing new."""
+    state = getattr(trainer, "state", None)
+    if state is None or state.fn != TrainerFn.TESTING or trainer.global_step != 0:
+        return False  # a fit (its steps), or not a Lightning trainer
+    batches = getattr(trainer, "num_test_batches", None)
+    return batches is not None and not any(batches)
+
+
+def own_event_file(log_dir: str | Path) -> Path | None:
+    """The newest event file this process wrote in `log_dir` (by TensorBoard's name, `EVENT_FILE`), or None."""
+    host, pid = socket.gethostname(), os.getpid()
+    own = []
+    for path in event_files(log_dir):
+        m = EVENT_FILE.fullmatch(path.name)
+        if m and m["host"] == host and int(m["pid"]) == pid:
+            own.append((int(m["n"]), path))
+    return max(own)[1] if own else None
+
+
+def drop_empty_event_file(log_dir: str | Path) -> Path | None:
+    """Remove this process's newest event file in `log_dir` when it holds no event but its header; return its path.
+
+    Lightning opens a run's event file when the run starts (its setup hook makes the logger's writer), before it
+    knows that an evaluation has nothing left to run; such a run writes nothing, and would leave a file of no data.
+    """
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    path = own_event_file(log_dir)
+    if path is None or any(event.WhichOneof("what") != "file_version" for event in EventFileLoader(str(path)).Load()):
+        return None
+    path.unlink()
+    return path
+
+
+def _write_events(logger: TensorBoardLogger, summaries: Iterable[Any], step: int) -> None:
+    """Write TensorBoard summaries to the run's event file, opening no other one where it can.
+
+    Lightning closes the logger's writer when `trainer.fit`/`test` returns (`finalize`), and a closed SummaryWriter
+    opens a new event file at its next write: every HPARAMS row would add a file to the run folder. So when this
+    process has written an event file in the folder, the summaries are appended to it (records in TensorBoard's
+    format); a writer still open (a call within a run) writes them itself.
+    """
+    from tensorboard.compat.proto.event_pb2 import Event
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    writer = logger.experiment  # opened now (with its event file) when nothing was logged yet
+    closed = writer.file_writer is None  # by Lightning, at the end of the run
+    if closed and (path := own_event_file(logger.log_dir)) is not None:
+        with path.open("ab") as f:
+            records = RecordWriter(f)
+            for summary in summaries:
+                records.write(Event(wall_time=time.time(), step=step, summary=summary).SerializeToString())
+        return
+    file_writer = writer._get_file_writer()  # the open writer's file (or, none of ours found, a new one)
+    for summary in summaries:
+        file_writer.add_summary(summary, step)
+    writer.flush()
+    if closed:
+        writer.close()  # as Lightning left it
 
 
 def log_run_hparams(
     trainer: Any, params: dict[str, Any], metrics: dict[str, float], new: dict[str, float] | None = None
 ) -> None:
     """Fill the HPARAMS tab (params against metrics) and write hparams.yaml with the same params, on rank 0.
+
+    An evaluation that had nothing left to run (`ran_nothing`) writes hparams.yaml only (its folder holds the row),
+    and removes the empty event file Lightning opened for it (`drop_empty_event_file`).
 
     Args:
         params: flat {name: int, float, str or bool}.
@@ -124,21 +219,20 @@ def log_run_hparams(
     """
     if not trainer.is_global_zero:
         return
-    from torch.utils.tensorboard.summary import hparams
+    from torch.utils.tensorboard.summary import hparams, scalar
 
     new = new or {}
+    nothing = ran_nothing(trainer)
     for logger in tensorboard_loggers(trainer):
-        if new:
-            logger.log_metrics(new, step=trainer.global_step)
-        if metrics or new:
+        if nothing:
+            drop_empty_event_file(logger.log_dir)
+        elif metrics or new:
             # not logger.log_hyperparams(params, metrics): it logs every metric again, one more point per curve.
             # No experiment summary: TensorBoard shows the one experiment it finds in any run (that run's columns
             # only), while without one it takes the hparams of every run's session start and, as metrics, the
             # scalars of those runs, so training and evaluation runs in one log folder share the tab.
-            writer = logger.experiment._get_file_writer()
             _, session_start, session_end = hparams(params, {**metrics, **new})
-            writer.add_summary(session_start, trainer.global_step)
-            writer.add_summary(session_end, trainer.global_step)
+            scalars = [scalar(name, value) for name, value in new.items()]
+            _write_events(logger, [*scalars, session_start, session_end], trainer.global_step)
         os.makedirs(logger.log_dir, exist_ok=True)
         save_hparams_to_yaml(os.path.join(logger.log_dir, logger.NAME_HPARAMS_FILE), params)
-        logger.experiment.flush()
