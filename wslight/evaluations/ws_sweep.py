@@ -12,7 +12,7 @@ import torch
 from .. import validate
 from ..data import EmbeddingSpec
 from ..features import trial_maps
-from ..records.summary import cell_table, markdown_table, nonfinite, trusted
+from ..records.summary import cell_table, markdown_table, nonfinite, trusted, write_summary
 from ..seeding import derive_seed, generator
 from ..sensitivity import word_sensitivity
 from .grid import MapGridEvaluation
@@ -181,7 +181,7 @@ class WordSensitivitySweep(MapGridEvaluation):
             self.log_curve(f"ws/{row['map']}/d{row['d']}{depth}", row["n"], row["mean"])
         if not self.trainer.is_global_zero or not records:
             return
-        (out_dir / "summary.md").write_text(evidence_note(table) + markdown_table(table))
+        write_summary(out_dir, table)
         label = embeddings_label(self.embeddings)  # the titles name the tokens
         for m in sorted({r["map"] for r in records}):
             recs = [r for r in records if r["map"] == m]
