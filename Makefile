@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # evaluate.py); FULL=1 runs that plan's paper-size list (configs/paper/, a GPU machine with hub access).
 FULL ?= 0
 
-.PHONY: env test test-slow reproduce lint typecheck bench gpu-check clean
+.PHONY: env test test-slow reproduce lint typecheck bench gpu-check docs clean
 
 env: $(VENV)/.installed
 
@@ -43,6 +43,15 @@ lint: env
 
 typecheck: env
 	$(VENV)/bin/mypy wslight
+
+# The documentation site (mkdocs.yml) into site/: the docs extra is installed into the venv on first use, and
+# --strict fails the build on any warning (a broken link, a docstring mkdocstrings cannot read). Offline.
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+$(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install -q -e ".[docs]"
+	touch $@
 
 bench: env
 	$(PY) benchmarks/ws.py
