@@ -36,8 +36,8 @@ import time
 import torch
 
 from wslight.attack import delta_attack
+from wslight.base.seeding import derive_seed, generator
 from wslight.features import FreshMaps, make_map
-from wslight.seeding import derive_seed, generator
 
 # The maps the baseline runs on (a dense float64 forward through the map itself).
 MAPS = ("raf", "relu_raf", "rf")

@@ -33,7 +33,7 @@ from ws import map_seeds, restart_seeds, samples  # benchmarks/ws.py, next to th
 from wslight.features import FreshMaps
 from wslight.features.deep_rf import DeepRFMove
 from wslight.features.move import TokenMove
-from wslight.sensitivity import word_sensitivity
+from wslight.search.sensitivity import word_sensitivity
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ws" / "deep_rf.yaml"
 SEARCH_KEYS = ("restarts", "max_chains", "gain_tol", "max_steps", "tol", "window")

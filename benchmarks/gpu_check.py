@@ -41,9 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from wslight.attack import delta_attack  # noqa: E402
+from wslight.base.seeding import derive_seed, generator  # noqa: E402
 from wslight.features import FreshMaps, make_map  # noqa: E402
-from wslight.seeding import derive_seed, generator  # noqa: E402
-from wslight.sensitivity import word_sensitivity  # noqa: E402
+from wslight.search.sensitivity import word_sensitivity  # noqa: E402
 
 DEEP_RF_CONFIG = ROOT / "configs/paper/ws/deep_rf_h200.yaml"
 GiB = 1024**3

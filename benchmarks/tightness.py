@@ -43,11 +43,11 @@ import yaml
 from torch import nn
 from ws import map_seeds, restart_seeds, samples  # benchmarks/ws.py, next to this script
 
-from wslight.ascent import GENERIC_FIRST_ROUND
 from wslight.features import FreshMaps, make_map
 from wslight.features.attention import ReLUAttentionFeatures
 from wslight.features.move import GenericMove, move_class_for
-from wslight.sensitivity import word_sensitivity
+from wslight.search.ascent import GENERIC_FIRST_ROUND
+from wslight.search.sensitivity import word_sensitivity
 
 # (map, d, n values): the paper's n values at offline d (d = 384: the bundled MiniLM's width)
 GRID = {"rf": (96, [20, 60]), "deep_rf": (64, [50, 80]), "raf": (384, [10, 50, 250]), "relu_raf": (384, [10, 50, 250])}

@@ -5,7 +5,7 @@ The review is the first bundled IMDb review of at least n WordPiece tokens (Mini
 to norm sqrt(d), as every sweep reads them); the words are the whole bundled MiniLM vocabulary placed at that
 position, h_w = LayerNorm(E_w + P_i + T) rescaled to norm sqrt(d), minus the inadmissible ones (special and [unused]
 tokens, the original token, the other WordPiece continuation status, a failed tokenizer round trip:
-`wslight.data.words.EncoderWords`). The package side is one `word_substitution`
+`wslight.data.vocabulary.EncoderWords`). The package side is one `word_substitution`
 call in float32 (the working dtype a sweep uses) on one thread; the brute force runs the map's full forward on every
 moved sample, `--brute-words` words in batches of 64, and its time is scaled to the whole vocabulary (marked "est.").
 The last column checks the two sides' best word on the brute force's subset.
@@ -22,9 +22,9 @@ import time
 import torch
 
 from wslight.data import EmbeddingSpec, load_token_embeddings  # type: ignore[attr-defined]
-from wslight.data.words import EncoderWords
+from wslight.data.vocabulary import EncoderWords
 from wslight.features import make_map
-from wslight.substitution import word_substitution
+from wslight.search.substitution import word_substitution
 
 MAPS = ["rf", "raf", "relu_raf", "raf_mh12", "linear_raf", "sigmoid_raf", "transformer", "pretrained_attn"]
 

@@ -41,10 +41,10 @@ import time
 import torch
 import yaml
 
+from wslight.base.seeding import derive_seed, generator
 from wslight.features import FreshMaps, make_map
 from wslight.features.rf import fresh_preactivations
-from wslight.seeding import derive_seed, generator
-from wslight.sensitivity import moved_token_objective, word_sensitivity
+from wslight.search.sensitivity import moved_token_objective, word_sensitivity
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Data and maps (deterministic: both sides rebuild the same ones from the seed)

@@ -4,7 +4,7 @@ import time
 
 import torch
 
-from wslight.evaluations import Evaluation
+from wslight.tasks import Evaluation
 
 
 class SquaresEvaluation(Evaluation):

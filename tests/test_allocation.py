@@ -6,10 +6,10 @@ import itertools
 import pytest
 import torch
 
-from wslight.allocation import _share_out, allocated_start
 from wslight.features import make_map
 from wslight.features.move import token_move
-from wslight.sensitivity import word_sensitivity
+from wslight.search.radius_split import _share_out, allocated_start
+from wslight.search.sensitivity import word_sensitivity
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

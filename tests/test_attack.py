@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from wslight.attack import delta_attack, delta_attacks
+from wslight.attack.heads import fit_heads
+from wslight.base.seeding import generator
 from wslight.features import FreshMaps, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
-from wslight.interpolation import fit_heads
 from wslight.plots.attack import plot_attack_scatter, plot_penalized
-from wslight.seeding import generator
 
 # Thousands of tiny steps: one torch thread (the conftest fixture) avoids contention on a shared 2-core machine.
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import wslight.evaluations  # noqa: F401  imported before any monkeypatch: the probes bind the real load_encoder
+import wslight.tasks  # noqa: F401  imported before any monkeypatch: the probes bind the real load_encoder
 from wslight.app.cli import main
 from wslight.attack import delta_attack
 from wslight.features import DeepRandomFeatures, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
-from wslight.models import FeatureMapClassifier
 from wslight.records import results as results_mod
-from wslight.sensitivity import word_sensitivity
+from wslight.search.sensitivity import word_sensitivity
+from wslight.tasks.classifier import FeatureMapClassifier
 
 # The tiny test settings (tests/conf) of the shipped configs, with what these tests need: one cell, texts of 16 tokens.
 WS = ("ws/rf", {"d_values": [8], "n_values": [4], "restarts": 2, "max_steps": 10, "embeddings.max_length": 16})
@@ -229,7 +229,7 @@ def _attack_data(M=8, B=1, n=4, d=8):
     ],
 )
 def test_bad_attack_argument_before_the_heads(monkeypatch, kwargs, pattern):
-    import wslight.attack as attack_mod
+    import wslight.attack.delta as attack_mod
 
     def no_heads(*a, **k):
         raise AssertionError("the heads must not be fitted for bad input")
@@ -264,7 +264,7 @@ def _read_only_cases(tmp_path):
 
 
 def test_unwritable_output_dir_fails_before_any_trial(tmp_path, monkeypatch, command, capsys):
-    import wslight.evaluations.ws_sweep as sweeps_mod
+    import wslight.tasks.ws_sweep as sweeps_mod
 
     def no_trials(*a, **k):
         raise AssertionError("no trial may run when the results cannot be written")

@@ -10,13 +10,14 @@ import torch
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 
-import wslight.evaluations.attack_sweep as attack_sweep
-from wslight.callbacks import DeltaAttack
-from wslight.data import EmbeddingDataModule, EmbeddingSpec
+import wslight.tasks.attack_sweep as attack_sweep
+from wslight.data import EmbeddingSpec
 from wslight.features import RandomAttentionFeatures, RandomFeatures
-from wslight.models import FeatureMapClassifier
 from wslight.records import results
 from wslight.records.results import read_records
+from wslight.tasks import EmbeddingDataModule
+from wslight.tasks.attack_callback import DeltaAttack
+from wslight.tasks.classifier import FeatureMapClassifier
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTACK_FIELDS = results.ATTACK_FIELDS | {"sample_id"}

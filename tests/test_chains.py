@@ -8,13 +8,10 @@ import torch
 import yaml
 from conftest import unit_rows
 
-from wslight import ascent
-from wslight.chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
 from wslight.data import EmbeddingSpec, load_token_embeddings
 from wslight.features import FreshMaps, make_map, move
 from wslight.features.move import GenericMove, float64_forward, token_move
-from wslight.sensitivity import word_sensitivity
-from wslight.starts import (
+from wslight.features.rows import (
     REMOVAL_ANGLES,
     REMOVAL_ROWS,
     REMOVAL_SINGULAR,
@@ -25,9 +22,12 @@ from wslight.starts import (
     removal_mixes,
     row_directions,
     row_subspaces,
-    seeded_draws,
     unit,
 )
+from wslight.search import ascent
+from wslight.search.chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
+from wslight.search.sensitivity import word_sensitivity
+from wslight.search.starts import seeded_draws
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -17,6 +17,7 @@ from wslight.app.messages import check_command
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 CONF = Path(__file__).resolve().parent / "conf"
+ROOT = Path(__file__).resolve().parents[1]
 TRAIN = str(CONF / "raf.yaml")  # the tiny test settings: overlays of the shipped raf and ws/raf
 WS = str(CONF / "ws" / "raf.yaml")
 # The shipped configs themselves, whole files: the tests that write a broken copy start from them.
@@ -90,7 +91,7 @@ def test_a_config_given_to_the_other_entry_point_says_which_one_it_belongs_to(cl
     err = cli_fails(["test", "--config", TRAIN], evaluate=True)
     assert "is a training config" in err and f"python train.py fit --config {TRAIN}" in err
     err = cli_fails(["fit", "--config", WS])
-    assert "is an evaluation config (wslight.evaluations.WordSensitivitySweep)" in err
+    assert "is an evaluation config (wslight.tasks.WordSensitivitySweep)" in err
     assert f"python evaluate.py --config {WS}" in err
     err = cli_fails(["test", "fit", "--config", WS], evaluate=True)  # `evaluate.py fit ...`
     assert "evaluate.py runs the `test` subcommand itself" in err and "python train.py fit" in err
@@ -245,3 +246,27 @@ def test_a_negative_map_seed_is_refused_like_the_sweeps_do(cli_fails, config):
     """Training refuses a negative map seed with the sweeps' message (`seed must be an integer >= 0`)."""
     err = cli_fails(["fit", "--config", config, "--model.init_args.feature_map.init_args.seed", "-1"])
     assert "error: model.init_args.feature_map.init_args.seed must be an integer >= 0, got -1" in err
+
+
+def test_a_saved_config_with_the_old_class_paths_says_what_to_write(tmp_path, cli_fails):
+    """A config saved before the Lightning classes moved to wslight.tasks: one block listing each old path, where it is
+    and what to write instead, before anything runs."""
+    evaluation = tmp_path / "saved_ws.yaml"
+    text = (ROOT / "configs" / "ws" / "raf.yaml").read_text()
+    evaluation.write_text(
+        text.replace("wslight.tasks.WordSensitivitySweep", "wslight.evaluations.WordSensitivitySweep")
+    )
+    err = cli_fails(["test", "--config", str(evaluation)], evaluate=True)
+    old, new = "wslight.evaluations.WordSensitivitySweep", "wslight.tasks.WordSensitivitySweep"
+    assert f"{evaluation}: model.class_path = {old}: write {new}" in err
+    training = tmp_path / "saved_fit.yaml"
+    text = (ROOT / "configs" / "raf.yaml").read_text()
+    old = text.replace("wslight.tasks.FeatureMapClassifier", "wslight.models.FeatureMapClassifier")
+    training.write_text(old.replace("wslight.tasks.EmbeddingDataModule", "wslight.data.EmbeddingDataModule"))
+    err = cli_fails(["fit", "--config", str(training)])
+    assert "model.class_path = wslight.models.FeatureMapClassifier: write wslight.tasks.FeatureMapClassifier" in err
+    assert "data.class_path = wslight.data.EmbeddingDataModule: write wslight.tasks.EmbeddingDataModule" in err
+    err = cli_fails(
+        ["test", "--config", "ws/raf", "--model", "wslight.evaluations.ws_sweep.WordSensitivitySweep"], True
+    )
+    assert "the command line: --model = wslight.evaluations.ws_sweep.WordSensitivitySweep: write" in err

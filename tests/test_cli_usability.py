@@ -163,7 +163,7 @@ def test_a_closed_form_fit_writes_a_checkpoint_that_reloads_the_head(tmp_path, c
     import torch
 
     from wslight.features import RandomAttentionFeatures
-    from wslight.models import FeatureMapClassifier
+    from wslight.tasks.classifier import FeatureMapClassifier
 
     args = ["fit", "--config", TRAIN, "--trainer.logger.init_args.save_dir", str(tmp_path)]
     cli = main([*args, "--trainer.enable_checkpointing", "true"])
@@ -241,7 +241,7 @@ def test_the_wheel_carries_every_config(tmp_path):
 # ------------------------------------------------------------------------------------------------ feature_map type
 def test_model_help_lists_the_maps_not_every_torch_module(capsys):
     with pytest.raises(SystemExit):
-        main(["fit", "--model.help", "wslight.models.FeatureMapClassifier"])
+        main(["fit", "--model.help", "wslight.tasks.FeatureMapClassifier"])
     out = capsys.readouterr().out
     for name in ("RandomFeatures", "DeepRandomFeatures", "RandomAttentionFeatures", "ReLUAttentionFeatures"):
         assert f"wslight.features.{name}" in out
@@ -253,7 +253,7 @@ def test_any_module_with_d_still_works_from_python():
     import torch
     from torch import nn
 
-    from wslight.models import FeatureMapClassifier
+    from wslight.tasks.classifier import FeatureMapClassifier
 
     class MeanReLU(nn.Module):
         d, n = 4, 3

@@ -159,7 +159,7 @@ def test_an_overlay_given_to_the_other_entry_point_is_named_as_given(cli_fails):
     assert f"python train.py fit --config {configs_dir() / 'paper/raf.yaml'}" in err
     tiny = str(CONF / "ws" / "raf.yaml")
     err = cli_fails(["fit", "--config", tiny])
-    assert f"{tiny} is an evaluation config (wslight.evaluations.WordSensitivitySweep)" in err
+    assert f"{tiny} is an evaluation config (wslight.tasks.WordSensitivitySweep)" in err
 
 
 # ------------------------------------------------------------------------------------------- the results contract

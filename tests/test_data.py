@@ -14,7 +14,6 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from wslight.data import (
     CacheRebuildWarning,
-    EmbeddingDataModule,
     EmbeddingSpec,
     cache_paths,
     cache_root,
@@ -28,6 +27,7 @@ from wslight.data.__main__ import main as data_main
 from wslight.data.encoders import HubUnreachableError
 from wslight.data.sources import TextCorpus
 from wslight.data.synthetic import planted_direction, synthetic_labels, synthetic_tokens
+from wslight.tasks import EmbeddingDataModule
 
 M = 20
 

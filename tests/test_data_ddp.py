@@ -6,7 +6,8 @@ import pytest
 import torch
 from lightning.pytorch import LightningModule, Trainer
 
-from wslight.data import EmbeddingDataModule, EmbeddingSpec
+from wslight.data import EmbeddingSpec
+from wslight.tasks import EmbeddingDataModule
 
 
 class RecordIds(LightningModule):

@@ -1,9 +1,9 @@
 """Determinism: the same config and seed give bit-identical per-trial records across runs, thread counts and devices.
 
-Per-trial randomness comes from generators seeded by (seed, salts) (wslight.seeding), never from the global RNG, so a
-trial's records depend only on the config. The remaining source of run-to-run differences on the CPU is the thread
+Per-trial randomness comes from generators seeded by (seed, salts) (wslight.base.seeding), never from the global RNG, so
+a trial's records depend only on the config. The remaining source of run-to-run differences on the CPU is the thread
 count: torch sums a single-output reduction of more than 32768 elements in per-thread partial sums, and a 2-process
-DDP run on the same cores uses half the threads of a 1-process run; `wslight.interpolation.sum_last` sums those in a
+DDP run on the same cores uses half the threads of a 1-process run; `wslight.attack.heads.sum_last` sums those in a
 thread-count invariant way.
 """
 
@@ -18,7 +18,7 @@ import torch
 
 from wslight.app.cli import main
 from wslight.app.placement import available_cores, every_core
-from wslight.numerics import sum_last
+from wslight.base.numerics import sum_last
 from wslight.records.results import without_timing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +129,7 @@ def test_evaluations_compute_on_one_thread(threads):
     """On some CPUs a matrix product with a long reduction (the heads' N x N Gram of p features, the gradient of
     z + V^(i) Delta over k neurons) sums in another order with 1 and 2 threads; the evaluations therefore compute on
     one thread per process, so that 1 and 2 devices give the same bits (the slow test below)."""
-    from wslight.evaluations.base import one_cpu_thread
+    from wslight.tasks.evaluation import one_cpu_thread
 
     with threads(2):
         with one_cpu_thread(torch.device("cpu")):

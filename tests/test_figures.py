@@ -158,7 +158,7 @@ def test_layerwise_legend_covers_no_point():
 def test_saved_pngs_are_at_least_1000_px_wide(tmp_path):
     import matplotlib.image as mpimg
 
-    from wslight.evaluations import save_figure
+    from wslight.tasks import save_figure
 
     fig, ax = plt.subplots()  # the default figure size, 6.4 x 4.8 in
     ax.plot([0, 1], [0, 1])
@@ -172,7 +172,7 @@ def test_a_sweep_titles_its_figures_with_its_tokens(tmp_path, monkeypatch):
     from pathlib import Path
 
     from wslight.app.cli import main
-    from wslight.evaluations.base import Evaluation
+    from wslight.tasks.evaluation import Evaluation
 
     titles = {}
 

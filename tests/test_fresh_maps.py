@@ -7,7 +7,7 @@ import torch
 from wslight.attack import delta_attack
 from wslight.features import FreshMaps, make_map
 from wslight.features.rf import fresh_preactivations
-from wslight.sensitivity import word_sensitivity
+from wslight.search.sensitivity import word_sensitivity
 
 
 def ks_statistic(a, b):

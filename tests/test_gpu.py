@@ -210,7 +210,7 @@ def test_deep_rf_drawn_on_the_device_is_reproducible_scaled_and_never_on_the_hos
 @pytest.mark.parametrize("case", list(MAP_CASES))
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_word_sensitivity_on_cuda_matches_cpu(case, dtype):
-    from wslight.sensitivity import word_sensitivity
+    from wslight.search.sensitivity import word_sensitivity
 
     n, d = 5, 12
     fm = build(case, n, d, dtype)
@@ -408,7 +408,7 @@ def _data_args(**spec) -> list[str]:
     """DataModule overrides of the embedding spec, nested (`data.init_args.embeddings.*`) or flat, as it takes them."""
     import inspect
 
-    from wslight.data import EmbeddingDataModule
+    from wslight.tasks import EmbeddingDataModule
 
     nested = "embeddings" in inspect.signature(EmbeddingDataModule.__init__).parameters
     prefix = "--data.init_args.embeddings." if nested else "--data.init_args."

@@ -49,7 +49,7 @@ def test_evaluate_help_with_a_config_shows_its_class_options_and_values(capsys):
     assert run_verb("evaluate", ["--config", "ws/raf", "--model.trials", "3", "--help"], prog="evaluate.py") == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: evaluate.py --config ws/raf ")
-    assert "runs WordSensitivitySweep (wslight.evaluations.WordSensitivitySweep)" in out
+    assert "runs WordSensitivitySweep (wslight.tasks.WordSensitivitySweep)" in out
     lines = out.splitlines()
     n_values = lines.index("  --model.n_values  list[int], required; given: [10, 20, 50, 100, 150, 200, 250]")
     assert lines[n_values + 1].strip() == "context lengths (the first n tokens)."  # the docstring's line

@@ -5,9 +5,9 @@ import warnings
 import pytest
 import torch
 
+from wslight.attack.heads import fit_heads
+from wslight.base.numerics import gram
 from wslight.features import RandomAttentionFeatures
-from wslight.interpolation import fit_heads
-from wslight.numerics import gram
 
 
 def _problem(N=12, p=40, B=3, seed=0, T=None):

@@ -9,9 +9,10 @@ import torch
 import yaml
 
 from wslight.app.cli import main
-from wslight.data import EmbeddingDataModule, EmbeddingSpec
+from wslight.data import EmbeddingSpec
 from wslight.features import RandomAttentionFeatures, RandomFeatures
-from wslight.models import FeatureMapClassifier
+from wslight.tasks import EmbeddingDataModule
+from wslight.tasks.classifier import FeatureMapClassifier
 
 ROOT = Path(__file__).resolve().parents[1]
 MAPS = ["rf", "deep_rf", "raf", "relu_raf"]
@@ -222,7 +223,7 @@ def test_held_out_metrics_count_each_sample_once(tmp_path):
 
 
 def test_diverging_gradient_fit_stops_saying_what_to_change(tmp_path, capsys):
-    from wslight.models import TrainingDiverged
+    from wslight.tasks.classifier import TrainingDiverged
 
     dm = synthetic_dm(tmp_path)
     model = FeatureMapClassifier(RandomFeatures(6, 8, seed=0), fit_mode="gradient", lr=1e3)

@@ -9,10 +9,10 @@ import torch
 from torch import nn
 
 from wslight.attack import delta_attack
+from wslight.base.seeding import generator
 from wslight.features import RandomAttentionFeatures, RandomFeatures, make_map
 from wslight.features.move import GenericMove, move_class_for, token_move
-from wslight.seeding import generator
-from wslight.sensitivity import word_sensitivity
+from wslight.search.sensitivity import word_sensitivity
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = ["rf", "rf_bounded", "deep_rf", "raf", "relu_raf"]

@@ -291,7 +291,7 @@ def test_attention_under_delta_bad_input(enc, forward_counter, kwargs, match):
 
 
 def test_probe_figures_saved_as_png_and_pdf(tmp_path):
-    from wslight.evaluations import save_figure
+    from wslight.tasks import save_figure
 
     edit = attention_edit(ENC)
     under = attention_under_delta(ENC, steps=2)

@@ -85,7 +85,7 @@ def test_shipped_plan_names_configs_that_run_alone_into_the_stage_folder():
         logger = cfg["trainer"]["logger"]["init_args"]
         # run alone from the repository root, a stage writes to (and resumes) the folder `make reproduce` uses
         assert (logger["save_dir"], logger["name"]) == ("reports/offline/tensorboard", stage.name)
-        assert cfg["seed_everything"] == 0 and cfg["model"]["class_path"].startswith("wslight.evaluations.")
+        assert cfg["seed_everything"] == 0 and cfg["model"]["class_path"].startswith("wslight.tasks.")
         assert f"python evaluate.py --config {stage.config}" in stage.path.read_text()
 
 

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 import torch
 
-import wslight.evaluations.attack_sweep as attack_mod
-import wslight.evaluations.ws_sweep as sweeps_mod
+import wslight.tasks.attack_sweep as attack_mod
+import wslight.tasks.ws_sweep as sweeps_mod
 from wslight.app.cli import main
 from wslight.attack import delta_attack
 from wslight.data import EmbeddingSpec, TokenEmbeddings, preprocess
 from wslight.features import FreshMaps, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
 from wslight.features.move import map_features
-from wslight.sensitivity import word_sensitivity
+from wslight.search.sensitivity import word_sensitivity
 
 n, d = 6, 8
 

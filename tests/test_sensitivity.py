@@ -10,7 +10,7 @@ from wslight.features import RandomAttentionFeatures, RandomFeatures, ReLUAttent
 from wslight.features import make_map as package_make_map
 from wslight.features.move import map_features
 from wslight.plots.ws import plot_ws_curves, ws_curves
-from wslight.sensitivity import (
+from wslight.search.sensitivity import (
     WSResult,
     moved_token_objective,
     word_sensitivity,

@@ -38,7 +38,7 @@ def test_fig4_comment_on_trials_per_step_states_the_steps_the_sweep_forms():
 
     from wslight.app.config_files import configs_dir
     from wslight.data import EmbeddingSpec
-    from wslight.evaluations import DeltaAttackSweep
+    from wslight.tasks import DeltaAttackSweep
 
     path = configs_dir() / "attack" / "fig4.yaml"
     text = path.read_text()

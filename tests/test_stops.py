@@ -14,8 +14,8 @@ import pytest
 from wslight.app import cli
 from wslight.app.cli import main
 from wslight.app.failures import EXIT_BUSY
-from wslight.evaluations.base import TrialFailed
 from wslight.records.results import LOCK_NAME, RunLock
+from wslight.tasks.evaluation import TrialFailed
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

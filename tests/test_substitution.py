@@ -6,7 +6,7 @@ import torch
 from conftest import unit_rows
 
 from wslight.features import make_map
-from wslight.substitution import word_substitution
+from wslight.search.substitution import word_substitution
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -137,7 +137,7 @@ REAL_FAMILIES = ["rf", "deep_rf", "raf", "relu_raf", "raf_mh12", "linear_raf", "
 def real_words():
     """The rows of 500 admissible words of the bundled vocabulary at position 2 of a bundled review, and the review."""
     from wslight.data import EmbeddingSpec, load_token_embeddings
-    from wslight.data.words import EncoderWords
+    from wslight.data.vocabulary import EncoderWords
 
     words = EncoderWords("bundled-minilm")
     reviews = load_token_embeddings(EmbeddingSpec(num_samples=40))

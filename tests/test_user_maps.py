@@ -13,11 +13,11 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
+from wslight.base.seeding import derive_seed
 from wslight.data import EmbeddingSpec
-from wslight.evaluations import DeltaAttackSweep, WordSensitivitySweep
 from wslight.features import MAPS, make_map, resolve_map, resolve_maps
-from wslight.seeding import derive_seed
-from wslight.sensitivity import word_sensitivity
+from wslight.search.sensitivity import word_sensitivity
+from wslight.tasks import DeltaAttackSweep, WordSensitivitySweep
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

@@ -1,12 +1,12 @@
-"""The encoder's vocabulary as the maps read it (wslight.data.words, docs/theory.md §13): the rows of a review's own
-tokens are its stored rows, and the admissible words are exactly those whose edited review survives the tokenizer's
+"""The encoder's vocabulary as the maps read it (wslight.data.vocabulary, docs/theory.md §13): the rows of a review's
+own tokens are its stored rows, and the admissible words are exactly those whose edited review survives the tokenizer's
 round trip."""
 
 import pytest
 import torch
 
 from wslight.data import EmbeddingSpec, load_token_embeddings
-from wslight.data.words import EncoderWords, allowed_tokens
+from wslight.data.vocabulary import EncoderWords, allowed_tokens
 
 
 @pytest.fixture(scope="module")

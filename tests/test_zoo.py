@@ -8,10 +8,10 @@ import random
 import pytest
 import torch
 
+from wslight.base.seeding import generator
 from wslight.features import MAPS, RandomAttentionFeatures, make_map
 from wslight.features.move import GenericMove, move_class_for, token_move
 from wslight.records.summary import slope_table
-from wslight.seeding import generator
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -8,10 +8,10 @@ Where to start:
   reproduction and writes a report. Add `--help` to any of them; `--debug` shows a traceback for a config error.
 - Maps: `wslight.features` (`RandomFeatures`, `DeepRandomFeatures`, `RandomAttentionFeatures`,
   `ReLUAttentionFeatures`, `make_map`, `register_map` for your own).
-- Word sensitivity of any map: `wslight.sensitivity.word_sensitivity(map, X)`; the attack:
-  `wslight.attack.delta_attack`; the heads: `wslight.interpolation`.
-- Lightning pieces: `wslight.models.FeatureMapClassifier`, `wslight.data.EmbeddingDataModule`,
-  `wslight.callbacks.DeltaAttack`, `wslight.evaluations`, `wslight.app.cli.main`.
+- Word sensitivity of any map: `wslight.search.word_sensitivity(map, X)`, the exact best word:
+  `wslight.search.word_substitution`; the attack: `wslight.attack.delta_attack`, its heads: `wslight.attack.heads`.
+- Lightning pieces (`wslight.tasks`): `FeatureMapClassifier`, `EmbeddingDataModule`, `DeltaAttack`, the sweeps
+  (`WordSensitivitySweep`, `WordSubstitutionSweep`, `DeltaAttackSweep`) and the probes; `wslight.app.cli.main`.
 """
 
 __version__ = "0.1.0"

@@ -319,7 +319,7 @@ def main(
             # a resumed evaluation whose trials are all in results.jsonl has no step left, and says so itself
             warnings.filterwarnings("ignore", message="Total length of `DataLoader` across ranks is zero")
             # several processes: the padding duplicates of the distributed sampler are dropped when the records are
-            # appended (wslight.evaluations.base), so Lightning's advice to test on one device does not apply
+            # appended (wslight.tasks.evaluation), so Lightning's advice to test on one device does not apply
             warnings.filterwarnings("ignore", message="Using `DistributedSampler` with the dataloaders")
             # Lightning's own use of a deprecated torch API, once per process
             warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")

@@ -9,9 +9,9 @@ import re
 import lightning.pytorch as pl
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 
-from ..evaluations.base import TrialFailed
-from ..models import TrainingDiverged
 from ..records.results import ResultsFileError, RunFolderBusy
+from ..tasks.classifier import TrainingDiverged
+from ..tasks.evaluation import TrialFailed
 from .errors import EXIT_BUSY, EXIT_SIGNAL_BASE, ParseError, UsageError
 from .messages import parse_error_message, value_error_message
 

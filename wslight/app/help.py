@@ -23,8 +23,8 @@ from typing import Any
 import lightning.pytorch as pl
 import yaml
 
-from .. import models
-from ..evaluations import Evaluation
+from ..tasks import Evaluation
+from ..tasks import classifier as models
 from .config_files import base_of, load_yaml, overlay_chain, resolve_config_args, shipped_names
 from .config_files import configs_dir as shipped_dir
 from .errors import UsageError
@@ -37,7 +37,7 @@ WIDTH = 100
 
 # --- the classes a config may name -------------------------------------------------------------------------------
 def evaluation_classes() -> list[type]:
-    """The evaluations run by `evaluate`: the Evaluation subclasses of `wslight.evaluations` that no class there
+    """The evaluations run by `evaluate`: the Evaluation subclasses of `wslight.tasks` that no class there
     extends (the bases EmbeddingsEvaluation, MapGridEvaluation and the probes' base are left out)."""
 
     def subclasses(cls: type) -> list[type]:
@@ -47,19 +47,19 @@ def evaluation_classes() -> list[type]:
             found += [sub, *subclasses(sub)]
         return found
 
-    ours = [c for c in subclasses(Evaluation) if c.__module__.startswith("wslight.evaluations")]
+    ours = [c for c in subclasses(Evaluation) if c.__module__.startswith("wslight.tasks")]
     leaves = {c for c in ours if not c.__name__.startswith("_") and not any(c in o.__bases__ for o in ours)}
     return sorted(leaves, key=lambda c: (c.__module__, c.__name__))
 
 
 def training_classes() -> list[type]:
-    """The LightningModules of `wslight.models` (the heads `fit` trains)."""
+    """The LightningModules of `wslight.tasks.classifier` (the heads `fit` trains)."""
     found = [c for _, c in inspect.getmembers(models, inspect.isclass) if c.__module__ == models.__name__]
     return [c for c in found if issubclass(c, pl.LightningModule)]
 
 
 def dotted_path(cls: type) -> str:
-    """`wslight.evaluations.WordSensitivitySweep`: the package's public path where it exports the class (as the
+    """`wslight.tasks.WordSensitivitySweep`: the package's public path where it exports the class (as the
     shipped configs write it), else the defining module's."""
     package = cls.__module__.rpartition(".")[0]
     if package and getattr(importlib.import_module(package), cls.__name__, None) is cls:

@@ -23,9 +23,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import validate
+from ..base import validate
 from .config_files import base_of, config_paths, load_yaml, read_config
 from .errors import UsageError
+from .renames import check_moved_class_paths
 
 # Training sizes are written once, under data, and linked to the map and the head (target -> source).
 LINKS = {
@@ -94,7 +95,7 @@ def _entry_point_of(tree: Any) -> str | None:
     class_path = tree["model"].get("class_path")
     if not isinstance(class_path, str):
         return None
-    return "train" if class_path.startswith("wslight.models.") else "evaluate"
+    return "train" if class_path.rpartition(".")[2] == "FeatureMapClassifier" else "evaluate"
 
 
 def _given_as(files: list[Path], i: int) -> Path:
@@ -123,8 +124,9 @@ def check_command(args: list[str], evaluate: bool) -> list[str]:
         args = args[1:]  # `evaluate.py test --config ...`: the usage line shows `test`, so accept it once
     subcommand = next((a for a in args if not a.startswith("-")), None) if args else None
     files = config_paths(args)
-    for i, path in enumerate(files):
-        tree = read_config(path)
+    trees = [(str(path), read_config(path)) for path in files]
+    check_moved_class_paths(trees, args)
+    for i, (path, tree) in enumerate(trees):
         for key in tree if isinstance(tree, dict) else ():
             # a misspelt top-level key first: jsonargparse would report the block it leaves missing instead
             if key not in TOP_KEYS and difflib.get_close_matches(str(key), TOP_KEYS, n=1, cutoff=0.6):

@@ -35,7 +35,7 @@ from typing import NoReturn
 
 import yaml
 
-from .. import validate
+from ..base import validate
 from ..records.paper_checks import all_checks, checks_markdown
 from ..records.results import RESULTS_NAME, read_records
 from .config_files import UnknownConfigError, configs_dir, find_config, overlay_chain, resolve_config_args

@@ -1,4 +1,4 @@
-"""Token embeddings of IMDb reviews (or synthetic tokens) and the DataModule that serves them.
+"""Token embeddings of IMDb reviews (or synthetic tokens): sources, spec, cache and store.
 
 Modules, one job each:
 - `sources`: the text sources and the seeded, balanced selection of short reviews;
@@ -7,7 +7,7 @@ Modules, one job each:
 - `cache`: the on-disk entry format (safetensors written in a stream, memory-mapped, JSON manifest);
 - `build`: the cache key, the build and `load_token_embeddings`;
 - `store`: `TokenEmbeddings` (reading an entry) and `preprocess`;
-- `datamodule`: `EmbeddingDataModule` for training, imported lazily so the pure data functions do not import Lightning.
+The DataModule that serves them for training is `wslight.tasks.EmbeddingDataModule` (the Lightning floor).
 The encoder itself is described once, in `wslight.data.encoders` (`EncoderInfo`, `encoder_info`, `load_encoder`).
 """
 
@@ -20,8 +20,6 @@ from wslight.data.store import TokenEmbeddings, preprocess
 __all__ = [
     "SOURCES",
     "CacheRebuildWarning",
-    "EmbeddingDataModule",
-    "EmbeddingDataset",
     "EmbeddingSpec",
     "TokenEmbeddings",
     "cache_paths",
@@ -30,14 +28,5 @@ __all__ = [
     "load_texts",
     "load_token_embeddings",
     "preprocess",
-    "split_indices",
     "validate_spec",
 ]
-
-
-def __getattr__(name: str):
-    if name in ("EmbeddingDataModule", "EmbeddingDataset", "split_indices"):
-        from wslight.data import datamodule
-
-        return getattr(datamodule, name)
-    raise AttributeError(f"module 'wslight.data' has no attribute {name!r}")

@@ -25,13 +25,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from wslight.base.validate import choice
 from wslight.data import cache as _cache
 from wslight.data import encoders
 from wslight.data.sources import load_texts, select_reviews, source_fingerprint, token_counts
 from wslight.data.spec import STORAGE_DTYPES, EmbeddingSpec, validate_spec
 from wslight.data.store import TokenEmbeddings
 from wslight.data.synthetic import select_synthetic
-from wslight.validate import choice
 
 log = logging.getLogger(__name__)
 

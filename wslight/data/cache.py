@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fingerprints import file_fingerprint
+from ..base.fingerprints import file_fingerprint
 
 ENV_CACHE = "WSLIGHT_CACHE"
 # safetensors dtype codes <-> numpy dtypes.

@@ -22,7 +22,7 @@ from pathlib import Path
 
 # wslight.data reaches this module as `from wslight import encoders` (attribute access at call time), so importing
 # its cache module here does not cycle.
-from wslight.fingerprints import file_fingerprint
+from wslight.base.fingerprints import file_fingerprint
 
 BUNDLED_MINILM = "bundled-minilm"
 OFFLINE_HINT = (

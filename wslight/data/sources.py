@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from wslight.base.fingerprints import file_fingerprint
+from wslight.base.seeding import generator
+from wslight.base.validate import choice
 from wslight.data import encoders
-from wslight.fingerprints import file_fingerprint
-from wslight.seeding import generator
-from wslight.validate import choice
 
 TEXT_SOURCES = ("imdb_offline", "imdb_hub")
 SOURCES = (*TEXT_SOURCES, "synthetic")

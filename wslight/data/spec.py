@@ -11,9 +11,9 @@ from typing import Literal
 
 import numpy as np
 
+from wslight.base.validate import choice, integer, positive_int
 from wslight.data import encoders
 from wslight.data.sources import SELECTIONS, SOURCE_ROWS, SOURCES, TEXT_SOURCES
-from wslight.validate import choice, integer, positive_int
 
 STORAGE_DTYPES = {"float16": np.float16, "float32": np.float32}
 

@@ -13,10 +13,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from wslight.base.validate import integer
 from wslight.data import cache as _cache
 from wslight.data.spec import EmbeddingSpec
 from wslight.data.synthetic import synthetic_tokens
-from wslight.validate import integer
 
 
 def _rescale_rows(X: Tensor, d: int) -> Tensor:

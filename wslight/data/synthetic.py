@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from wslight.seeding import generator
+from wslight.base.seeding import generator
 
 
 def planted_direction(seed: int, length: int, dim: int) -> torch.Tensor:

@@ -8,11 +8,11 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from .. import validate
-from ..seeding import generator
-from ..starts import token_mixes
+from ..base import validate
+from ..base.seeding import generator
 from .base import TokenwiseMap, register_map
 from .move import TokenMove, per_trial, project_ball, stack_trials, tangent_unit
+from .rows import token_mixes
 
 
 class _RandomAttentionBase(TokenwiseMap):

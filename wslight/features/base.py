@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Literal
 import torch
 from torch import nn
 
-from .. import validate
+from ..base import validate
 
 MAPS: dict[str, type[FeatureMap]] = {}
 

@@ -8,9 +8,9 @@ from typing import Literal, cast
 import torch
 from torch import nn
 
-from .. import validate
-from ..numerics import sum_last
-from ..seeding import derive_seed, generator
+from ..base import validate
+from ..base.numerics import sum_last
+from ..base.seeding import derive_seed, generator
 from .base import FeatureMap, register_map
 from .move import TokenMove, matmul64, stack_trials
 

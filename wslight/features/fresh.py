@@ -14,7 +14,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from .. import validate
+from ..base import validate
 from .base import MAPS, FeatureMap, MapEntry, make_map
 from .deep_rf import DeepRFMove, deeper_forward64, fresh_deeper_layers
 from .move import TokenMove, move_class_for, token_move, trial_features

@@ -19,8 +19,8 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from ..numerics import sum_last
-from ..starts import (
+from ..base.numerics import sum_last
+from .rows import (
     REMOVAL_ROWS,
     REMOVAL_SINGULAR,
     captured,

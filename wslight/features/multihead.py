@@ -10,9 +10,9 @@ from typing import Literal
 
 import torch
 
-from .. import validate
-from ..numerics import sum_last
-from ..seeding import generator
+from ..base import validate
+from ..base.numerics import sum_last
+from ..base.seeding import generator
 from .attention import AttentionMove
 from .base import TokenwiseMap, register_map
 from .move import TokenMove
@@ -169,7 +169,7 @@ class MultiHeadMove(TokenMove):
 
     @property
     def blocks(self) -> int:
-        """The change is a sum over the H heads, head h seeing block h of Delta only (`wslight.allocation`)."""
+        """The change is a sum over the H heads, head h seeing block h of Delta only (`wslight.search.radius_split`)."""
         return self.H
 
     @property

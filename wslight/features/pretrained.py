@@ -10,7 +10,7 @@ from typing import Literal
 
 import torch
 
-from .. import validate
+from ..base import validate
 from ..data.encoders import BUNDLED_MINILM, load_encoder
 from .base import TokenwiseMap, register_map
 from .transformer import attention_sublayer

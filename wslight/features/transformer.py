@@ -10,8 +10,8 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
-from .. import validate
-from ..seeding import generator
+from ..base import validate
+from ..base.seeding import generator
 from .base import TokenwiseMap, register_map
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import matplotlib.pyplot as plt  # wslight.plots (imported first, as the parent package) selects Agg
 from matplotlib.figure import Figure
 
-from ..vocabulary import TRAININGS
+from ..base.names import TRAININGS
 from .style import LEGEND_FONTSIZE, colour, set_error_scale, styled
 
 MAP_TITLES = {"rf": "RF", "deep_rf": "DRF", "raf": "RAF", "relu_raf": "ReLU-RAF"}

@@ -2,7 +2,7 @@
 an attention-attracting Delta, attention under Delta, and the real one-word edits nearest to Delta.
 
 Pure functions return tensors, dicts and flat JSON-serialisable `records`; figure functions return matplotlib Figures
-(saved by `wslight.evaluations.save_figure`); `wslight.evaluations` runs the probes as evaluations. Positions index
+(saved by `wslight.tasks.save_figure`); `wslight.tasks` runs the probes as evaluations. Positions index
 the tokenised sequence with [CLS] at 0; layers and heads are 0-based.
 """
 

@@ -13,7 +13,7 @@ from importlib import resources
 import torch
 from torch import nn
 
-from .. import validate
+from ..base import validate
 
 DEFAULT_TEXT_ASSET = "probe_text.txt"
 

@@ -10,15 +10,9 @@ from typing import Literal
 
 import torch
 
-from .. import validate
+from ..base import validate
 from ..data.encoders import load_encoder
-from ._common import (
-    check_heads,
-    check_index,
-    encoder_forward,
-    max_positions,
-    tokenise,
-)
+from ._common import check_heads, check_index, encoder_forward, max_positions, tokenise
 from .delta import closed_form_delta, optimised_delta
 from .layerwise import heads_label
 

@@ -20,7 +20,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from .. import validate
+from ..base import validate
 from ._common import check_heads, check_index, first_self_attention
 
 

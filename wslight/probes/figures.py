@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from ..plots.style import LEGEND_FONTSIZE, colour, styled  # noqa: E402
+from ..plots.style import LEGEND_FONTSIZE, colour, styled
 
 
 def _annotate(ax, M: np.ndarray, fmt: str = "{:.2f}", threshold: float | None = None) -> None:

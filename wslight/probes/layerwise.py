@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from .. import validate
+from ..base import validate
+from ..base.seeding import generator
 from ..data.encoders import load_encoder
-from ..seeding import generator
 from ._common import (
     check_heads,
     check_index,
@@ -57,7 +57,7 @@ def layerwise_change(
         position: perturbed token, an index in the tokenised sequence ([CLS] at 0).
         heads: first-layer heads that Delta targets: None = all (summed), an int or a list.
         delta_norm: ||Delta|| and of the Gaussian control; None = ||x_position|| in hidden_states[0].
-        n_draws: Gaussian draws (mean and sd reported), seeded by `wslight.seeding.generator(seed, ..., draw)`.
+        n_draws: Gaussian draws (mean and sd reported), seeded by `wslight.base.seeding.generator(seed, ..., draw)`.
         seed: seed of the Gaussian draws.
         steps: projected gradient ascent steps of the optimised Delta.
         lr: its step length as a fraction of ||Delta||.

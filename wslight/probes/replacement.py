@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ..data.words import allowed_tokens, vocab_hidden0
+from ..data.vocabulary import allowed_tokens, vocab_hidden0
 from ._common import first_self_attention
 from .delta import _qk_params
 

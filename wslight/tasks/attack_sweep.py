@@ -15,15 +15,15 @@ from typing import Any, Literal, cast
 
 import torch
 
-from .. import validate
-from ..attack import delta_attacks, output_records
-from ..attack_losses import LOSSES
+from ..attack.delta import delta_attacks, output_records
+from ..attack.losses import LOSSES
+from ..base import validate
+from ..base.names import TRAININGS
+from ..base.seeding import derive_seed, generator
 from ..data import EmbeddingSpec
 from ..features import resolve_maps, trial_maps
 from ..records.summary import ATTACK_REQUIRED, attack_scalars, attack_table, trusted, write_summary
-from ..seeding import derive_seed, generator
-from ..vocabulary import TRAININGS
-from .base import EmbeddingsEvaluation
+from .evaluation import EmbeddingsEvaluation
 from .figures import attack_figures
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import validate
+from ..base import validate
 from ..features import resolve_maps
-from .base import EmbeddingsEvaluation
+from .evaluation import EmbeddingsEvaluation
 
 
 class MapGridEvaluation(EmbeddingsEvaluation):

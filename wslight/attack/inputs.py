@@ -12,10 +12,10 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from . import validate
-from .attack_losses import LOSSES, Loss
-from .features import FreshMaps, map_dims, map_name
-from .vocabulary import TRAININGS, Training
+from ..base import validate
+from ..base.names import TRAININGS, Training
+from ..features import FreshMaps, map_dims, map_name
+from .losses import LOSSES, Loss
 
 # Authors' fixed-step schedules (docs/theory.md §6.5), per map: (lr, steps, steps per token); steps = fixed + per
 # token * n.

@@ -20,12 +20,12 @@ from typing import Any, Literal, cast
 import torch
 from torch import Tensor, nn
 
-from . import validate
+from ..base import validate
+from ..features import FreshMaps, RandomFeatures, map_dims
+from ..features.move import map_features, move_class_for, token_move
+from ..features.rf import LIPSCHITZ
 from .ascent import DEFAULT_CHUNK_ELEMENTS, Search
-from .features import FreshMaps, RandomFeatures, map_dims
-from .features.move import map_features, move_class_for, token_move
-from .features.rf import LIPSCHITZ
-from .ws_result import WSResult
+from .result import WSResult
 
 
 def word_sensitivity(
@@ -59,7 +59,7 @@ def word_sensitivity(
     construction of docs/theory.md §3.5, Delta = radius W^T xbar / ||W^T xbar|| (an inferred construction), and a start
     that steers query i onto the key m that changes its output most, Delta ∝ W x_m; ReLU-RAF also: starts where query
     i attends to itself alone, docs/theory.md §4.3). Further restarts start at random points, drawn from
-    `wslight.seeding.generator(seed, "ws.init", position)` (round r > 0: `(seed, "ws.init", position, r)`), so a
+    `wslight.base.seeding.generator(seed, "ws.init", position)` (round r > 0: `(seed, "ws.init", position, r)`), so a
     chain does not depend on the chunking or on the other positions requested.
 
     The reported S is recomputed in float64 with the full map (the map's weights cast to float64) at the best Delta.

@@ -13,9 +13,9 @@ from torch import nn
 from torchmetrics import MeanSquaredError, Metric
 from torchmetrics.classification import BinaryAccuracy
 
-from .features import FeatureMap, output_dim
-from .interpolation import min_norm_interpolator
-from .validate import choice, integer, number
+from ..attack.heads import min_norm_interpolator
+from ..base.validate import choice, integer, number
+from ..features import FeatureMap, output_dim
 
 
 class TrainingDiverged(RuntimeError):

@@ -25,10 +25,10 @@ from typing import Literal, cast
 import torch
 from torch import Tensor, nn
 
-from . import validate
+from ..base import validate
+from ..features import map_dims
+from ..features.move import TokenMove, move_class_for, token_move
 from .ascent import DEFAULT_CHUNK_ELEMENTS
-from .features import map_dims
-from .features.move import TokenMove, move_class_for, token_move
 from .sensitivity import _device, working_dtype
 
 
@@ -76,7 +76,7 @@ def word_substitution(
         positions: P token indices to substitute.
         candidates: the words' rows h_w at each position, (P, V, d), or (V, d) for the same rows at every position.
         allowed: the admissible words per sample and position (e.g. no special tokens, the original token's WordPiece
-            continuation status, the tokenizer's round trip: `wslight.data.words.EncoderWords.admissible`), a bool
+            continuation status, the tokenizer's round trip: `wslight.data.vocabulary.EncoderWords.admissible`), a bool
             (B, P, V) mask, or (T, B, P, V) with one per trial; None: all.
         heads: linear heads theta, (p, C) for one map or (T, p, C) for T maps (one set per trial); None: no flips.
         dtype: working dtype; float64 (the default) makes the maximum exact to rounding.

@@ -1,7 +1,7 @@
 """The single-token Delta attack on fine-tuned / re-trained linear heads (docs/theory.md §6): pure, batched functions.
 
 One trial = a training set (N samples), B context samples (X, y) distinct from it, a feature map; the heads theta*,
-theta_f, theta_r come in closed form from `wslight.interpolation`. Delta moves one token of X inside the ball of radius
+theta_f, theta_r come in closed form from `wslight.attack.heads`. Delta moves one token of X inside the ball of radius
 sqrt(d) around the clean token and is chosen by projected descent on one of the losses
 
     err         (16)  (phi(X')^T theta_{f/r} - y_Delta)^2, y_Delta = -y            (the test error itself)
@@ -27,14 +27,14 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from .attack_inputs import AttackInputs, checked_inputs
-from .attack_losses import attack_objective
-from .chains import Evaluate, FixedStep, MomentumDescent, StepRule, autograd_evaluate, near_best, run_chains
-from .features import FreshMaps
-from .features.move import TokenMove, float64_twin, project_ball, token_move, trial_features, trial_selector
-from .interpolation import Heads, HeadScalars, fit_heads
-from .numerics import sum_last
-from .seeding import generator
+from ..base.numerics import sum_last
+from ..base.seeding import generator
+from ..features import FreshMaps
+from ..features.move import TokenMove, float64_twin, project_ball, token_move, trial_features, trial_selector
+from ..search.chains import Evaluate, FixedStep, MomentumDescent, StepRule, autograd_evaluate, near_best, run_chains
+from .heads import Heads, HeadScalars, fit_heads
+from .inputs import AttackInputs, checked_inputs
+from .losses import attack_objective
 
 # The improved optimiser: momentum steps normalised per sample (initial length lr * radius), cosine decay,
 # restarts batched, early stop when the best loss improves by less than rtol * |loss| + atol over `patience` steps.

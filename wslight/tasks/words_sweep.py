@@ -10,16 +10,16 @@ from typing import Any, Literal, cast
 
 import torch
 
-from .. import validate
-from ..ascent import DEFAULT_CHUNK_ELEMENTS
+from ..attack.heads import fit_heads
+from ..base import validate
+from ..base.names import TRAININGS
+from ..base.seeding import derive_seed, generator
 from ..data import EmbeddingSpec
 from ..features.move import trial_features
-from ..interpolation import fit_heads
 from ..records.summary import markdown_table, nonfinite, trusted, write_summary
-from ..seeding import derive_seed, generator
-from ..sensitivity import word_sensitivity
-from ..substitution import word_substitution
-from ..vocabulary import TRAININGS
+from ..search.ascent import DEFAULT_CHUNK_ELEMENTS
+from ..search.sensitivity import word_sensitivity
+from ..search.substitution import word_substitution
 from .grid import MapGridEvaluation
 
 WORDS_REQUIRED = ("ws_words", "ws")  # the values every summarised record needs
@@ -35,7 +35,7 @@ class WordSubstitutionSweep(MapGridEvaluation):
     at `position` is a word) and a fresh random map (seeded by `seed`, the cell and the trial). For that review and
     map a trial records:
     - the discrete word sensitivity `ws_words`: the exact maximum over the admissible vocabulary words w of
-      ||phi(X with x_i = h_w) - phi(X)|| / ||phi(X)|| (`wslight.substitution.word_substitution`), the best word
+      ||phi(X with x_i = h_w) - phi(X)|| / ||phi(X)|| (`wslight.search.substitution.word_substitution`), the best word
       (`word`, `word_id`) and its realised distance ||h_w - x_i|| / sqrt(d) (`distance`);
     - the continuous S at the same position and radius (`ws`, with the search's `chains` and `near_best`) and the
       ratio `ws_ratio` = ws_words / ws;
@@ -45,7 +45,7 @@ class WordSubstitutionSweep(MapGridEvaluation):
       whether any does (`flipped_<training>`) and the flipping word that pushes the output furthest
       (`flip_word_<training>`);
     - `admissible` (words evaluated) and `round_trip_rejected` (words that pass the vocabulary rules but whose edited
-      review the tokenizer does not give back: left out; `wslight.data.words.EncoderWords.admissible`).
+      review the tokenizer does not give back: left out; `wslight.data.vocabulary.EncoderWords.admissible`).
 
     A substitution changes row i of the layer-0 embeddings only, so the sweep needs `embeddings.layer: 0` and a text
     source. Records also carry experiment="words", map, d, n, L, trial, sample_id, position, token (the original),
@@ -125,7 +125,7 @@ class WordSubstitutionSweep(MapGridEvaluation):
     def words(self) -> Any:
         """The encoder's vocabulary (`EncoderWords`), loaded on first use."""
         if self._words is None:
-            from ..data.words import EncoderWords
+            from ..data.vocabulary import EncoderWords
 
             self._words = EncoderWords(self.embeddings.encoder)
         return self._words

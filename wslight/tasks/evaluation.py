@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader
 
-from .. import validate
+from ..base import validate
 from ..records.results import RESULTS_NAME, ResultsFile, RunFolderBusy, RunLock, unwritable_reason
 from .figures import save_figure
 

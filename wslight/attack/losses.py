@@ -8,7 +8,7 @@ from typing import Literal
 
 from torch import Tensor
 
-from .interpolation import HeadScalars
+from .heads import HeadScalars
 
 Loss = Literal["err", "align", "align_proj", "penalized"]
 LOSSES: tuple[Loss, ...] = ("err", "align", "align_proj", "penalized")

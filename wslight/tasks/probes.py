@@ -22,7 +22,7 @@ from ..probes import (
     layerwise_change,
 )
 from ..records.summary import attention_edit_table, attention_under_delta_table, layerwise_table, write_summary
-from .base import Evaluation
+from .evaluation import Evaluation
 
 
 class _Probe(Evaluation):

@@ -9,12 +9,12 @@ from typing import Any, Literal
 
 import torch
 
-from .. import validate
+from ..base import validate
+from ..base.seeding import derive_seed, generator
 from ..data import EmbeddingSpec
 from ..features import trial_maps
 from ..records.summary import cell_table, markdown_table, nonfinite, trusted, write_summary
-from ..seeding import derive_seed, generator
-from ..sensitivity import word_sensitivity
+from ..search.sensitivity import word_sensitivity
 from .grid import MapGridEvaluation
 
 # Maps whose S the paper proves to decay as 1/sqrt(n): their S sqrt(n) figure shows that law as a flat line.

@@ -21,9 +21,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from . import validate
-from .numerics import gram, sum_last
-from .vocabulary import TRAININGS
+from ..base import validate
+from ..base.names import TRAININGS
+from ..base.numerics import gram, sum_last
 
 # A Gram condition number above this is reported: the normal equations lose about log10(cond) of float64's 16 digits.
 GRAM_COND_WARN = 1e10

@@ -11,12 +11,13 @@ from typing import Protocol, cast
 import torch
 from torch import Tensor
 
-from . import validate
-from .allocation import ALLOCATION_RANDOM, allocated_start
+from ..base import validate
+from ..features.move import GenericMove, TokenMove, project_ball, trial_selector
+from ..features.rows import REMOVAL_ROWS, REMOVAL_SINGULAR, ROW_LIMIT, unit
 from .chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
-from .features.move import GenericMove, TokenMove, project_ball, trial_selector
-from .starts import REMOVAL_ROWS, REMOVAL_SINGULAR, ROW_LIMIT, seeded_draws, top_curvature, unit
-from .ws_result import WSResult
+from .radius_split import ALLOCATION_RANDOM, allocated_start
+from .result import WSResult
+from .starts import seeded_draws, top_curvature
 
 # Elements (of the working dtype) one chunk of positions/restarts may hold; bounds the memory of the search.
 DEFAULT_CHUNK_ELEMENTS = 2**25

@@ -10,11 +10,11 @@ from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from wslight.base.seeding import generator
+from wslight.base.validate import integer, number, positive_int
 from wslight.data.build import load_token_embeddings
 from wslight.data.spec import EmbeddingSpec, validate_spec
 from wslight.data.store import TokenEmbeddings
-from wslight.seeding import generator
-from wslight.validate import integer, number, positive_int
 
 
 class EmbeddingDataset(Dataset):

@@ -4,7 +4,7 @@
 (docs/theory.md §6) on held-out context samples, with the heads theta*, theta_f, theta_r re-derived in closed form from
 the training split; records go to `attack_results.jsonl`, scalars and the Figure-4-style scatter to the logger. The
 callback only schedules the work: the attacks, their records, the summary and the figures are those of
-`wslight.evaluations.DeltaAttackSweep`.
+`wslight.tasks.DeltaAttackSweep`.
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback
 from tqdm.auto import tqdm
 
-from . import validate
-from .attack_losses import LOSSES
-from .evaluations.attack_sweep import attack_objectives, run_attacks
-from .evaluations.base import gather_records, one_cpu_thread
-from .evaluations.figures import attack_figures, save_figure
-from .features import map_name, output_dim
-from .records.results import ResultsFile, config_key
-from .records.summary import ATTACK_REQUIRED, attack_scalars, trusted
-from .seeding import derive_seed, generator
-from .vocabulary import TRAININGS
+from ..attack.losses import LOSSES
+from ..base import validate
+from ..base.names import TRAININGS
+from ..base.seeding import derive_seed, generator
+from ..features import map_name, output_dim
+from ..records.results import ResultsFile, config_key
+from ..records.summary import ATTACK_REQUIRED, attack_scalars, trusted
+from .attack_sweep import attack_objectives, run_attacks
+from .evaluation import gather_records, one_cpu_thread
+from .figures import attack_figures, save_figure
 
 ATTACK_RESULTS_NAME = "attack_results.jsonl"
 

@@ -1,0 +1,27 @@
+"""The single-token Delta attack (docs/theory.md §5-6): one token moved to change a trained head's answer.
+
+Modules, from the top down:
+- `delta`: `delta_attack` and `delta_attacks` (every training and loss of a trial in one search);
+- `inputs`: `AttackInputs`, the checked training set, context sample and settings of a trial;
+- `losses`: the attack's objectives (`err`, `align`, `align_proj`, `penalized`);
+- `heads`: the closed-form heads in N x N space (min-norm interpolator, fine-tuned and re-trained heads).
+"""
+
+from .delta import delta_attack, delta_attacks, output_records
+from .heads import Heads, HeadScalars, fit_heads, min_norm_interpolator
+from .inputs import AttackInputs, checked_inputs
+from .losses import LOSSES, attack_objective
+
+__all__ = [
+    "LOSSES",
+    "AttackInputs",
+    "HeadScalars",
+    "Heads",
+    "attack_objective",
+    "checked_inputs",
+    "delta_attack",
+    "delta_attacks",
+    "fit_heads",
+    "min_norm_interpolator",
+    "output_records",
+]

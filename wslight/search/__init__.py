@@ -1,0 +1,31 @@
+"""The word-sensitivity search and the chain engine both searches run on (docs/theory.md §4).
+
+Modules, from the top down:
+- `sensitivity`: `word_sensitivity(map, X)`, the estimator of S (closed-form token moves or autograd);
+- `substitution`: `word_substitution`, the exact best real word at a position, over a whole vocabulary;
+- `ascent`: `Search`, the rounds of chains of the estimator and their stop rule;
+- `radius_split`: the radius shared out among the heads of a separable change (multi-head RAF);
+- `starts`: the top-curvature direction and the seeded Gaussian draws the chains start from;
+- `chains`: the chain engine (projected steps, step rules, `near_best`), shared with the Delta attack;
+- `result`: `WSResult`, what a search returns.
+"""
+
+from .chains import FixedStep, MomentumDescent, MonotoneAscent, near_best, run_chains
+from .result import WSResult
+from .sensitivity import moved_token_objective, word_sensitivity, working_dtype, ws_bound_rf
+from .substitution import SubstitutionResult, word_substitution
+
+__all__ = [
+    "FixedStep",
+    "MomentumDescent",
+    "MonotoneAscent",
+    "SubstitutionResult",
+    "WSResult",
+    "moved_token_objective",
+    "near_best",
+    "run_chains",
+    "word_sensitivity",
+    "word_substitution",
+    "working_dtype",
+    "ws_bound_rf",
+]

@@ -1,0 +1,47 @@
+"""The Lightning floor: every LightningModule, callback and evaluation of the package, and the DataModule.
+
+- `classifier`: `FeatureMapClassifier`, a frozen map with a trainable linear head (`train.py fit`);
+- `datamodule`: `EmbeddingDataModule`, token embeddings of reviews for training;
+- `attack_callback`: `DeltaAttack`, the Delta attack run on a fitted head after `fit`/`test`;
+- `evaluation`: the `Evaluation` base of `evaluate.py` (trials sharded over devices, gathered, appended to
+  results.jsonl, resumable);
+- `grid`: the map x d x n x L grid both word-sensitivity sweeps walk;
+- `ws_sweep`: `WordSensitivitySweep`, S over the grid (Figures 2-3);
+- `words_sweep`: `WordSubstitutionSweep`, the exact best real word against the continuous S, and the heads it flips;
+- `attack_sweep`: `DeltaAttackSweep` (Figures 4-5) and the attack records shared with `DeltaAttack`;
+- `probes`: the encoder probes (Figures 1 and 3) as evaluations;
+- `figures`: the attack figures and `save_figure`.
+"""
+
+from .attack_callback import DeltaAttack
+from .attack_sweep import AttackCase, DeltaAttackSweep, attack_objectives, attack_records, run_attacks
+from .classifier import FeatureMapClassifier, TrainingDiverged
+from .datamodule import EmbeddingDataModule, EmbeddingDataset, split_indices
+from .evaluation import EmbeddingsEvaluation, Evaluation, gather_records
+from .figures import save_figure
+from .probes import AttentionEditProbe, AttentionUnderDeltaProbe, LayerwiseChangeProbe
+from .words_sweep import WordSubstitutionSweep
+from .ws_sweep import WordSensitivitySweep
+
+__all__ = [
+    "DeltaAttack",
+    "EmbeddingDataModule",
+    "EmbeddingDataset",
+    "FeatureMapClassifier",
+    "TrainingDiverged",
+    "split_indices",
+    "AttackCase",
+    "AttentionEditProbe",
+    "AttentionUnderDeltaProbe",
+    "DeltaAttackSweep",
+    "EmbeddingsEvaluation",
+    "Evaluation",
+    "LayerwiseChangeProbe",
+    "WordSensitivitySweep",
+    "WordSubstitutionSweep",
+    "attack_objectives",
+    "attack_records",
+    "gather_records",
+    "run_attacks",
+    "save_figure",
+]
