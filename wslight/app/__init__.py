@@ -1,3 +1,6 @@
-"""The command line (entry floor): the verb table behind `wslight`, `python -m wslight`, train.py and evaluate.py
-(`verbs`), WSLightCLI and its one-block messages (`cli`, `messages`), shipped configs by name (`config_files`), what a
-run records beside its scalars (`run_summary`) and `wslight reproduce` (`reproduce`). Nothing below imports it."""
+"""The command line (entry floor).
+
+The verb table behind `wslight`, `python -m wslight`, train.py and evaluate.py (`verbs`), WSLightCLI and its one-block
+messages (`cli`, `messages`), shipped configs by name (`config_files`), what a run records beside its scalars
+(`run_summary`) and `wslight reproduce` (`reproduce`). Nothing below imports it.
+"""

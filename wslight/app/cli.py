@@ -60,6 +60,7 @@ class WSLightArgumentParser(LightningArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str, ex: Exception | None = None):
+        """Raise a ParseError carrying the parser's keys instead of exiting (lenient checks keep theirs)."""
         if not self.exit_on_error:  # jsonargparse's own lenient checks catch the ArgumentError
             return super().error(message, ex)
         err = ParseError(message)
@@ -69,8 +70,10 @@ class WSLightArgumentParser(LightningArgumentParser):
 
 
 class _NoTips(logging.Filter):
-    """Drops Lightning's advertising lines ("💡 Tip: ... try installing litlogger / litmodels") at the start of
-    every run, so the run's own lines come first; Lightning's other information lines stay."""
+    """Drops Lightning's advertising lines at the start of every run, so the run's own lines come first.
+
+    The dropped lines are "💡 Tip: ... try installing litlogger / litmodels"; Lightning's other information lines stay.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not str(record.msg).startswith("💡 Tip:")
@@ -111,6 +114,7 @@ class WSLightCLI(LightningCLI):
                 sub.prog = self.prog if self.prog.endswith(name) or self.evaluate else f"{self.prog} {name}"
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        """Link the data's n and d to the map's and the model's (training only; an evaluation builds its own maps)."""
         if self.evaluate:
             return
         for key in ("n", "d"):
@@ -120,6 +124,11 @@ class WSLightCLI(LightningCLI):
         parser.link_arguments("data.init_args.n", "model.init_args.n", apply_on="parse")
 
     def before_instantiate_classes(self) -> None:
+        """Check the parsed config and settle where the run writes, before any class is built.
+
+        Records the run key, names an evaluation's log folder after it, gives a run without a log folder one of its own,
+        spreads a CPU evaluation over every core, checks an evaluation's precision and resolves `--ckpt_path last`.
+        """
         global _parsed_config
         config = self.config[self.subcommand] if self.subcommand else self.config
         _parsed_config = _to_plain(config)  # for main()'s error messages: which class sits at which key
@@ -150,12 +159,15 @@ class WSLightCLI(LightningCLI):
         log_config_text(self.trainer, self._parser(self.subcommand).dump(config, skip_none=False))
 
     def before_fit(self) -> None:
+        """Log the resolved config before fitting."""
         self._log_config_text()
 
     def before_validate(self) -> None:
+        """Log the resolved config before validating."""
         self._log_config_text()
 
     def before_test(self) -> None:
+        """Log the resolved config before testing."""
         self._log_config_text()
 
     def _callback_metrics(self) -> dict[str, float]:
@@ -187,6 +199,12 @@ class WSLightCLI(LightningCLI):
             print(report)
 
     def instantiate_classes(self) -> None:
+        """Build the classes, then check the output folders and prepare the run.
+
+        Keeps LightningCLI's loader hook out of hparams.yaml, hands the run key to the model, remembers a log folder
+        this run creates, keeps the run's own signal handlers, and lets the model claim its folder on rank 0 before
+        other processes start.
+        """
         super().instantiate_classes()
         check_logger_dirs(self.trainer, (_parsed_config or {}).get("trainer", {}).get("logger"))
         check_output_dir(self.model)
@@ -225,9 +243,12 @@ def keep_own_signal_handlers(trainer: pl.Trainer) -> None:
 
 
 def check_evaluation_precision(precision: Any) -> None:
-    """Refuse a mixed or half precision for an evaluation: the searches compute in the dtype their config states
-    (model.init_args.dtype) and re-check their values in float64; autocast would change S without a trace in the
-    records. `64-true` is accepted (the records say so in their `precision` field)."""
+    """Refuse a mixed or half precision for an evaluation.
+
+    The searches compute in the dtype their config states (model.init_args.dtype) and re-check their values in float64;
+    autocast would change S without a trace in the records. `64-true` is accepted (the records say so in their
+    `precision` field).
+    """
     if precision is None:
         return
     name = PRECISION_ALIASES.get(str(precision), str(precision))
@@ -296,14 +317,7 @@ def main(
     line again, so only a run that is the command line may ask for it.
     """
     global _interrupted, _parsed_config, _new_run_dir
-    args = list(sys.argv[1:] if args is None else args)
-    if args and args[0] == "evaluate":
-        args, evaluate = ["test", *args[1:]], True
-    debug = "--debug" in args or os.environ.get(DEBUG_ENV, "") not in ("", "0")
-    args = [a for a in args if a != "--debug"]
-    if prog is None:
-        sub = args[0] if args and not args[0].startswith("-") else ""
-        prog = "evaluate.py" if evaluate else f"train.py {sub}".strip()
+    args, evaluate, debug, prog = _command_line(args, evaluate, prog)
     _interrupted = None
     _parsed_config = None
     _new_run_dir = None
@@ -313,20 +327,7 @@ def main(
     try:
         args = check_command(resolve_config_args(args), evaluate)
         with warnings.catch_warnings():
-            # the command line always reaches LightningCLI as `args` (config names resolved, checked), which Lightning
-            # would otherwise warn about on every run
-            warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
-            # a resumed evaluation whose trials are all in results.jsonl has no step left, and says so itself
-            warnings.filterwarnings("ignore", message="Total length of `DataLoader` across ranks is zero")
-            # several processes: the padding duplicates of the distributed sampler are dropped when the records are
-            # appended (wslight.tasks.evaluation), so Lightning's advice to test on one device does not apply
-            warnings.filterwarnings("ignore", message="Using `DistributedSampler` with the dataloaders")
-            # Lightning's own use of a deprecated torch API, once per process
-            warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
-            # `--ckpt_path last` resumes into a new version folder on purpose (and prints where it resumes from)
-            warnings.filterwarnings("ignore", message="The dirpath has changed from")
-            if not is_rank_zero():  # every rank reads the results file: rank 0 reports a torn line
-                warnings.filterwarnings("ignore", message=".*dropping a torn last line")
+            _ignore_known_warnings()
             cli = WSLightCLI(args=args, run=run, evaluate=evaluate, prog=prog, every_core=every_core)
     except (KeyboardInterrupt, SystemExit) as stop:
         # Lightning turns SIGINT/SIGTERM into a graceful shutdown and exits with 1: the signal's own status instead
@@ -339,21 +340,67 @@ def main(
         failure = None if debug else failure_message(err, _parsed_config or args_tree(args))
         if failure is None:
             raise
-        if not is_rank_zero():  # every rank fails alike (a failed step is shared): rank 0 prints the message
-            raise SystemExit(failure[1]) from None
-        fail(failure[0], prog, code=failure[1])
+        _exit_with(failure, prog)
     finally:
         RunLock.release_all()  # also after a failure inside Lightning, which skips the modules' teardown
         if run:
             shut_down_distributed()
     if run and (cli.trainer.interrupted or _interrupted is not None):
         raise _interrupted_exit(evaluate, hint)
+    if run:
+        _print_results_path(cli)
+    return cli
+
+
+def _command_line(args: list[str] | None, evaluate: bool, prog: str | None) -> tuple[list[str], bool, bool, str]:
+    """The arguments `main` parses, whether they run an evaluation, whether `--debug` is on, and the program name.
+
+    A first argument `evaluate` becomes LightningCLI's `test` on an evaluation config; `--debug` (or `WSLIGHT_DEBUG=1`)
+    is taken out of the arguments.
+    """
+    args = list(sys.argv[1:] if args is None else args)
+    if args and args[0] == "evaluate":
+        args, evaluate = ["test", *args[1:]], True
+    debug = "--debug" in args or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    args = [a for a in args if a != "--debug"]
+    if prog is None:
+        sub = args[0] if args and not args[0].startswith("-") else ""
+        prog = "evaluate.py" if evaluate else f"train.py {sub}".strip()
+    return args, evaluate, debug, prog
+
+
+def _ignore_known_warnings() -> None:
+    """Silence the warnings every run would print that ask nothing of the user (inside `warnings.catch_warnings`)."""
+    # the command line always reaches LightningCLI as `args` (config names resolved, checked), which Lightning
+    # would otherwise warn about on every run
+    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
+    # a resumed evaluation whose trials are all in results.jsonl has no step left, and says so itself
+    warnings.filterwarnings("ignore", message="Total length of `DataLoader` across ranks is zero")
+    # several processes: the padding duplicates of the distributed sampler are dropped when the records are
+    # appended (wslight.tasks.evaluation), so Lightning's advice to test on one device does not apply
+    warnings.filterwarnings("ignore", message="Using `DistributedSampler` with the dataloaders")
+    # Lightning's own use of a deprecated torch API, once per process
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    # `--ckpt_path last` resumes into a new version folder on purpose (and prints where it resumes from)
+    warnings.filterwarnings("ignore", message="The dirpath has changed from")
+    if not is_rank_zero():  # every rank reads the results file: rank 0 reports a torn line
+        warnings.filterwarnings("ignore", message=".*dropping a torn last line")
+
+
+def _exit_with(failure: tuple[str, int], prog: str) -> None:
+    """Exit with a failure's status; rank 0 prints its one-block message first."""
+    if not is_rank_zero():  # every rank fails alike (a failed step is shared): rank 0 prints the message
+        raise SystemExit(failure[1]) from None
+    fail(failure[0], prog, code=failure[1])
+
+
+def _print_results_path(cli: WSLightCLI) -> None:
+    """`results: <path>` on rank 0 after a run that wrote results, and the path in RESULTS_PATH_ENV's file if set."""
     path = getattr(cli.model, "results_path", None)
-    if run and path is not None and cli.trainer.is_global_zero:
+    if path is not None and cli.trainer.is_global_zero:
         print(f"results: {path}")
         if os.environ.get(RESULTS_PATH_ENV):  # a caller that runs the command and needs the path (make reproduce)
             Path(os.environ[RESULTS_PATH_ENV]).write_text(str(path))
-    return cli
 
 
 def shut_down_distributed() -> None:

@@ -95,8 +95,9 @@ def find_config(value: str) -> Path:
 
 
 def overlay_chain(path: Path) -> list[Path]:
-    """The files `path` stands for, in the order jsonargparse reads them: its base (and the base's base, ...), then
-    `path` itself; `[path]` for a whole config.
+    """The files `path` stands for, in the order jsonargparse reads them.
+
+    Its base (and the base's base, ...), then `path` itself; `[path]` for a whole config.
 
     Raises:
         UnknownConfigError: an overlay names no shipped config (the message names the file and lists close names).
@@ -115,8 +116,11 @@ def overlay_chain(path: Path) -> list[Path]:
 
 
 def resolve_config_args(args: list[str]) -> list[str]:
-    """`args` with every `--config NAME` / `--config=NAME` replaced by the path of the file it names, an overlay
-    preceded by its base(s): `--config paper/ws/raf` -> `--config .../ws/raf.yaml --config .../paper/ws/raf.yaml`."""
+    """`args` with every `--config NAME` / `--config=NAME` replaced by the path of the file it names.
+
+    An overlay is preceded by its base(s): `--config paper/ws/raf` -> `--config .../ws/raf.yaml --config
+    .../paper/ws/raf.yaml`.
+    """
     out: list[str] = []
     i = 0
     while i < len(args):
@@ -135,8 +139,11 @@ def resolve_config_args(args: list[str]) -> list[str]:
 
 
 def _expand(value: str) -> list[str]:
-    """The `--config` values one value stands for: its bases (shipped files), then the file (as given when it is a
-    path, so that messages name it as typed; the shipped path for a name). YAML given inline stays as it is."""
+    """The `--config` values one value stands for: its bases (shipped files), then the file.
+
+    The file is given as it was typed when it is a path, so that messages name it as typed, and as the shipped path for
+    a name. YAML given inline stays as it is.
+    """
     path = find_config(value)
     if not path.is_file():
         return [value]
@@ -162,8 +169,10 @@ OVERLAY_LINE = re.compile(r"#\s*overlay of:\s*(\S+)\s*$")
 
 
 def base_of(path: Path) -> str | None:
-    """The name of the shipped config an overlay file is read on top of (`ws/raf` from its first line
-    `# overlay of: ws/raf`; `configs/ws/raf.yaml` there means the same), else None."""
+    """The name of the shipped config an overlay file is read on top of, else None.
+
+    `ws/raf` from its first line `# overlay of: ws/raf`; `configs/ws/raf.yaml` there means the same.
+    """
     try:
         with path.open() as f:
             first = f.readline()
@@ -202,7 +211,8 @@ def _repeated_key(node: yaml.Node, prefix: str = "", seen: set[int] | None = Non
     """(key path, line, first line) of the first key written twice in one mapping of a composed YAML document.
 
     PyYAML keeps the last of two equal keys without a word, and jsonargparse reads files with it; merge keys (`<<:`)
-    are overrides by design and are not counted."""
+    are overrides by design and are not counted.
+    """
     seen = set() if seen is None else seen
     if id(node) in seen:  # an alias of a node already walked
         return None

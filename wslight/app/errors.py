@@ -1,5 +1,8 @@
-"""The exit statuses of every wslight command, and the two errors the command line turns into one short block on
-stderr with exit status 2 (a module with no heavy imports: `wslight reproduce --help` reads it without Lightning)."""
+"""The exit statuses of every wslight command, and the two errors the command line turns into one short block.
+
+The block goes to stderr with exit status 2. A module with no heavy imports: `wslight reproduce --help` reads it without
+Lightning.
+"""
 
 # 0 the run did what it was asked, 1 it failed (diverged, a map that raises, disk full), 2 a mistake in the command or
 # config, 75 the run folder is busy (try again later, as sysexits' EX_TEMPFAIL), 128 + the signal when interrupted

@@ -43,8 +43,20 @@ def trainer_error_message(err: Exception) -> str:
 
 
 def failure_message(err: Exception, tree: dict) -> tuple[str, int] | None:
-    """The one-block message and exit status of a failure the user can act on; None for anything else (a bug keeps
-    its traceback)."""
+    """The one-block message and exit status of a failure the user can act on.
+
+    None for anything else (a bug keeps its traceback).
+    """
+    message = _own_failure_message(err)
+    if message is None:
+        message = _os_failure_message(err)
+    if message is None and isinstance(err, ValueError):
+        message = value_error_message(err, tree), 2
+    return message
+
+
+def _own_failure_message(err: Exception) -> tuple[str, int] | None:
+    """The message and exit status of the errors wslight and Lightning raise for a user's mistake, else None."""
     if isinstance(err, UsageError):
         return str(err), 2
     if isinstance(err, ParseError):
@@ -57,12 +69,15 @@ def failure_message(err: Exception, tree: dict) -> tuple[str, int] | None:
         return str(err), EXIT_BUSY
     if isinstance(err, MisconfigurationException):
         return trainer_error_message(err), 2
+    return None
+
+
+def _os_failure_message(err: Exception) -> tuple[str, int] | None:
+    """The message and exit status of a missing checkpoint file or a folder that cannot be written, else None."""
     if isinstance(err, FileNotFoundError) and str(err).startswith("Checkpoint file not found"):
         return f"ckpt_path={str(err).rpartition(': ')[2]}: no such checkpoint file", 2
     if isinstance(err, OSError) and err.errno in _WRITE_ERRNOS:
         if err.filename is None:  # already a whole sentence (e.g. results.jsonl's append)
             return str(err).removeprefix(f"[Errno {err.errno}] "), 1
         return f"cannot write {err.filename} ({err.strerror}): free space or fix the folder, then run again", 1
-    if isinstance(err, ValueError):
-        return value_error_message(err, tree), 2
     return None

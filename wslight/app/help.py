@@ -37,8 +37,10 @@ WIDTH = 100
 
 # --- the classes a config may name -------------------------------------------------------------------------------
 def evaluation_classes() -> list[type]:
-    """The evaluations run by `evaluate`: the Evaluation subclasses of `wslight.tasks` that no class there
-    extends (the bases EmbeddingsEvaluation, MapGridEvaluation and the probes' base are left out)."""
+    """The evaluations run by `evaluate`: the Evaluation subclasses of `wslight.tasks` that no class there extends.
+
+    The bases EmbeddingsEvaluation, MapGridEvaluation and the probes' base are left out.
+    """
 
     def subclasses(cls: type) -> list[type]:
         found: list[type] = []
@@ -59,8 +61,10 @@ def training_classes() -> list[type]:
 
 
 def dotted_path(cls: type) -> str:
-    """`wslight.tasks.WordSensitivitySweep`: the package's public path where it exports the class (as the
-    shipped configs write it), else the defining module's."""
+    """The package's public path of a class where it exports the class, else the defining module's.
+
+    For example `wslight.tasks.WordSensitivitySweep`, as the shipped configs write it.
+    """
     package = cls.__module__.rpartition(".")[0]
     if package and getattr(importlib.import_module(package), cls.__name__, None) is cls:
         return f"{package}.{cls.__name__}"
@@ -156,9 +160,10 @@ def _option(arg: str, following: str | None) -> tuple[str, str | None]:
 
 
 def command_model(args: list[str]) -> tuple[str | None, dict[str, Any]]:
-    """The `model.class_path` a command line runs and the init_args it gives: its configs in order (an overlay after
-    its base, as LightningCLI reads them), then `--model X` and `--model.<key> value` on the command line; the last
-    value of a key wins.
+    """The `model.class_path` a command line runs and the init_args it gives.
+
+    Its configs in order (an overlay after its base, as LightningCLI reads them), then `--model X` and `--model.<key>
+    value` on the command line; the last value of a key wins.
 
     Raises:
         UsageError: a `--config` value that is no file and no shipped name.
@@ -272,8 +277,10 @@ def _wrap(text: str, indent: int) -> list[str]:
 
 
 def option_lines(cls: type, given: dict[str, Any]) -> list[str]:
-    """Two or more lines per constructor argument: `--model.<name>  <type>, default <value>[; given: <value>]`, then
-    the first sentence of its docstring."""
+    """Two or more lines per constructor argument.
+
+    `--model.<name>  <type>, default <value>[; given: <value>]`, then the first sentence of its docstring.
+    """
     docs = _class_arg_docs(cls)
     lines: list[str] = []
     for p in inspect.signature(cls).parameters.values():
@@ -370,8 +377,9 @@ def evaluations_help(prog: str) -> str:
 
 
 def evaluate_help(args: list[str], prog: str) -> str:
-    """What `<prog> [--config X ...] --help` prints: the options of the class the command line runs, or, with no
-    class named, the list of the evaluations.
+    """What `<prog> [--config X ...] --help` prints.
+
+    The options of the class the command line runs, or, with no class named, the list of the evaluations.
 
     Raises:
         UsageError: a `--config` that names nothing, or a class_path that does not import.

@@ -26,7 +26,7 @@ from typing import Any
 from ..base import validate
 from .config_files import base_of, config_paths, load_yaml, read_config
 from .errors import UsageError
-from .renames import check_moved_class_paths
+from .renames import check_moved_class_paths, check_moved_search_keys
 
 # Training sizes are written once, under data, and linked to the map and the head (target -> source).
 LINKS = {
@@ -51,8 +51,10 @@ def _get(tree: Any, path: str) -> Any:
 
 
 def given_values(args: list[str], key: str) -> list[tuple[str, Any]]:
-    """Every value given for the dotted `key`, in the order jsonargparse reads them (the last one wins): from each
-    `--config` file that holds the key, and from `--key value` / `--key=value`; each with where it was given."""
+    """Every value given for the dotted `key`, in the order jsonargparse reads them (the last one wins).
+
+    From each `--config` file that holds the key, and from `--key value` / `--key=value`; each with where it was given.
+    """
     out: list[tuple[str, Any]] = []
     for i, a in enumerate(args):
         if a in ("--config", "-c") or a.startswith("--config="):
@@ -68,8 +70,11 @@ def given_values(args: list[str], key: str) -> list[tuple[str, Any]]:
 
 
 def args_tree(args: list[str]) -> dict:
-    """The `--a.b value` settings of the command line as a nested dict: what `main` names keys from when a run fails
-    before jsonargparse has parsed the config (after that it uses the parsed config; the files are not merged here)."""
+    """The `--a.b value` settings of the command line as a nested dict.
+
+    What `main` names keys from when a run fails before jsonargparse has parsed the config (after that it uses the
+    parsed config; the files are not merged here).
+    """
     tree: dict = {}
     for i, a in enumerate(args):
         if not a.startswith("--") or a in ("--config", "-c") or a.startswith("--config="):
@@ -86,8 +91,11 @@ def args_tree(args: list[str]) -> dict:
 
 
 def _entry_point_of(tree: Any) -> str | None:
-    """ "train" for a training config (it has a data block), "evaluate" for an evaluation config, else None (also for
-    an overlay that names no model class: its base says)."""
+    """The entry point a config tree is for: "train", "evaluate" or None.
+
+    "train" for a training config (it has a data block), "evaluate" for an evaluation config, else None (also for an
+    overlay that names no model class: its base says).
+    """
     if not isinstance(tree, dict) or not isinstance(tree.get("model"), dict):
         return None
     if "data" in tree:
@@ -101,7 +109,8 @@ def _entry_point_of(tree: Any) -> str | None:
 def _given_as(files: list[Path], i: int) -> Path:
     """The file the user named for `files[i]`: the overlay that brought it in, else `files[i]` itself.
 
-    `resolve_config_args` puts an overlay's bases right before it, and a shipped base's path ends with its name."""
+    `resolve_config_args` puts an overlay's bases right before it, and a shipped base's path ends with its name.
+    """
     shown = files[i]
     for later in files[i + 1 :]:
         name = base_of(later)
@@ -112,55 +121,84 @@ def _given_as(files: list[Path], i: int) -> Path:
 
 
 def check_command(args: list[str], evaluate: bool) -> list[str]:
-    """Mistakes of the command line caught before parsing: a config file that is no valid YAML, repeats a key or is
-    empty, the wrong entry point for a config, a seed_everything out of range, a value on a linked key, a subcommand
-    given to evaluate.py. Returns the arguments to parse (evaluate.py's `test` once)."""
-    if evaluate and len(args) > 1 and args[0] == "test" and args[1] in ("fit", "validate", "test", "predict"):
+    """Mistakes of the command line caught before parsing.
+
+    A config file that is no valid YAML, repeats a key or is empty, the wrong entry point for a config, a
+    seed_everything out of range, a value on a linked key, a subcommand given to evaluate.py. Returns the arguments to
+    parse (evaluate.py's `test` once).
+    """
+    if evaluate:
+        args = _evaluate_subcommand(args)
+    subcommand = next((a for a in args if not a.startswith("-")), None) if args else None
+    files = config_paths(args)
+    trees = [(str(path), read_config(path)) for path in files]
+    check_moved_class_paths(trees, args)
+    check_moved_search_keys(trees, args)
+    for i, (path, tree) in enumerate(trees):
+        _check_top_keys(path, tree)
+        _check_entry_point(tree, files, i, evaluate, subcommand)
+    seeds = given_values(args, "seed_everything")
+    if seeds:
+        check_seed_everything(seeds[-1][1])  # the value jsonargparse keeps
+    if not evaluate:
+        _check_linked_keys(args)
+    return args
+
+
+def _evaluate_subcommand(args: list[str]) -> list[str]:
+    """evaluate.py's arguments without a `test` given once; any other subcommand is refused."""
+    if len(args) > 1 and args[0] == "test" and args[1] in ("fit", "validate", "test", "predict"):
         if args[1] != "test":
             raise UsageError(
                 f"evaluate.py runs the `test` subcommand itself and takes no other (got {args[1]!r}); "
                 "to train a head: python train.py fit --config configs/<map>.yaml"
             )
         args = args[1:]  # `evaluate.py test --config ...`: the usage line shows `test`, so accept it once
-    subcommand = next((a for a in args if not a.startswith("-")), None) if args else None
-    files = config_paths(args)
-    trees = [(str(path), read_config(path)) for path in files]
-    check_moved_class_paths(trees, args)
-    for i, (path, tree) in enumerate(trees):
-        for key in tree if isinstance(tree, dict) else ():
-            # a misspelt top-level key first: jsonargparse would report the block it leaves missing instead
-            if key not in TOP_KEYS and difflib.get_close_matches(str(key), TOP_KEYS, n=1, cutoff=0.6):
-                raise UsageError(f"{path}: unknown key {key}{_top_key_hint(str(key), list(TOP_KEYS))}")
-        kind = _entry_point_of(tree)
-        if kind == ("train" if evaluate else "evaluate"):
-            named = _given_as(files, i)  # an overlay's base decides; the message names the overlay
-            if evaluate:
-                raise UsageError(
-                    f"{named} is a training config (it has a data: block): run it with "
-                    f"`python train.py fit --config {named}` (or `wslight fit --config {named}`)"
-                )
-            if subcommand in ("fit", "validate", "test", "predict"):
-                raise UsageError(
-                    f"{named} is an evaluation config ({tree['model'].get('class_path')}): run it with "
-                    f"`python evaluate.py --config {named}` (or `wslight evaluate --config {named}`)"
-                )
-    seeds = given_values(args, "seed_everything")
-    if seeds:
-        check_seed_everything(seeds[-1][1])  # the value jsonargparse keeps
-    if not evaluate:
-        for target, source in LINKS.items():
-            given = given_values(args, target)  # in any file or on the command line: the link would replace it
-            if given:
-                raise UsageError(
-                    f"{target} is linked from {source} (n and d are written once, under data, and set on the map "
-                    f"and the head); set {source} instead (got {target}={given[-1][1]})"
-                )
     return args
 
 
+def _check_top_keys(path: str, tree: Any) -> None:
+    """Refuse a misspelt top-level key of a config file, naming the key meant."""
+    for key in tree if isinstance(tree, dict) else ():
+        # a misspelt top-level key first: jsonargparse would report the block it leaves missing instead
+        if key not in TOP_KEYS and difflib.get_close_matches(str(key), TOP_KEYS, n=1, cutoff=0.6):
+            raise UsageError(f"{path}: unknown key {key}{_top_key_hint(str(key), list(TOP_KEYS))}")
+
+
+def _check_entry_point(tree: Any, files: list[Path], i: int, evaluate: bool, subcommand: str | None) -> None:
+    """Refuse the config `files[i]` given to the other entry point, naming the command that runs it."""
+    kind = _entry_point_of(tree)
+    if kind == ("train" if evaluate else "evaluate"):
+        named = _given_as(files, i)  # an overlay's base decides; the message names the overlay
+        if evaluate:
+            raise UsageError(
+                f"{named} is a training config (it has a data: block): run it with "
+                f"`python train.py fit --config {named}` (or `wslight fit --config {named}`)"
+            )
+        if subcommand in ("fit", "validate", "test", "predict"):
+            raise UsageError(
+                f"{named} is an evaluation config ({tree['model'].get('class_path')}): run it with "
+                f"`python evaluate.py --config {named}` (or `wslight evaluate --config {named}`)"
+            )
+
+
+def _check_linked_keys(args: list[str]) -> None:
+    """Refuse a value given for a key that a training run links from another (LINKS)."""
+    for target, source in LINKS.items():
+        given = given_values(args, target)  # in any file or on the command line: the link would replace it
+        if given:
+            raise UsageError(
+                f"{target} is linked from {source} (n and d are written once, under data, and set on the map "
+                f"and the head); set {source} instead (got {target}={given[-1][1]})"
+            )
+
+
 def check_seed_everything(value: Any) -> None:
-    """Refuse a `seed_everything` outside the range Lightning seeds numpy with, naming the key (Lightning's own
-    message names neither the key nor the entry); true / false / null and non-numbers are left to jsonargparse."""
+    """Refuse a `seed_everything` outside the range Lightning seeds numpy with, naming the key.
+
+    Lightning's own message names neither the key nor the entry; true / false / null and non-numbers are left to
+    jsonargparse.
+    """
     from lightning.fabric.utilities.seed import max_seed_value, min_seed_value
 
     if isinstance(value, str):
@@ -269,6 +307,24 @@ _NOISE = ("Does not validate", "Subtypes:", "Errors:", "Given value", "Expected 
 def parse_error_message(exc: BaseException) -> str:
     """One line from jsonargparse's nested report: the key path, what was wrong, a suggestion for an unknown key."""
     msg = str(exc)
+    path, cls, unknown, detail = _read_report(msg)
+    if unknown is not None:
+        return _unknown_option_message(path, cls, unknown)
+    m = re.match(r"Subcommand '[^']+' does not accept option '([^']+)'", msg)
+    if m:  # a key of a config file that no block takes: name it, and the top-level key meant when that is misspelt
+        key = m.group(1)
+        return f"unknown key {key}{_top_key_hint(key, list(TOP_KEYS))}"
+    m = re.match(r"[Uu]nrecognized arguments: (.*)", msg.splitlines()[0]) if msg else None
+    if m:
+        return _unrecognized_arguments_message(m.group(1).split(), getattr(exc, "keys", []))
+    if path:
+        detail = _tidy(detail or msg)
+        return f"{'.'.join(path)}{' ' if detail.startswith('must') else ': '}{detail}"
+    return msg.splitlines()[0] if msg else "invalid arguments"
+
+
+def _read_report(msg: str) -> tuple[list[str], str | None, str | None, str | None]:
+    """The key path, the class, the unknown option and the detail that jsonargparse's nested report names."""
     path: list[str] = []
     cls, unknown, detail = None, None, None
     for raw in msg.splitlines():
@@ -294,44 +350,38 @@ def parse_error_message(exc: BaseException) -> str:
             continue
         if detail is None or detail.endswith(":"):
             detail = s
-    if unknown is not None:
-        where = ".".join(path)
-        options = []
-        target = _resolve(cls) if cls else None
-        if target is not None:
-            try:
-                options = [
-                    p for p in inspect.signature(target.__init__).parameters if p not in ("self", "args", "kwargs")
-                ]
-            except (TypeError, ValueError):
-                options = []
-        key = f"{where}.{unknown}" if where else unknown
-        close = difflib.get_close_matches(unknown, options, n=1)
-        hint = f"; did you mean {where}.{close[0]}?" if close else (f"; {where} takes {options}" if options else "")
-        return f"unknown key {key}{hint}"
-    m = re.match(r"Subcommand '[^']+' does not accept option '([^']+)'", msg)
-    if m:  # a key of a config file that no block takes: name it, and the top-level key meant when that is misspelt
-        key = m.group(1)
-        return f"unknown key {key}{_top_key_hint(key, list(TOP_KEYS))}"
-    m = re.match(r"[Uu]nrecognized arguments: (.*)", msg.splitlines()[0]) if msg else None
-    if m:
-        given = m.group(1).split()
-        keys = getattr(exc, "keys", [])
-        out = f"unknown argument(s): {' '.join(given)}"
-        for arg in given:
-            if arg.startswith("--"):
-                key = arg[2:].split("=")[0]
-                close = difflib.get_close_matches(key, keys, n=1)
-                if close:
-                    out += f"; did you mean --{close[0]}?"
-                elif "." in key:
-                    tops = sorted({k.split(".")[0] for k in keys} & set(TOP_KEYS)) or list(TOP_KEYS)
-                    out += _top_key_hint(key, tops, "--")
-        return out
-    if path:
-        detail = _tidy(detail or msg)
-        return f"{'.'.join(path)}{' ' if detail.startswith('must') else ': '}{detail}"
-    return msg.splitlines()[0] if msg else "invalid arguments"
+    return path, cls, unknown, detail
+
+
+def _unknown_option_message(path: list[str], cls: str | None, unknown: str) -> str:
+    """`unknown key <path>.<option>` with the option meant, or the options the class takes."""
+    where = ".".join(path)
+    options = []
+    target = _resolve(cls) if cls else None
+    if target is not None:
+        try:
+            options = [p for p in inspect.signature(target.__init__).parameters if p not in ("self", "args", "kwargs")]
+        except (TypeError, ValueError):
+            options = []
+    key = f"{where}.{unknown}" if where else unknown
+    close = difflib.get_close_matches(unknown, options, n=1)
+    hint = f"; did you mean {where}.{close[0]}?" if close else (f"; {where} takes {options}" if options else "")
+    return f"unknown key {key}{hint}"
+
+
+def _unrecognized_arguments_message(given: list[str], keys: list[str]) -> str:
+    """`unknown argument(s): ...` with, for each `--key`, the parser's key meant or the top-level key misspelt."""
+    out = f"unknown argument(s): {' '.join(given)}"
+    for arg in given:
+        if arg.startswith("--"):
+            key = arg[2:].split("=")[0]
+            close = difflib.get_close_matches(key, keys, n=1)
+            if close:
+                out += f"; did you mean --{close[0]}?"
+            elif "." in key:
+                tops = sorted({k.split(".")[0] for k in keys} & set(TOP_KEYS)) or list(TOP_KEYS)
+                out += _top_key_hint(key, tops, "--")
+    return out
 
 
 def _top_key_hint(key: str, top_keys: list[str], prefix: str = "") -> str:
@@ -346,6 +396,7 @@ def _top_key_hint(key: str, top_keys: list[str], prefix: str = "") -> str:
 
 
 def fail(message: str, prog: str, code: int = 2) -> None:
+    """Print `message` and the hint to the full traceback on stderr and exit with `code`."""
     print(f"{prog}: error: {message}", file=sys.stderr)
     print(f"(the full traceback: {DEBUG_ENV}=1 or --debug; every option: {prog} --help)", file=sys.stderr)
     raise SystemExit(code)

@@ -1,5 +1,6 @@
-"""How many processes an evaluation runs: every available core on the CPU unless the config or the command line
-says otherwise.
+"""How many processes an evaluation runs.
+
+Every available core on the CPU unless the config or the command line says otherwise.
 
 An evaluation's records do not depend on its device count (the steps are formed before Lightning shards them and
 each process computes on one thread: tests/test_determinism.py), so a CPU evaluation whose `trainer.devices` is
@@ -36,8 +37,10 @@ def on_cpu(accelerator: Any) -> bool:
 
 
 def every_core(trainer: Any) -> int | None:
-    """Set `devices` to the available cores (and `strategy` to ddp) in a trainer config of a CPU evaluation whose
-    `devices` is auto; returns the processes set, or None when the config keeps its own placement."""
+    """Set `devices` to the available cores (and `strategy` to ddp) in a CPU evaluation's trainer config.
+
+    Only when its `devices` is auto. Returns the processes set, or None when the config keeps its own placement.
+    """
     if str(trainer.get("devices", "auto")) != "auto" or not on_cpu(trainer.get("accelerator")):
         return None
     cores = available_cores()

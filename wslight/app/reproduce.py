@@ -67,8 +67,11 @@ EXIT_STATUSES = {
 
 @dataclass
 class Stage:
-    """One evaluate.py run of a config: a file, or a shipped config's name (`configs/reproduce/ws_rf.yaml` resolves to
-    the shipped file from any working directory); an overlay is run on top of its base, as `--config` does."""
+    """One evaluate.py run of a config: a file, or a shipped config's name.
+
+    `configs/reproduce/ws_rf.yaml` resolves to the shipped file from any working directory; an overlay is run on top of
+    its base, as `--config` does.
+    """
 
     name: str
     config: str
@@ -76,20 +79,26 @@ class Stage:
 
     @property
     def path(self) -> Path:
+        """The config's file: the shipped file of a name, else the path as given."""
         try:
             return find_config(self.config)
         except UnknownConfigError:
             return Path(self.config)  # does not exist: `load_plan` names the stage
 
     def shares_maps(self) -> bool:
-        """True when the config's cells share one random map across their trials (`shared_weights: true` in the
-        config or its base, the overlay winning, as jsonargparse reads them)."""
+        """True when the config's cells share one random map across their trials.
+
+        That is `shared_weights: true` in the config or its base, the overlay winning, as jsonargparse reads them.
+        """
         given = given_values(resolve_config_args(["--config", str(self.path)]), "model.init_args.shared_weights")
         return bool(given and given[-1][1])
 
     def processes(self) -> int:
-        """How many processes the stage runs on this machine: its `trainer.devices` (the overlay winning), with `auto`
-        on the CPU one per available core (wslight.app.placement)."""
+        """How many processes the stage runs on this machine.
+
+        Its `trainer.devices` (the overlay winning), with `auto` on the CPU one per available core
+        (wslight.app.placement).
+        """
         args = resolve_config_args(["--config", str(self.path)])
         given = given_values(args, "trainer.devices")
         devices = given[-1][1] if given else "auto"
@@ -160,6 +169,7 @@ class Interrupted(KeyboardInterrupt):
 
     @property
     def status(self) -> int:
+        """The exit status as the shell reports a process stopped by the signal: 130 SIGINT, 143 SIGTERM."""
         return (
             EXIT_SIGNAL_BASE + self.signum
         )  # as the shell reports a process stopped by the signal: 130 SIGINT, 143 SIGTERM
@@ -174,8 +184,11 @@ class StageStopped(Exception):
 
 
 def stage_status(code: object) -> int:
-    """The exit status of `wslight reproduce` for a stage's: 0, 2, 75, 130 and 143 unchanged (see EXIT_STATUSES),
-    a stage killed by SIGINT or SIGTERM (a negative return code) as the shell reports it, anything else 1."""
+    """The exit status of `wslight reproduce` for a stage's.
+
+    0, 2, 75, 130 and 143 unchanged (see EXIT_STATUSES), a stage killed by SIGINT or SIGTERM (a negative return code) as
+    the shell reports it, anything else 1.
+    """
     if code is None or code == 0:
         return 0
     if isinstance(code, int) and code < 0 and -code in STOP_SIGNALS:
@@ -273,8 +286,9 @@ class _PassOn:
 
 
 def run_passing_signals(cmd: list[str], env: dict[str, str]) -> tuple[int, int | None]:
-    """Run a stage's command in a process group of its own; return its return code and the first SIGINT/SIGTERM this
-    process received meanwhile (None if none).
+    """Run a stage's command in a process group of its own.
+
+    Return its return code and the first SIGINT/SIGTERM this process received meanwhile (None if none).
 
     Each signal this process receives goes on to the stage's group, once: a Ctrl-C or a scheduler's SIGTERM sent to
     the whole group of `wslight reproduce` reaches this process only, and one sent to this process alone reaches the
@@ -408,8 +422,11 @@ def write_report(
     full: bool,
     plan_path: Path = PLAN,
 ) -> Path:
-    """report.md: figures, per-cell summaries, the checks table and provenance, for every stage of the plan whose
-    results are on disk (`stage_results`: this run's stages and those of earlier runs)."""
+    """Write report.md: figures, per-cell summaries, the checks table and provenance.
+
+    For every stage of the plan whose results are on disk (`stage_results`: this run's stages and those of earlier
+    runs).
+    """
     results = stage_results(report_dir, plan, ran)
     records = {name: read_records(path) for name, path in results.items()}
     ws = [r for name, recs in records.items() if name.startswith("ws_") and "2x" not in name for r in recs]
@@ -553,7 +570,7 @@ def epilog(which: str, plan_path: str) -> str:
 
 
 def build_parser(prog: str | None, which: str, plan_path: str) -> argparse.ArgumentParser:
-    """reproduce's options; `--help` ends with the stages of the plan `which` of `plan_path`."""
+    """The options of reproduce; `--help` ends with the stages of the plan `which` of `plan_path`."""
     parser = argparse.ArgumentParser(
         prog=prog,
         description=DESCRIPTION,

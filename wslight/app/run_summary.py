@@ -73,8 +73,10 @@ def sweep_sizes(init_args: dict) -> dict[str, Any]:
 
 
 def run_hparams(config: dict, model: Any = None, datamodule: Any = None) -> dict[str, Any]:
-    """map, n, d, N, seed of a run (from the built model and data when it trains, else from the config), then the
-    flattened model and data blocks of the config."""
+    """The map, n, d, N and seed of a run, then the flattened model and data blocks of the config.
+
+    The first five come from the built model and data when it trains, else from the config.
+    """
     init_args = (config.get("model") or {}).get("init_args") or {}
     params: dict[str, Any] = sweep_sizes(init_args)
     fmap = getattr(model, "feature_map", None)
@@ -106,8 +108,11 @@ def final_metrics(*sources: dict) -> dict[str, float]:
 
 
 def record_metrics(records: list[dict]) -> dict[str, float]:
-    """Final numbers read from an evaluation's results: `results/records` and, for word sensitivity, the fitted
-    slope of log S against log n per map and d (`ws/slope/<map>/d<d>`: -1/2 for 1/sqrt(n) decay, 0 for order 1)."""
+    """Final numbers read from an evaluation's results.
+
+    `results/records` and, for word sensitivity, the fitted slope of log S against log n per map and d
+    (`ws/slope/<map>/d<d>`: -1/2 for 1/sqrt(n) decay, 0 for order 1).
+    """
     from ..records.summary import slope_table
 
     metrics = {"results/records": float(len(records))}
@@ -118,6 +123,7 @@ def record_metrics(records: list[dict]) -> dict[str, float]:
 
 
 def tensorboard_loggers(trainer: Any) -> list[TensorBoardLogger]:
+    """The trainer's TensorBoard loggers."""
     return [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
 
 
@@ -142,8 +148,11 @@ def log_config_text(trainer: Any, config_yaml: str) -> None:
 
 
 def ran_nothing(trainer: Any) -> bool:
-    """True after an evaluation that had nothing left to run: every trial was in its results file, Lightning skipped
-    the test loop (no step, no epoch hook) and the run logged nothing new."""
+    """True after an evaluation that had nothing left to run.
+
+    Every trial was in its results file, Lightning skipped the test loop (no step, no epoch hook) and the run logged
+    nothing new.
+    """
     state = getattr(trainer, "state", None)
     if state is None or state.fn != TrainerFn.TESTING or trainer.global_step != 0:
         return False  # a fit (its steps), or not a Lightning trainer
@@ -213,6 +222,7 @@ def log_run_hparams(
     and removes the empty event file Lightning opened for it (`drop_empty_event_file`).
 
     Args:
+        trainer: the run's Lightning trainer (its loggers receive the row).
         params: flat {name: int, float, str or bool}.
         metrics: scalars the run has already logged (not written again; the tab lists every scalar of the run).
         new: scalars to log now (e.g. `results/records`).

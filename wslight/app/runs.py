@@ -1,5 +1,8 @@
-"""Where a run writes and what names it: the run key, the checks of its output folders, the report of a fit's
-checkpoints, the last checkpoint `--ckpt_path last` resumes, and the clean-up of a failed run's new folder."""
+"""Where a run writes and what names it.
+
+The run key, the checks of its output folders, the report of a fit's checkpoints, the last checkpoint `--ckpt_path last`
+resumes, and the clean-up of a failed run's new folder.
+"""
 
 from __future__ import annotations
 
@@ -74,8 +77,10 @@ def check_logger_dirs(trainer: pl.Trainer, configured: Any) -> None:
 
 
 def check_output_dir(model: Any) -> None:
-    """Raise UsageError naming model.init_args.output_dir when an evaluation's explicit output folder cannot receive
-    results.jsonl (the default, the logger's folder, is checked by `check_logger_dirs`)."""
+    """Raise UsageError naming model.init_args.output_dir when an evaluation's explicit output folder is unusable.
+
+    Unusable means it cannot receive results.jsonl; the default, the logger's folder, is checked by `check_logger_dirs`.
+    """
     output_dir = getattr(model, "output_dir", None)
     if output_dir is None:
         return
@@ -119,8 +124,10 @@ def last_checkpoint(config: dict) -> Path:
 
 
 def remove_empty_run_dir(folder: Path | None) -> None:
-    """After a failed run: remove the log folder it created when it holds only what a run writes at its start, so
-    that TensorBoard lists no empty run. A folder that existed before the run, or holds results or checkpoints, stays.
+    """After a failed run: remove the log folder it created when it holds only what a run writes at its start.
+
+    So that TensorBoard lists no empty run. A folder that existed before the run, or holds results or checkpoints,
+    stays.
     """
     if folder is None or not folder.is_dir() or os.environ.get("LOCAL_RANK", "0") != "0":
         return

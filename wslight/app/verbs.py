@@ -19,6 +19,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Verb:
+    """One verb of the `wslight` command.
+
+    Attributes:
+        help: the one line `wslight --help` shows for it.
+        run: (arguments after the verb, program name for messages) -> exit status (None: 0).
+    """
+
     help: str
     # (arguments after the verb, program name for messages) -> exit status (None: 0)
     run: Callable[[list[str], str], int | None]
@@ -78,6 +85,7 @@ VERBS: dict[str, Verb] = {
 
 
 def usage(prog: str) -> str:
+    """The usage block of `wslight`: the verbs and their one-line help."""
     width = max(map(len, VERBS))
     lines = [f"usage: {prog} <verb> [options]   ({prog} <verb> --help: the options of a verb)", "", "verbs:"]
     lines += [f"  {name:<{width}}  {verb.help}" for name, verb in VERBS.items()]
