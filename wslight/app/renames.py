@@ -2,7 +2,9 @@
 
 Every LightningModule, callback, evaluation and the DataModule now live in `wslight.tasks` (the Lightning floor); a
 config that names their old modules (`wslight.evaluations.WordSensitivitySweep`, `wslight.models.FeatureMapClassifier`,
-`wslight.callbacks.DeltaAttack`, `wslight.data.EmbeddingDataModule`) is refused before anything runs.
+`wslight.callbacks.DeltaAttack`, `wslight.data.EmbeddingDataModule`) is refused before anything runs. So is a
+word-sensitivity sweep's search setting written at its old place (`model.init_args.restarts`): the settings are one
+`search:` block now, and `restarts` is `chains_per_round`.
 """
 
 from __future__ import annotations
@@ -66,4 +68,46 @@ def check_moved_class_paths(trees: list[tuple[str, Any]], args: list[str]) -> No
         raise UsageError(
             f"{lines} (the LightningModules, callbacks, evaluations and the DataModule moved to wslight.tasks; "
             "nothing else in the config changes)"
+        )
+
+
+# The search settings the two word-sensitivity sweeps took one by one -> their field of `search:`
+MOVED_SEARCH_KEYS = {
+    "restarts": "chains_per_round",
+    "max_chains": "max_chains",
+    "gain_tol": "gain_tol",
+    "max_steps": "max_steps",
+    "tol": "tol",
+    "window": "window",
+    "radius_scale": "radius_scale",
+}
+SEARCH_SWEEPS = ("WordSensitivitySweep", "WordSubstitutionSweep")
+
+
+def check_moved_search_keys(trees: list[tuple[str, Any]], args: list[str]) -> None:
+    """Refuse a search setting of a word-sensitivity sweep at its old place, in a config file or on the command line.
+
+    Raises:
+        UsageError: one block naming each old key, where it is given and the key to write instead.
+    """
+    classes = [v for _, tree in trees for k, v in _class_paths(tree) if k == "model.class_path"]
+    classes += [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("--model", "--model.class_path")]
+    if not classes or classes[-1].rpartition(".")[2] not in SEARCH_SWEEPS:
+        return  # the attack keeps its own `restarts`
+    given = []
+    for where, tree in trees:
+        init = ((tree or {}).get("model") or {}).get("init_args") or {} if isinstance(tree, dict) else {}
+        given += [(where, k) for k in init if k in MOVED_SEARCH_KEYS]
+    for a in args:
+        key = a.partition("=")[0].removeprefix("--model.").removeprefix("init_args.")
+        if a.startswith("--model.") and key in MOVED_SEARCH_KEYS:
+            given.append(("the command line", key))
+    if given:
+        lines = "; ".join(
+            f"{where}: model.init_args.{key}: write model.init_args.search.{MOVED_SEARCH_KEYS[key]}"
+            for where, key in given
+        )
+        raise UsageError(
+            f"{lines} (the search's settings are one block, `search: {{chains_per_round: ..., max_chains: ...}}`, "
+            "and `restarts` is `chains_per_round`; see `wslight evaluate --config ws/raf --help`)"
         )

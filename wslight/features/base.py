@@ -47,9 +47,13 @@ class FeatureMap(nn.Module):
         d: embedding dimension.
         n: number of tokens the map is built for, or None when it accepts any n.
         map_name: the registered name ("" for an unregistered subclass).
+        search_defaults: the word-sensitivity search's settings for this family where they differ from the generic
+            ones (`wslight.search.SearchSettings`): what a call of `word_sensitivity(map, X)` at its defaults, and a
+            sweep with no `search:` block, use.
     """
 
     map_name: ClassVar[str] = ""
+    search_defaults: ClassVar[dict[str, Any]] = {}
     d: int
     n: int | None = None
 

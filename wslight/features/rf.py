@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 from torch import nn
@@ -48,6 +48,9 @@ class RandomFeatures(FeatureMap):
     the pre-activations have unit variance. V is a buffer named `V` when it fits in `max_stored_bytes`; otherwise it is
     never held whole and is regenerated from the seed in row chunks (the memory-bounded path, same numbers).
 
+    Search defaults (`search_defaults`): one round of 4 chains, a chain stopping once S grew by < 0.1% over 10 steps
+    (tight at 4 chains: benchmarks/tightness.py; docs/theory.md §4.3).
+
     Args:
         n: number of tokens the map is built for.
         d: embedding dimension.
@@ -58,6 +61,8 @@ class RandomFeatures(FeatureMap):
         max_stored_bytes: largest V stored as a buffer; larger maps use the memory-bounded path.
         block_rows: rows of V generated at a time on the memory-bounded path (memory ~ block_rows * D floats).
     """
+
+    search_defaults: ClassVar[dict[str, Any]] = {"chains_per_round": 4, "max_chains": 4, "tol": 1e-3, "window": 10}
 
     n: int  # built for one length
     V: torch.Tensor | None  # buffer (k, D), None on the memory-bounded path

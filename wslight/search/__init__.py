@@ -7,15 +7,19 @@ Modules, from the top down:
 - `radius_split`: the radius shared out among the heads of a separable change (multi-head RAF);
 - `starts`: the top-curvature direction and the seeded Gaussian draws the chains start from;
 - `chains`: the chain engine (projected steps, step rules, `near_best`), shared with the Delta attack;
-- `result`: `WSResult`, what a search returns.
+- `result`: `WSResult`, what a search returns;
+- `settings`: `SearchSettings`, the search's settings, written, checked and documented once.
 """
 
 from .chains import FixedStep, MomentumDescent, MonotoneAscent, near_best, run_chains
 from .result import WSResult
 from .sensitivity import moved_token_objective, word_sensitivity, working_dtype, ws_bound_rf
+from .settings import GENERIC_DEFAULTS, SearchSettings
 from .substitution import SubstitutionResult, word_substitution
 
 __all__ = [
+    "GENERIC_DEFAULTS",
+    "SearchSettings",
     "FixedStep",
     "MomentumDescent",
     "MonotoneAscent",

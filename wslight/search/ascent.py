@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 import torch
 from torch import Tensor
@@ -17,13 +17,12 @@ from ..features.rows import REMOVAL_ROWS, REMOVAL_SINGULAR, ROW_LIMIT, unit
 from .chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
 from .radius_split import ALLOCATION_RANDOM, allocated_start
 from .result import WSResult
+from .settings import SearchSettings
 from .starts import seeded_draws, top_curvature
 
-# Elements (of the working dtype) one chunk of positions/restarts may hold; bounds the memory of the search.
-DEFAULT_CHUNK_ELEMENTS = 2**25
 # The best chains (by the working-dtype objective) whose S is recomputed in float64; the largest is reported
 FINAL_CANDIDATES = 4
-# The first round of a map on the generic path (no structured starts of its own) runs this many times `restarts`
+# The first round of a map on the generic path (no structured starts of its own) runs this many times `chains_per_round`
 # chains, and its last round is a polishing one, started POLISH_JITTER x the radius from the best point (ReLU-RAF as
 # a plain module at d = 32, n = 12, 20 reviews within 1% of the best value any run found: 80% with 12 chains a round,
 # 90% with the larger first round, 95% (two draws) with the polishing round too; a jitter of 0.05 or 0.1 gave 90-95%)
@@ -59,7 +58,7 @@ class Search:
 
     positions: list[int]
     radius: float
-    restarts: int
+    chains_per_round: int
     max_steps: int
     lr: float
     tol: float
@@ -70,36 +69,25 @@ class Search:
     gain_tol: float
 
     @classmethod
-    def checked(
-        cls,
-        d,
-        n,
-        positions,
-        radius,
-        restarts,
-        max_steps,
-        lr,
-        tol,
-        window,
-        chunk_elements,
-        power_iters,
-        max_chains,
-        gain_tol,
-    ):
-        """Every argument checked (a ValueError naming it) before any heavy work."""
-        restarts = validate.integer("restarts", restarts, 1)
+    def checked(cls, d: int, n: int, positions: Any, radius: float | None, settings: SearchSettings) -> Search:
+        """The search of resolved `settings` (no field None) for samples of n tokens of dimension d, at `positions`;
+        `radius` None: settings.radius_scale * sqrt(d). The positions and radius are checked here (a ValueError
+        naming them), the settings were when they were made."""
+        s = settings
+        radius = s.radius_scale * math.sqrt(d) if radius is None else radius  # type: ignore[operator]
+        chains = cast(int, s.chains_per_round)
         return cls(
             positions=validate.positions("positions", positions, n),
-            radius=validate.number("radius", math.sqrt(d) if radius is None else radius, 0.0, strict=True),
-            restarts=restarts,
-            max_steps=validate.integer("max_steps", max_steps, 1),
-            lr=validate.number("lr", lr, 0.0, strict=True),
-            tol=validate.number("tol", tol, 0.0),
-            window=validate.integer("window", window, 1),
-            chunk_elements=validate.integer("chunk_elements", chunk_elements, 1),
-            power_iters=validate.integer("power_iters", power_iters, 0),
-            max_chains=max(restarts, validate.integer("max_chains", max_chains, 1, allow_none=True) or restarts),
-            gain_tol=validate.number("gain_tol", gain_tol, 0.0),
+            radius=validate.number("radius", radius, 0.0, strict=True),
+            chains_per_round=chains,
+            max_steps=cast(int, s.max_steps),
+            lr=cast(float, s.lr),
+            tol=cast(float, s.tol),
+            window=cast(int, s.window),
+            chunk_elements=cast(int, s.chunk_elements),
+            power_iters=cast(int, s.power_iters),
+            max_chains=max(chains, cast(int, s.max_chains)),
+            gain_tol=cast(float, s.gain_tol),
         )
 
     def run(
@@ -183,7 +171,7 @@ class Search:
     def _chunks(self, T: int, B: int, per_chain: int, per_pos: int, one_chunk: bool) -> tuple[int, int]:
         """Positions per chunk and chains per batch, within `chunk_elements`."""
         # the first round carries the second round's chains when there is a second round (`_search`)
-        wide = self.restarts * (2 if self.max_chains > self.restarts else 1)
+        wide = self.chains_per_round * (2 if self.max_chains > self.chains_per_round else 1)
         chains_per_pos = T * B * wide
         pos_chunk = max(1, self.chunk_elements // (chains_per_pos * per_chain + T * per_pos))
         pos_chunk = len(self.positions) if one_chunk else pos_chunk
@@ -197,14 +185,16 @@ class Search:
     def _starts(
         self, token: TokenMove, pos: list[int], seeds: list[int], dt: torch.dtype, X: Tensor, chain_chunk: int = 64
     ) -> Tensor:
-        """The first round's starting points on the sphere, (T, B, P, restarts, d): +- the top curvature direction,
-        the map's own constructions, then random ones; on the generic path, after these `restarts`, every direction
+        """The first round's starting points on the sphere, (T, B, P, chains_per_round, d): +- the top curvature
+        direction, the map's own constructions, then random ones; on the generic path, after these, every direction
         of the module's `search_starts`, the row starts (`GenericMove.row_starts`), the homotopy starts and
-        (GENERIC_FIRST_ROUND - 1) x restarts more random ones. One stream per trial and position (a chain does not
-        depend on the chunking or the other trials). X (T, B, n, d) the samples; chain_chunk: chains run together by
-        the homotopy starts."""
+        (GENERIC_FIRST_ROUND - 1) x chains_per_round more random ones. One stream per trial and position (a chain
+        does not depend on the chunking or the other trials). X (T, B, n, d) the samples; chain_chunk: chains run
+        together by the homotopy starts."""
         B, d = X.shape[1], X.shape[3]
-        draws = seeded_draws(seeds, pos, B, self.restarts + 1, d).to(device=X.device, dtype=dt)  # (T, B, P, R + 1, d)
+        draws = seeded_draws(seeds, pos, B, self.chains_per_round + 1, d).to(
+            device=X.device, dtype=dt
+        )  # (T, B, P, R + 1, d)
         exact_top = getattr(token, "top_curvature", None)  # e.g. RF: the d x d Hessian in closed form
         if exact_top is not None and self.power_iters > 0:
             top = exact_top(draws[:, :, :, :1])  # (T, B, P, 1, d)
@@ -213,13 +203,13 @@ class Search:
             top = top_curvature(token.change_sq, draws[:, :, :, :1], self.power_iters, product)
         none = top.new_zeros(*top.shape[:3], 0, top.shape[-1])
         own = token.starts if token.starts is not None else none
-        if getattr(token, "block_move", None) is not None and self.restarts > 2:
+        if getattr(token, "block_move", None) is not None and self.chains_per_round > 2:
             # a change that sums over blocks (multi-head): first the best split of the radius among them (§12.1)
             rand = seeded_draws(seeds, pos, B, ALLOCATION_RANDOM, d, "split").to(device=X.device, dtype=dt)
             split = allocated_start(token, self.radius, self.lr, self.tol, self.window, self.max_steps, rand)  # type: ignore[arg-type]
             own = torch.cat([unit(split).to(own.dtype), own], dim=3)
-        struct = torch.cat([top, -top, own.to(dt)], dim=3)[:, :, :, : self.restarts]  # (T, B, P, S, d)
-        rand = draws[:, :, :, 1 : 1 + self.restarts - struct.shape[3]]
+        struct = torch.cat([top, -top, own.to(dt)], dim=3)[:, :, :, : self.chains_per_round]  # (T, B, P, S, d)
+        rand = draws[:, :, :, 1 : 1 + self.chains_per_round - struct.shape[3]]
         usual = torch.cat([struct, unit(rand)], dim=3)
         if isinstance(token, GenericMove):  # the module's `search_starts` (all), row, homotopy, more random starts
             mine = token.own_starts()
@@ -229,7 +219,7 @@ class Search:
             lean = seeded_draws(seeds, pos, B, REMOVAL_ROWS * REMOVAL_SINGULAR, d, "removal").to(X.device)
             rows = token.row_starts(self.radius, power, lean)
             rows = rows if rows is not None else none
-            extra = seeded_draws(seeds, pos, B, (GENERIC_FIRST_ROUND - 1) * self.restarts, d, "generic")
+            extra = seeded_draws(seeds, pos, B, (GENERIC_FIRST_ROUND - 1) * self.chains_per_round, d, "generic")
             homotopy = self._homotopy_starts(token, pos, seeds, dt, X, chain_chunk)
             usual = torch.cat([usual, mine.to(usual), rows.to(usual), homotopy.to(usual), unit(extra).to(usual)], dim=3)
         return usual * self.radius
@@ -257,10 +247,10 @@ class Search:
     def _search(
         self, token: TokenMove, starts: Tensor, pos: list[int], seeds: list[int], dt: torch.dtype, chain_chunk: int
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """Rounds of chains for the positions of one chunk: the first from `starts`, then `restarts` random ones at a
-        time for the trials whose best is not yet tight (`more_chains`), then one confirmation round for the trials
-        with a best that no second chain came within 1% of (chains started CONFIRM_JITTER x the radius from where
-        that best chain started).
+        """Rounds of chains for the positions of one chunk: the first from `starts`, then `chains_per_round` random
+        ones at a time for the trials whose best is not yet tight (`more_chains`), then one confirmation round for the
+        trials with a best that no second chain came within 1% of (chains started CONFIRM_JITTER x the radius from
+        where that best chain started).
 
         Returns:
             f (T, B, K) float64 the FINAL_CANDIDATES best chains' objectives (best first), delta (T, B, K, d)
@@ -286,23 +276,25 @@ class Search:
         while True:
             ahead = 0  # chains of the next round run together with this one (see below)
             if polishing:
-                draws = unit(seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, "polish"))
+                draws = unit(seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.chains_per_round, d, "polish"))
                 best = x_top[run][:, :, None, None, 0]  # (T', B, 1, 1, d): the best Delta, tried at every position
                 starts = project_ball(best + POLISH_JITTER * self.radius * draws, self.radius).to(
                     device=device, dtype=dt
                 )
             elif confirming:
-                draws = unit(seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, "confirm"))
+                draws = unit(
+                    seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.chains_per_round, d, "confirm")
+                )
                 near_start = s_top[run][:, :, None, None, 0] + CONFIRM_JITTER * self.radius * draws  # (T', B, P, R, d)
                 starts = unit(near_start).to(device=device, dtype=dt) * self.radius
             elif round_ > 0:
-                draws = seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, round_)
+                draws = seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.chains_per_round, d, round_)
                 starts = unit(draws).to(device=device, dtype=dt) * self.radius
             if round_ == 0 and starts.shape[3] < self.max_chains:
                 # the first round gains on nothing, so a second round always follows, and its random starts do not
                 # depend on the first: its chains run in the same batch (half the sequential steps, same chains)
-                draws = seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.restarts, d, 1)
-                ahead = self.restarts
+                draws = seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.chains_per_round, d, 1)
+                ahead = self.chains_per_round
                 starts = torch.cat([starts, unit(draws).to(device=device, dtype=dt) * self.radius], dim=3)
             tok = token if len(run) == T else token.select_trials(run.to(device))
             sub = run if tok is not None else torch.arange(T)  # a family that cannot restrict runs every trial

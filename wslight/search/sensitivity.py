@@ -3,8 +3,8 @@
     S_phi(X) = sup_i sup_{||Delta|| <= r} ||phi(X^i(Delta)) - phi(X)|| / ||phi(X)||,   X^i(Delta) = X + e_i Delta^T,
 
 with r = sqrt(d) by default (docs/theory.md §1.3). `word_sensitivity` maximises the inner sup for a batch of samples,
-several positions and several restarts at once, in one tensor program per chunk of positions (no Python loop over
-samples or restarts). Each evaluation goes through the map's token-move algebra (`wslight.features.move`): RF
+several positions and several chains at once, in one tensor program per chunk of positions (no Python loop over
+samples or chains). Each evaluation goes through the map's token-move algebra (`wslight.features.move`): RF
 and DeepRF move only z + V^{(i)} Delta (O(k d) per step; the memory-bounded RF never holds V), RAF / ReLU-RAF recompute
 only row and column i of the scores (O(n d + d^2) per step), and any other module is differentiated through its full
 forward.
@@ -21,46 +21,40 @@ import torch
 from torch import Tensor, nn
 
 from ..base import validate
-from ..features import FreshMaps, RandomFeatures, map_dims
+from ..features import MAPS, FreshMaps, RandomFeatures, map_dims
 from ..features.move import map_features, move_class_for, token_move
 from ..features.rf import LIPSCHITZ
-from .ascent import DEFAULT_CHUNK_ELEMENTS, Search
+from .ascent import Search
 from .result import WSResult
+from .settings import SearchSettings, family_defaults
 
 
 def word_sensitivity(
     feature_map: nn.Module | Sequence[nn.Module] | FreshMaps,
     X: Tensor,
     positions: Literal["first", "all"] | Sequence[int] = "first",
-    radius: float | None = None,
-    restarts: int = 4,
-    max_steps: int = 500,
-    lr: float = 0.25,
-    tol: float = 1e-4,
-    window: int = 20,
+    search: SearchSettings | None = None,
     seed: int | Sequence[int] = 0,
     dtype: Literal["float32", "float64"] | torch.dtype | None = None,
-    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
-    power_iters: int = 20,
-    max_chains: int | None = 64,
-    gain_tol: float = 1e-3,
+    radius: float | None = None,
+    **changes: Any,
 ) -> WSResult:
     """Estimate the word sensitivity S_phi(X) of each sample of a batch (docs/theory.md §1.3).
 
-    All samples, positions and restarts ascend together; positions (then restarts) are chunked only to keep about
-    `chunk_elements` working-dtype elements alive. The search maximises ||phi(X^i(Delta)) - phi(X)||^2 by the monotone
-    projected normalised-gradient ascent of `_ascend`; the value at the best Delta is recomputed in float64 with the
-    full map.
+    All samples, positions and chains ascend together; positions (then chains) are chunked only to keep about
+    search.chunk_elements working-dtype elements alive. The search maximises ||phi(X^i(Delta)) - phi(X)||^2 by the
+    monotone projected normalised-gradient ascent of `_ascend`; the value at the best Delta is recomputed in float64
+    with the full map.
 
-    Restarts per (sample, position), all on the sphere of the given radius: restarts 0 and 1 are plus and minus the
-    top eigenvector of the Hessian of the squared change at Delta = 0 (the direction in which phi moves fastest, found
-    by `power_iters` Hessian-vector products; a small-step ascent from near the clean token, as in the authors' code,
-    drifts towards it). Then come the map's own starting directions (RAF/ReLU-RAF: the attention-attracting
-    construction of docs/theory.md §3.5, Delta = radius W^T xbar / ||W^T xbar|| (an inferred construction), and a start
-    that steers query i onto the key m that changes its output most, Delta ∝ W x_m; ReLU-RAF also: starts where query
-    i attends to itself alone, docs/theory.md §4.3). Further restarts start at random points, drawn from
-    `wslight.base.seeding.generator(seed, "ws.init", position)` (round r > 0: `(seed, "ws.init", position, r)`), so a
-    chain does not depend on the chunking or on the other positions requested.
+    The first round's chains per (sample, position), all on the sphere of the given radius: chains 0 and 1 are plus
+    and minus the top eigenvector of the Hessian of the squared change at Delta = 0 (the direction in which phi moves
+    fastest, found by search.power_iters Hessian-vector products; a small-step ascent from near the clean token, as in
+    the authors' code, drifts towards it). Then come the map's own starting directions (RAF/ReLU-RAF: the
+    attention-attracting construction of docs/theory.md §3.5, Delta = radius W^T xbar / ||W^T xbar|| (an inferred
+    construction), and a start that steers query i onto the key m that changes its output most, Delta ∝ W x_m;
+    ReLU-RAF also: starts where query i attends to itself alone, docs/theory.md §4.3). Further chains start at random
+    points, drawn from `wslight.base.seeding.generator(seed, "ws.init", position)` (round r > 0: `(seed, "ws.init",
+    position, r)`), so a chain does not depend on the chunking or on the other positions requested.
 
     The reported S is recomputed in float64 with the full map (the map's weights cast to float64) at the best Delta.
     On the memory-bounded RF path, z = V flat(X) comes from the full V in float64 in the same pass that extracts the
@@ -74,23 +68,13 @@ def word_sensitivity(
             all trials in one program.
         X: (B, n, d) clean samples (rows of norm sqrt(d) under the paper's assumption); (T, B, n, d) with T maps.
         positions: "first" (token 0, the paper's figures), "all" (the true sup over i), or a list of token indices.
-        radius: radius of the ball of Delta; None means sqrt(d) (docs/theory.md §1.3). Must be > 0.
-        restarts: chains per sample and position (>= 1).
-        max_steps: most ascent steps per chain.
-        lr: initial step, as a fraction of the radius (adapted per chain afterwards).
-        tol: a chain stops when its S grew by a relative amount below tol over `window` steps.
-        window: the convergence window, in steps.
-        seed: seed of the random restarts (a list: one per trial).
+        search: the search's settings (`SearchSettings`: chains per round, rounds, stops, radius, memory); a field
+            left at None takes the map family's default (its class's `search_defaults`), else the generic one. None:
+            every field at its default, which searches as tightly as the shipped config of the map.
+        seed: seed of the random starts (a list: one per trial).
         dtype: working dtype of the search ("float32" or "float64"); None means the map's dtype (FreshMaps: theirs).
-        chunk_elements: memory bound of one chunk, in working-dtype elements.
-        power_iters: Hessian-vector products of the curvature starts.
-        max_chains: no round starts once a sample has run this many chains per position (None, or at most
-            `restarts`: a single round; the last round may pass it by less than `restarts`). After the
-            first round (`restarts` chains), rounds of `restarts` random chains are added for a trial while a round
-            raised its S by more than `gain_tol` (relatively) or no second chain ended within 1% of its best.
-            A best that no second chain confirms by then gets one last round of `restarts` chains started near
-            that best chain's own start (docs/theory.md §4.3).
-        gain_tol: the relative gain of S below which a round is the last (once the best is confirmed).
+        radius: radius of the ball of Delta; None means search.radius_scale * sqrt(d) (docs/theory.md §1.3). > 0.
+        **changes: fields of `search` to change for this call (`chains_per_round=12`); an unknown name is refused.
 
     Returns:
         WSResult with per-sample ws, position, delta, delta_norm, phi_norm, steps, chains, near_best (float64 /
@@ -128,34 +112,22 @@ def word_sensitivity(
     if not isinstance(X4, Tensor) or X4.dim() != 4:
         validate.samples("X", X, d, n_map)  # the error names the shape received
     X4 = validate.samples("X", X4.flatten(0, 1), d, n_map).reshape(X4.shape)
-    search = Search.checked(
-        d,
-        X4.shape[2],
-        positions,
-        radius,
-        restarts,
-        max_steps,
-        lr,
-        tol,
-        window,
-        chunk_elements,
-        power_iters,
-        max_chains,
-        gain_tol,
-    )
+    family = family_defaults(MAPS.get(fresh.name) if fresh is not None else maps[0])
+    settings = (search or SearchSettings()).replace(**changes).resolved(family)
+    search_ = Search.checked(d, X4.shape[2], positions, radius, settings)
     T, B, n = X4.shape[:3]
-    seeds = list(seed) if isinstance(seed, (list, tuple)) else [seed] * T
+    seeds = cast(list[int], list(seed) if isinstance(seed, (list, tuple)) else [seed] * T)
     if len(seeds) != T:
         raise ValueError(f"seed: expected one seed or {T} (one per trial), got {len(seeds)}")
     if fresh is not None:
         per_chain, per_pos = fresh.chain_elements(B, n, d)
-        return search.run(lambda pos: fresh.token(X4, pos), None, X4, seeds, dt, per_chain, per_pos, True)
+        return search_.run(lambda pos: fresh.token(X4, pos), None, X4, seeds, dt, per_chain, per_pos, True)
     per_chain, per_pos = move_class_for(maps).chain_elements(maps, B, n, d)
 
     def exact(Xp: Tensor) -> Tensor:  # (T, 2B, n, d) float64 -> (T, 2B, p): the full maps in float64
         return torch.stack([map_features(m, x, exact=True, chunk=x.shape[0]) for m, x in zip(maps, Xp)])
 
-    res = search.run(lambda pos: token_move(maps, X4, pos, dt), exact, X4, seeds, dt, per_chain, per_pos)
+    res = search_.run(lambda pos: token_move(maps, X4, pos, dt), exact, X4, seeds, dt, per_chain, per_pos)
     if trials:
         return res
     first: dict[str, Any] = {k: None if v is None else v[0] for k, v in vars(res).items()}  # the one trial's (B,)

@@ -28,8 +28,8 @@ from torch import Tensor, nn
 from ..base import validate
 from ..features import map_dims
 from ..features.move import TokenMove, move_class_for, token_move
-from .ascent import DEFAULT_CHUNK_ELEMENTS
 from .sensitivity import _device, working_dtype
+from .settings import DEFAULT_CHUNK_ELEMENTS
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The grid both word-sensitivity sweeps walk: maps x d x n (x depth L), `trials` trials a cell, and the settings of
-the word-sensitivity search they run in each trial."""
+the word-sensitivity search they run in each trial (one `SearchSettings`, taken whole)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from ..base import validate
 from ..features import resolve_maps
+from ..search.settings import GENERIC_DEFAULTS, SearchSettings
 from .evaluation import EmbeddingsEvaluation
 
 
@@ -33,36 +34,13 @@ class MapGridEvaluation(EmbeddingsEvaluation):
         self.trials = validate.positive_int("trials", trials)
         self.rf_width_ratio = validate.number("rf_width_ratio", rf_width_ratio, low=0, strict=True)
 
-    def set_search(
-        self,
-        radius_scale: float,
-        restarts: int,
-        max_chains: int | None,
-        gain_tol: float,
-        max_steps: int,
-        tol: float,
-        window: int = 20,
-    ) -> None:
-        """Check and keep the settings of the word-sensitivity search (docs/theory.md §4.3)."""
-        self.radius_scale = validate.number("radius_scale", radius_scale, low=0, strict=True)
-        self.restarts = validate.positive_int("restarts", restarts)
-        self.max_chains = validate.integer("max_chains", max_chains, low=1, allow_none=True)
-        self.gain_tol = validate.number("gain_tol", gain_tol, low=0)
-        self.max_steps = validate.positive_int("max_steps", max_steps)
-        self.tol = validate.number("tol", tol, low=0)
-        self.window = validate.positive_int("window", window)
+    def set_search(self, search: SearchSettings | None) -> None:
+        """Keep the search's settings (checked when they were made; None: every map at its family's defaults)."""
+        self.search = search if search is not None else SearchSettings()
 
-    def search_options(self, d: int) -> dict[str, Any]:
-        """`word_sensitivity`'s keyword arguments for a cell of dimension d (radius: radius_scale sqrt(d))."""
-        return dict(
-            radius=self.radius_scale * d**0.5,
-            restarts=self.restarts,
-            max_chains=self.max_chains,
-            gain_tol=self.gain_tol,
-            max_steps=self.max_steps,
-            tol=self.tol,
-            window=self.window,
-        )
+    def radius(self, d: int) -> float:
+        """The search's radius in a cell of dimension d: radius_scale sqrt(d) (the generic scale, 1, when unset)."""
+        return (self.search.radius_scale or GENERIC_DEFAULTS["radius_scale"]) * d**0.5
 
     def takes_depth(self, m: str) -> bool:
         """True when map `m` has a depth (its constructor takes `depth`): the sweep crosses `depths`."""

@@ -17,8 +17,8 @@ from ..base.seeding import derive_seed, generator
 from ..data import EmbeddingSpec
 from ..features.move import trial_features
 from ..records.summary import markdown_table, nonfinite, trusted, write_summary
-from ..search.ascent import DEFAULT_CHUNK_ELEMENTS
 from ..search.sensitivity import word_sensitivity
+from ..search.settings import DEFAULT_CHUNK_ELEMENTS, SearchSettings
 from ..search.substitution import word_substitution
 from .grid import MapGridEvaluation
 
@@ -63,11 +63,11 @@ class WordSubstitutionSweep(MapGridEvaluation):
         trainings: the heads to flip: "min_norm" (theta* = Phi^+ Y on the N reviews: the head `train.py` fits with
             fit_mode closed_form, which need not be right on the trial's review), "finetune" (theta_f) and/or
             "retrain" (theta_r).
-        radius_scale: the continuous search's radius is radius_scale * sqrt(d) (the paper: 1).
-        restarts, max_chains, gain_tol, max_steps, tol, window: the continuous search (as `WordSensitivitySweep`).
+        search: the continuous search's settings (`wslight.search.SearchSettings`, as `WordSensitivitySweep.search`;
+            unset fields: each map's family defaults).
         rf_width_ratio: RF neurons k = ratio * n d (the paper: 1); DeepRF widths likewise.
         chunk_elements: working elements one chunk of words may hold (bounds the memory of the substitution).
-        seed: the sweep's seed (reviews, maps, restarts, training sets).
+        seed: the sweep's seed (reviews, maps, the searches' random starts, training sets).
         trials_per_step: trials per test step (sharded over devices by Lightning).
         output_dir: where results.jsonl and figures go (None: the logger's directory).
     """
@@ -83,13 +83,7 @@ class WordSubstitutionSweep(MapGridEvaluation):
         position: int = 1,
         N: int = 200,
         trainings: list[Literal["min_norm", "finetune", "retrain"]] | None = None,
-        radius_scale: float = 1.0,
-        restarts: int = 4,
-        max_chains: int | None = 64,
-        gain_tol: float = 1e-3,
-        max_steps: int = 300,
-        tol: float = 1e-4,
-        window: int = 20,
+        search: SearchSettings | None = None,
         rf_width_ratio: float = 1.0,
         chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
         seed: int = 0,
@@ -98,7 +92,7 @@ class WordSubstitutionSweep(MapGridEvaluation):
     ) -> None:
         super().__init__(trials_per_step, output_dir)
         self.set_grid(maps, d_values, n_values, depths, trials, rf_width_ratio)
-        self.set_search(radius_scale, restarts, max_chains, gain_tol, max_steps, tol, window)
+        self.set_search(search)
         self.position = validate.integer("position", position, low=1, high=min(self.n_values) - 1)
         self.N = validate.integer("N", N, low=0)
         self.trainings = validate.choices("trainings", list(HEADS) if trainings is None else trainings, HEADS)
@@ -187,7 +181,9 @@ class WordSubstitutionSweep(MapGridEvaluation):
             for ms in map_seeds
         ]
         restart_seeds = [derive_seed(ms, "words.restarts") for ms in map_seeds]
-        search = word_sensitivity(maps, X, positions=[self.position], seed=restart_seeds, **self.search_options(d))
+        search = word_sensitivity(
+            maps, X, positions=[self.position], search=self.search, seed=restart_seeds, radius=self.radius(d)
+        )
         heads, ill = None, [False] * len(specs)
         if self.N:
             train = [self.training_index(derive_seed(ms, "words.train"), i, n) for ms, i in zip(map_seeds, index)]

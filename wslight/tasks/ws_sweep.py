@@ -15,6 +15,7 @@ from ..data import EmbeddingSpec
 from ..features import trial_maps
 from ..records.summary import cell_table, markdown_table, nonfinite, trusted, write_summary
 from ..search.sensitivity import word_sensitivity
+from ..search.settings import SearchSettings
 from .grid import MapGridEvaluation
 
 # Maps whose S the paper proves to decay as 1/sqrt(n): their S sqrt(n) figure shows that law as a flat line.
@@ -44,21 +45,15 @@ class WordSensitivitySweep(MapGridEvaluation):
         trials: independent trials per cell.
         embeddings: where the token embeddings come from (source, encoder, layer, number of reviews, seed).
         positions: "first" (token 0, the paper's figures), "all" (the true sup over i) or a list of token indices.
-        radius_scale: the ball radius is radius_scale * sqrt(d) (the paper: 1). Must be > 0.
-        restarts: ascent chains per sample and position in the first round (batched; then as many per round).
-        max_chains: the cap on chains per sample and position (the last round may pass it by less than `restarts`);
-            rounds of `restarts` more chains are added until the best is tight, and a best still alone then gets
-            one confirmation round (docs/theory.md §4.3). None (or at most `restarts`): one round (and the
-            confirmation round where needed).
-        gain_tol: a round that raises S by less than this (relatively), with the best confirmed by a second chain,
-            is the last.
-        max_steps: most ascent steps per chain.
-        tol, window: a chain stops once S has grown by less than a factor 1 + tol over its last `window` steps.
+        search: the word-sensitivity search's settings (`wslight.search.SearchSettings`: chains_per_round,
+            max_chains, gain_tol, max_steps, tol, window, radius_scale...), taken whole by every trial's search; a
+            field left unset takes each map's family default (its class's `search_defaults`, the settings its
+            shipped config was measured with), else the generic one (docs/theory.md §4.3).
         rf_width_ratio: RF neurons k = ratio * n d (the paper: 1, i.e. k = D); DeepRF widths likewise.
         shared_weights: False (the paper): a fresh map per trial; True: one map per cell shared by its trials, which
             batches the trials of a cell in one search.
         dtype: working dtype of the maps and the search.
-        seed: the sweep's seed (samples, maps, restarts).
+        seed: the sweep's seed (samples, maps, the searches' random starts).
         trials_per_step: trials per test step (sharded over devices by Lightning).
         output_dir: where results.jsonl and figures go (None: the logger's directory).
     """
@@ -72,13 +67,7 @@ class WordSensitivitySweep(MapGridEvaluation):
         trials: int = 10,
         embeddings: EmbeddingSpec | None = None,
         positions: Literal["first", "all"] | list[int] = "first",
-        radius_scale: float = 1.0,
-        restarts: int = 4,
-        max_chains: int | None = 64,
-        gain_tol: float = 1e-3,
-        max_steps: int = 500,
-        tol: float = 1e-4,
-        window: int = 20,
+        search: SearchSettings | None = None,
         rf_width_ratio: float = 1.0,
         shared_weights: bool = False,
         dtype: Literal["float32", "float64"] = "float32",
@@ -88,7 +77,7 @@ class WordSensitivitySweep(MapGridEvaluation):
     ) -> None:
         super().__init__(trials_per_step, output_dir)
         self.set_grid(maps, d_values, n_values, depths, trials, rf_width_ratio)
-        self.set_search(radius_scale, restarts, max_chains, gain_tol, max_steps, tol, window)
+        self.set_search(search)
         validate.dtype("dtype", dtype)
         self.seed = validate.integer("seed", seed, low=0)
         self.set_embeddings(embeddings, "d_values", max(self.d_values), "n_values", max(self.n_values))
@@ -123,12 +112,13 @@ class WordSensitivitySweep(MapGridEvaluation):
         index = [self.sample_index(s["trial"]) for s in specs]
         X, _ = self.store.samples(index, n, d)  # (T, n, d): one sample per trial
         X = X.to(self.device)
-        options = dict(positions=self.positions, **self.search_options(d))
         if self.shared_weights:  # the trials are the B samples of one map
             map_seeds = [self.map_seed(m, d, n, L, None)] * len(specs)
             fmap = self.cell_map(m, d, n, L, map_seeds[0])
             restart_seed = derive_seed(map_seeds[0], "ws.restarts")
-            res = word_sensitivity(fmap, X, seed=restart_seed, dtype=self.map_dtype, **options)
+            res = word_sensitivity(
+                fmap, X, self.positions, self.search, seed=restart_seed, dtype=self.map_dtype, radius=self.radius(d)
+            )
         else:  # the paper's protocol: trial t has its own map, all trials searched together
             map_seeds = [self.map_seed(m, d, n, L, s["trial"]) for s in specs]
             fresh = trial_maps(
@@ -142,7 +132,7 @@ class WordSensitivitySweep(MapGridEvaluation):
                 device=self.device,
             )
             restart_seeds = [derive_seed(ms, "ws.restarts") for ms in map_seeds]
-            res = word_sensitivity(fresh, X[:, None], seed=restart_seeds, **options)
+            res = word_sensitivity(fresh, X[:, None], self.positions, self.search, restart_seeds, radius=self.radius(d))
         seconds = (time.perf_counter() - start) / len(specs)
         bounds = res.bound.flatten().tolist() if res.bound is not None else [None] * len(specs)
         records = []
@@ -159,7 +149,7 @@ class WordSensitivitySweep(MapGridEvaluation):
                 **rec,
                 "seed": self.seed,
                 "map_seed": map_seed,
-                "radius": self.radius_scale * d**0.5,
+                "radius": self.radius(d),
                 "ws_sqrt_n": rec["ws"] * math.sqrt(n),
                 "bound": bound,
                 "seconds": seconds,

@@ -1,0 +1,114 @@
+"""The settings of the word-sensitivity search, written, checked and documented once (docs/theory.md §4.3).
+
+`SearchSettings` travels whole from a sweep's YAML (`model.init_args.search: {...}`) or a notebook call
+(`word_sensitivity(map, X, search=SearchSettings(chains_per_round=12))`) down to the search. A field left at None takes
+the map family's default (a map class's `search_defaults`, stated in its docstring), else `GENERIC_DEFAULTS`: a call
+at its defaults searches as tightly as the shipped config of its map.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..base import validate
+
+# Elements (of the working dtype) one chunk of positions/chains may hold; bounds the memory of the search.
+DEFAULT_CHUNK_ELEMENTS = 2**25
+# The settings of a map with no family defaults (any nn.Module on the generic path) and of every field a family
+# leaves out.
+GENERIC_DEFAULTS: dict[str, Any] = {
+    "chains_per_round": 4,
+    "max_chains": 64,
+    "gain_tol": 1e-3,
+    "max_steps": 500,
+    "tol": 1e-4,
+    "window": 20,
+    "radius_scale": 1.0,
+    "lr": 0.25,
+    "power_iters": 20,
+    "chunk_elements": DEFAULT_CHUNK_ELEMENTS,
+}
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How the search for S looks: chains per round, rounds, stops, radius and memory (docs/theory.md §4.3).
+
+    Every field left at None takes the map family's default (`search_defaults` of the map's class, stated in its
+    docstring), else the generic one (`GENERIC_DEFAULTS`). A given value is checked here, once, with a ValueError
+    naming the field.
+
+    Args:
+        chains_per_round: chains per sample and position in each round (>= 1); the first round's include the map's
+            own structured starts (curvature, attraction, capture...). Generic default 4.
+        max_chains: no round starts once a sample has run this many chains per position (None in YAML: the
+            family's; at most `chains_per_round`: a single round). Rounds of `chains_per_round` more chains are
+            added while a round raised S by more than `gain_tol` or no second chain confirmed the best. Generic 64.
+        gain_tol: the relative gain of S below which a round is the last, once the best is confirmed. Generic 1e-3.
+        max_steps: most ascent steps per chain. Generic 500.
+        tol: a chain stops when its S grew by less than this (relatively) over `window` steps. Generic 1e-4.
+        window: the convergence window, in steps. Generic 20.
+        radius_scale: the ball's radius is radius_scale * sqrt(d) (the paper: 1; > 0). Generic 1.
+        lr: a chain's first step, as a fraction of the radius (adapted per chain afterwards). Generic 0.25.
+        power_iters: Hessian-vector products of the curvature starts. Generic 20.
+        chunk_elements: memory bound of one chunk of positions and chains, in working-dtype elements. Generic 2**25.
+    """
+
+    chains_per_round: int | None = None
+    max_chains: int | None = None
+    gain_tol: float | None = None
+    max_steps: int | None = None
+    tol: float | None = None
+    window: int | None = None
+    radius_scale: float | None = None
+    lr: float | None = None
+    power_iters: int | None = None
+    chunk_elements: int | None = None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                object.__setattr__(self, f.name, _check(f.name, value))
+
+    def replace(self, **changes: Any) -> SearchSettings:
+        """These settings with some fields changed (an unknown name is refused, naming the closest field)."""
+        names = [f.name for f in fields(self)]
+        for key in changes:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = f"; did you mean {close[0]}?" if close else ""
+                raise ValueError(f"{key}: not a search setting{hint} (the settings: {', '.join(names)})")
+        return dataclasses.replace(self, **changes)
+
+    def resolved(self, family: dict[str, Any] | None = None) -> SearchSettings:
+        """Every field filled: the given value, else the family's default, else the generic one."""
+        defaults = {**GENERIC_DEFAULTS, **(family or {})}
+        return SearchSettings(**{f.name: _given(getattr(self, f.name), defaults[f.name]) for f in fields(self)})
+
+    def given(self) -> dict[str, Any]:
+        """The fields set (not None): what a config changes."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+def _given(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _check(name: str, value: Any) -> Any:
+    """One field's value checked, with a ValueError naming it."""
+    if name in ("chains_per_round", "max_steps", "window", "max_chains", "chunk_elements"):
+        return validate.integer(name, value, 1)
+    if name == "power_iters":
+        return validate.integer(name, value, 0)
+    if name in ("radius_scale", "lr"):
+        return validate.number(name, value, 0.0, strict=True)
+    return validate.number(name, value, 0.0)  # gain_tol, tol
+
+
+def family_defaults(feature_map: Any) -> dict[str, Any]:
+    """The search defaults of a map's family: its class's `search_defaults` ({} for a map without them)."""
+    return dict(getattr(type(feature_map), "search_defaults", {}) or {})
