@@ -1,3 +1,5 @@
-"""The base floor, imported by every other folder and importing nothing of the package: `validate` (checks of
-settings that name their key), `seeding` (per-trial generators), `numerics` (fixed-chunk sums, Gram matrices),
-`fingerprints` (file hashes of the cache) and `names` (the words the whole package shares)."""
+"""The base floor, imported by every other folder and importing nothing of the package.
+
+`validate` (checks of settings that name their key), `seeding` (per-trial generators), `numerics` (fixed-chunk sums,
+Gram matrices), `fingerprints` (file hashes of the cache) and `names` (the words the whole package shares).
+"""

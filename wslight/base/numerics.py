@@ -30,9 +30,11 @@ def sum_last(x: Tensor) -> Tensor:
 
 
 def gram(Phi: Tensor, block: int = 256) -> Tensor:
-    """Phi Phi^T, (..., N, p) -> (..., N, N), from the row blocks on and below the diagonal: about half the products
-    of one matmul (the Gram matrix of the heads is the largest product of an attack cell); the blocks above the
-    diagonal are the mirror of those below."""
+    """Phi Phi^T, (..., N, p) -> (..., N, N), from the row blocks on and below the diagonal.
+
+    About half the products of one matmul (the Gram matrix of the heads is the largest product of an attack cell); the
+    blocks above the diagonal are the mirror of those below.
+    """
     N = Phi.shape[-2]
     if N <= block:
         return Phi @ Phi.mT

@@ -25,8 +25,10 @@ def _is_int(value: Any) -> bool:
 def integer(
     key: str, value: Any, low: int | None = None, high: int | None = None, allow_none: bool = False, why: str = ""
 ) -> Any:
-    """`value` if it is an int in [low, high] (either bound optional; None too when `allow_none`); `why` explains
-    the bounds in the message."""
+    """`value` if it is an int in [low, high] (either bound optional; None too when `allow_none`).
+
+    `why` explains the bounds in the message.
+    """
     if allow_none and value is None:
         return None
     if not _is_int(value) or (low is not None and value < low) or (high is not None and value > high):

@@ -44,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Build the cache the arguments describe and print its manifest and a one-line summary; returns the exit status."""
     a = _parser().parse_args(argv)
     spec = EmbeddingSpec(
         source=a.source,

@@ -115,6 +115,7 @@ class SafetensorsStreamWriter:
         self._written += len(data)
 
     def commit(self) -> tuple[int, str]:
+        """Flush and fsync the written file and move it to its path; returns its size and sha256."""
         missing = sum(s for _, s in self._sizes[self._cur + 1 :]) + self._sizes[self._cur][1] - self._written
         if missing:
             raise RuntimeError(f"safetensors stream: {missing} bytes were not written")
@@ -126,6 +127,7 @@ class SafetensorsStreamWriter:
         return size, self._hash.hexdigest()
 
     def abort(self) -> None:
+        """Close the file being written and remove it."""
         if not self._f.closed:
             self._f.close()
         self._tmp.unlink(missing_ok=True)
@@ -156,8 +158,10 @@ def read_header(path: Path) -> tuple[dict, int]:
 
 
 def open_memmap(path: Path, header: dict, start: int, name: str) -> np.ndarray:
-    """Read-only numpy memmap of tensor `name` of a safetensors file (no bytes are read until indexed); an empty tensor
-    is a plain empty array."""
+    """Read-only numpy memmap of tensor `name` of a safetensors file (no bytes are read until indexed).
+
+    An empty tensor is a plain empty array.
+    """
     info = header[name]
     a, b = info["data_offsets"]
     shape = tuple(info["shape"])
@@ -167,6 +171,7 @@ def open_memmap(path: Path, header: dict, start: int, name: str) -> np.ndarray:
 
 
 def read_manifest(path: Path) -> dict:
+    """The manifest at `path` as a dict; CacheInvalid when it cannot be read."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:

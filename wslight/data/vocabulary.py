@@ -1,5 +1,6 @@
-"""An encoder's vocabulary as the maps read it: every word's layer-0 row at a position, and which words a tokenizer
-could put there (docs/theory.md §13).
+"""An encoder's vocabulary as the maps read it.
+
+Every word's layer-0 row at a position, and which words a tokenizer could put there (docs/theory.md §13).
 
 Replacing the word at position i of a review changes only row i of hidden_states[0]: it becomes
 h_w = LayerNorm(E_w + P_i + T) (word, position and token-type embeddings, then the embedding LayerNorm), which
@@ -52,8 +53,11 @@ def _static_allowed(tokens: list[str], special: set[int], original_id: int) -> T
 
 
 def allowed_tokens(tokenizer, original_id: int) -> Tensor:
-    """(V,) bool mask of the tokens that may replace `original_id`: not it, no special or `[unused]` token, the same
-    WordPiece continuation status (`##`). No round trip: see `EncoderWords.admissible`."""
+    """(V,) bool mask of the tokens that may replace `original_id`.
+
+    Not it, no special or `[unused]` token, the same WordPiece continuation status (`##`). No round trip: see
+    `EncoderWords.admissible`.
+    """
     tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
     return _static_allowed(tokens, set(tokenizer.all_special_ids), original_id)
 
@@ -78,6 +82,7 @@ class EncoderWords:
 
     @property
     def size(self) -> int:
+        """The number of tokens of the vocabulary."""
         return int(self.model.embeddings.word_embeddings.num_embeddings)
 
     def rows(self, position: int, d: int) -> Tensor:
@@ -123,8 +128,10 @@ class EncoderWords:
         return mask, int((static & ~trip).sum())
 
     def _round_trip(self, before: tuple[int, ...], after: tuple[int, ...]) -> Tensor:
-        """(V,) bool: the words w whose pieces before + [w] + after decode to a text that tokenizes back to them
-        (computed for every word once per (before, after), cached)."""
+        """(V,) bool: the words w whose pieces before + [w] + after decode to a text that tokenizes back to them.
+
+        Computed for every word once per (before, after), cached.
+        """
         key = (before, after)
         if key not in self._trips:
             edited = [[*before, w, *after] for w in range(self.size)]

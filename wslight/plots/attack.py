@@ -59,8 +59,10 @@ def _rows(records: Iterable[dict]) -> list[str]:
 
 @styled
 def plot_attack_scatter(records: list[dict]) -> Figure:
-    """Figure 4 style: Err against gamma, one colour per N, one marker per loss: crosses for `err`, hollow circles for
-    `align`, hollow squares for `align_proj` (each (N, loss) its own legend entry).
+    """Figure 4 style: Err against gamma, one colour per N, one marker per loss.
+
+    Crosses for `err`, hollow circles for `align`, hollow squares for `align_proj` (each (N, loss) its own legend
+    entry).
 
     Rows: fine-tuned / re-trained; columns: one per (map, n). Records with loss "penalized" are left to
     `plot_penalized`.

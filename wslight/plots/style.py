@@ -59,7 +59,10 @@ def line_look(i: int) -> tuple[str, str]:
 
 
 def error_scale(values: Iterable[float]) -> Literal["log", "linear"]:
-    """ "log" when the positive finite values span two decades or more, or all lie below ROUNDING_LEVEL."""
+    """The scale of an error axis, "log" or "linear".
+
+    "log" when the positive finite values span two decades or more, or all lie below ROUNDING_LEVEL.
+    """
     pos = [v for v in (float(x) for x in values) if v > 0 and math.isfinite(v)]
     if not pos:
         return "linear"

@@ -1,5 +1,8 @@
-"""The one-word substitution against n (docs/theory.md §13): the continuous S and the exact best real word per map
-(`plot_words_vs_n`), and the share of reviews where one real word flips a head (`plot_flip_rates`)."""
+"""The one-word substitution against n (docs/theory.md §13).
+
+The continuous S and the exact best real word per map (`plot_words_vs_n`), and the share of reviews where one real word
+flips a head (`plot_flip_rates`).
+"""
 
 from __future__ import annotations
 
@@ -15,8 +18,10 @@ from .ws import TITLES, trials_label
 
 
 def _curves(records: list[dict], field: str, positive: bool = False) -> dict[tuple, tuple[list[int], list[float]]]:
-    """{(map, d, L): (n ascending, mean of `field` per n)} over the records where it is set (and > 0 if `positive`:
-    a log axis)."""
+    """{(map, d, L): (n ascending, mean of `field` per n)} over the records where it is set.
+
+    And > 0 if `positive`: a log axis.
+    """
     cells: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
         v = r.get(field)
@@ -33,16 +38,21 @@ def _label(key: tuple, several_d: bool, several_L: bool) -> str:
 
 
 def _members_label(members: list[tuple[tuple, str]], several_d: bool, several_L: bool) -> str:
-    """The legend entry of one flip-rate line standing for the series `members` [(map key, training)] with equal
-    rates: "RAF, retrain", "RAF, retrain = finetune", "RF, retrain = RAF, retrain"."""
+    """The legend entry of one flip-rate line standing for the series `members` with equal rates.
+
+    `members` is [(map key, training)]; entries read "RAF, retrain", "RAF, retrain = finetune", "RF, retrain = RAF,
+    retrain".
+    """
     if len({key for key, _ in members}) == 1:
         return f"{_label(members[0][0], several_d, several_L)}, {' = '.join(t for _, t in members)}"
     return " = ".join(f"{_label(key, several_d, several_L)}, {t}" for key, t in members)
 
 
 def _finish(fig: Figure, ax, ns: list[int], ylabel: str, title: str) -> Figure:
-    """The shared frame of both figures: n on a log axis with the grid's values as ticks, labels, the legend on the
-    right, a grid."""
+    """The shared frame of both figures.
+
+    n on a log axis with the grid's values as ticks, labels, the legend on the right, a grid.
+    """
     ax.set_xscale("log")
     ax.set_xticks(ns, [str(n) for n in ns])
     ax.xaxis.set_minor_locator(NullLocator())
@@ -85,9 +95,10 @@ def plot_words_vs_n(records: list[dict]) -> Figure:
 
 @styled
 def plot_flip_rates(records: list[dict], trainings: Iterable[str]) -> Figure:
-    """Share of reviews where some admissible real word flips the head, against n: one line per map and training
-    (re-trained solid, fine-tuned dashed, min-norm dotted); series with equal rates at every n share one line, whose
-    legend entry names them all ("RAF, retrain = finetune").
+    """Share of reviews where some admissible real word flips the head, against n.
+
+    One line per map and training (re-trained solid, fine-tuned dashed, min-norm dotted); series with equal rates at
+    every n share one line, whose legend entry names them all ("RAF, retrain = finetune").
 
     Args:
         records: words records with keys map, d, n, L and flipped_<training>.

@@ -1,5 +1,7 @@
-"""Word-sensitivity curves S against n, one curve per d or per depth L (the paper's Figures 2-3), and every map of a
-sweep on one log-log figure (`plot_ws_maps`).
+"""Word-sensitivity curves S against n.
+
+One curve per d or per depth L (the paper's Figures 2-3), and every map of a sweep on one log-log figure
+(`plot_ws_maps`).
 
 Importing the package wslight.plots first sets the Agg backend, so no screen is needed.
 """

@@ -1,5 +1,7 @@
-"""Probes of a real pre-trained encoder (BERT family): attention of a one-word edit, layer-wise relative change under
-an attention-attracting Delta, attention under Delta, and the real one-word edits nearest to Delta.
+"""Probes of a real pre-trained encoder (BERT family).
+
+Attention of a one-word edit, layer-wise relative change under an attention-attracting Delta, attention under Delta, and
+the real one-word edits nearest to Delta.
 
 Pure functions return tensors, dicts and flat JSON-serialisable `records`; figure functions return matplotlib Figures
 (saved by `wslight.tasks.save_figure`); `wslight.tasks` runs the probes as evaluations. Positions index

@@ -34,7 +34,8 @@ def attention_edit(
 
     Args:
         encoder: encoder name for `wslight.data.encoders.load_encoder`.
-        sentence_a, sentence_b: the two sentences; they must tokenise to the same number of tokens.
+        sentence_a: the first sentence; the two must tokenise to the same number of tokens.
+        sentence_b: the second sentence, one word changed.
         layer: attention layer, 0-based (0 = the first encoder layer, the paper's choice).
         head: one head (0-based) or None for the mean over all heads.
 
@@ -123,7 +124,8 @@ def attention_under_delta(
         delta_heads: first-layer heads that Delta targets: "shown" (= [head]), "all", an int or a list.
         method: "optimised" (projected gradient ascent) or "closed_form" (docs/theory.md §7.4).
         delta_norm: ||Delta||; None = ||x_position||.
-        steps, lr: of the projected gradient ascent.
+        steps: steps of the projected gradient ascent.
+        lr: step size of the projected gradient ascent.
 
     Returns:
         dict with `tokens` (all n, [CLS]/[SEP] included), `before`, `after` ((n, n), rows = queries, columns = keys),

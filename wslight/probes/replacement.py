@@ -84,7 +84,8 @@ def replacement_candidates(
     """Candidate real replacement tokens for the token at `position` (two pools of k, see the module docstring).
 
     Args:
-        model, tokenizer: the encoder.
+        model: the encoder.
+        tokenizer: the encoder's tokenizer.
         H0: (n, d) clean hidden_states[0].
         input_ids: (n,) token ids of the text.
         position: replaced position ([CLS] at 0).

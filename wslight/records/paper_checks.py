@@ -1,5 +1,6 @@
-"""The paper's checks (docs/theory.md §8), computed from the records of a run's results.jsonl files (never written by
-hand).
+"""The paper's checks (docs/theory.md §8).
+
+Computed from the records of a run's results.jsonl files (never written by hand).
 
 Each check returns a `Check` row: what is tested, the measured value, the expectation and PASS / FAIL, or N/A with
 the reason when the run holds no records it could be computed from.
@@ -37,10 +38,12 @@ def _na(id: str, what: str, expected: str, why: str) -> Check:
 
 
 def ws_of(records: list[dict], m: str) -> list[dict]:
+    """The word-sensitivity records of map `m`."""
     return [r for r in records if r.get("experiment") == "ws" and r.get("map") == m]
 
 
 def check_rf_feature_norm(ws: list[dict]) -> Check:
+    """Check 1: ReLU-RF's ||phi(X)||^2 / k is 0.5 within 5% (k = D >= 1e4)."""
     what, expected = "1. ReLU-RF: ||phi(X)||^2 / k", "0.5 +/- 5% (k = D >= 1e4)"
     recs = [r for r in ws_of(ws, "rf") if r["n"] * r["d"] >= 10_000]
     if not recs:
@@ -57,6 +60,7 @@ def check_rf_feature_norm(ws: list[dict]) -> Check:
 
 
 def check_rf_sqrt_n_flat(ws: list[dict]) -> Check:
+    """Check 2: RF's S * sqrt(n) is flat in n per d (max/min of the cell means < 1.2)."""
     what, expected = "2. RF: S * sqrt(n) flat in n, per d", "max/min of the cell means < 1.2"
     means = cell_means(ws_of(ws, "rf"), ("d", "n"), "ws_sqrt_n")
     if len({n for _, n in means}) < 2:
@@ -71,6 +75,7 @@ def check_rf_sqrt_n_flat(ws: list[dict]) -> Check:
 
 
 def check_rf_bound(ws: list[dict]) -> Check:
+    """Check 3: RF's S stays below its bound ||V^(i)||_op ||Delta|| / ||phi(X)|| in every trial."""
     what, expected = "3. RF: S <= ||V^(i)||_op ||Delta|| / ||phi(X)|| per trial", "every trial below its bound"
     recs = [r for r in ws_of(ws, "rf") if r.get("bound") is not None]
     if not recs:
@@ -82,6 +87,7 @@ def check_rf_bound(ws: list[dict]) -> Check:
 
 
 def check_deep_rf_decays(ws: list[dict]) -> Check:
+    """Check 4: DeepRF's S decays in n and stays below 0.5, per depth L."""
     what, expected = "4. DeepRF: S decays in n and stays small, per L", "S(n_max) < S(n_min) and every S < 0.5"
     means = cell_means(ws_of(ws, "deep_rf"), ("L", "n"), "ws")
     if len({n for _, n in means}) < 2:
@@ -96,6 +102,7 @@ def check_deep_rf_decays(ws: list[dict]) -> Check:
 
 
 def check_raf_flat(ws: list[dict]) -> Check:
+    """Check 5: RAF's S is of order 1 and flat in n, and at least 5x RF's at matched n."""
     what = "5. RAF: S of order 1 and flat in n; >= 5x RF at matched n"
     expected = "S(n_max)/S(n_min) >= 0.5 per d (1/sqrt(n) would give sqrt(n_min/n_max)); RAF/RF >= 5"
     raf = cell_means(ws_of(ws, "raf"), ("d", "n"), "ws")
@@ -119,6 +126,7 @@ def check_raf_flat(ws: list[dict]) -> Check:
 
 
 def check_relu_raf(ws: list[dict]) -> Check:
+    """Check 6: ReLU-RAF's S decays in n per d and is below RAF's at n >= 100."""
     what, expected = "6. ReLU-RAF: S decays in n, below RAF at n >= 100", "S(n_max) < S(n_min) per d; ReLU-RAF < RAF"
     relu = cell_means(ws_of(ws, "relu_raf"), ("d", "n"), "ws")
     raf = cell_means(ws_of(ws, "raf"), ("d", "n"), "ws")
@@ -137,6 +145,7 @@ def check_relu_raf(ws: list[dict]) -> Check:
 
 
 def check_on_boundary(ws: list[dict], doubled: list[dict]) -> Check:
+    """Check 7: the maximiser sits on the ball's boundary and S is stable when the step budget doubles."""
     what = "7. Optimiser: the maximiser sits on the ball's boundary; S stable when the step budget doubles"
     expected = "||Delta|| = radius (rel. 1e-3) in every trial; |S(2x) - S| / S < 5%"
     recs = [r for r in ws if r.get("experiment") == "ws"]
@@ -154,10 +163,12 @@ def check_on_boundary(ws: list[dict], doubled: list[dict]) -> Check:
 
 
 def attack_of(records: list[dict], m: str | None = None) -> list[dict]:
+    """The attack records, of map `m` only when given."""
     return [r for r in records if r.get("experiment") == "attack" and (m is None or r.get("map") == m)]
 
 
 def check_closed_forms(att: list[dict]) -> Check:
+    """Check 8: the closed forms give t1 = y for theta_f and theta_r, and ||P phi|| > 0."""
     what, expected = (
         "8. Closed forms: t1 = y for theta_f and theta_r; ||P phi|| > 0",
         "max |t1 - y| < 1e-6; proj_ratio > 0",
@@ -193,6 +204,7 @@ PAPER_MAX_N_OVER_D = 1300 / (40 * 768)
 
 
 def check_rf_cannot_flip(att: list[dict]) -> Check:
+    """Check 9: RF cannot flip: D1 stays on the side of y (every loss, both trainings) at the paper's N / D <= 0.042."""
     what, expected = (
         "9. RF cannot flip: D1 stays on the side of y (every loss, both trainings), at the paper's N / D <= 0.042",
         "flip rate <= 0.1, mean y*D1 > 0",
@@ -217,6 +229,7 @@ def check_rf_cannot_flip(att: list[dict]) -> Check:
 
 
 def check_raf_can_flip(att: list[dict]) -> Check:
+    """Check 10: RAF can flip with loss err (flip rate >= 0.5 and median err < 1; D0 reported too)."""
     what, expected = "10. RAF can flip with loss err (report D0 too)", "flip rate >= 0.5 and median err < 1"
     recs = [r for r in attack_of(att, "raf") if r["loss"] == "err"]
     if not recs:
@@ -233,6 +246,7 @@ def check_raf_can_flip(att: list[dict]) -> Check:
 
 
 def check_relu_raf_less_reliable(att: list[dict]) -> Check:
+    """Check 11: ReLU-RAF at n = 120 flips less reliably than RAF with loss err (median err ReLU-RAF >= RAF)."""
     what, expected = "11. ReLU-RAF at n = 120 flips less reliably than RAF (loss err)", "median err ReLU-RAF >= RAF"
     relu = [r for r in attack_of(att, "relu_raf") if r["loss"] == "err" and r["n"] == 120]
     raf = [r for r in attack_of(att, "raf") if r["loss"] == "err" and r["n"] == 120]
@@ -249,6 +263,7 @@ def check_relu_raf_less_reliable(att: list[dict]) -> Check:
 
 
 def check_attention_edit(probes: list[dict]) -> Check:
+    """Check 12 (Figure 1 left): the edited word draws more attention from 'love' (love->smile > love->much)."""
     what = "12. Figure 1 left: the edited word draws more attention from 'love' (love->smile > love->much)"
     expected = "contrast > 1 (BERT-Base values +/-0.02 need bert-base-uncased: configs/paper/probes)"
     recs = [r for r in probes if r.get("probe") == "attention_edit" and r.get("query_token_a") == "love"]
@@ -267,6 +282,10 @@ def check_attention_edit(probes: list[dict]) -> Check:
 
 
 def check_encoder_delta(probes: list[dict]) -> Check:
+    """Check 14: Delta's relative change of the encoder beats the Gaussian control at every layer >= 1.
+
+    The perturbed key's column is the largest after Delta.
+    """
     what = (
         "14. Encoder: Delta's relative change above the Gaussian control at every layer >= 1; perturbed key dominates"
     )
@@ -293,7 +312,10 @@ def check_encoder_delta(probes: list[dict]) -> Check:
 
 
 def _floor_percent(part: int, whole: int, decimals: int) -> str:
-    """part / whole as a percent rounded down (a share just under a threshold never shows as the threshold)."""
+    """The share part / whole as a percent rounded down.
+
+    A share just under a threshold never shows as the threshold.
+    """
     scaled = part * 100 * 10**decimals // whole
     return f"{scaled // 10**decimals}" + (f".{scaled % 10**decimals:0{decimals}d}" if decimals else "") + "%"
 
@@ -302,9 +324,12 @@ TIGHT_SHARE = 95  # percent of the records whose best a second chain confirmed
 
 
 def check_tightness(records: list[dict]) -> Check:
-    """Share of word-sensitivity records whose best a second chain confirmed (docs/theory.md §4.3). The attack's
-    share is shown beside it, not gated: its restarts descend on a loss whose minimisers are many (any Delta that
-    flips the sign ends near 0 loss at its own point), so a lone best restart there is no sign of a loose search."""
+    """Share of word-sensitivity records whose best a second chain confirmed (docs/theory.md §4.3).
+
+    The attack's share is shown beside it, not gated: its restarts descend on a loss whose minimisers are many (any
+    Delta that flips the sign ends near 0 loss at its own point), so a lone best restart there is no sign of a loose
+    search.
+    """
     what = "15. Tightness: share of word-sensitivity records whose best was confirmed by a second chain"
     expected = f">= {TIGHT_SHARE}%"
     # the ws searches and the attack's objectives record `chains` and `near_best` (docs/theory.md §4.3)
@@ -326,18 +351,22 @@ WORDS_FLIP_RARE = 0.10  # "rarely": the bar of check 9 for the continuous attack
 
 
 def words_of(records: list[dict], m: str) -> list[dict]:
+    """The one-word substitution records of map `m` that hold a `ws_words`."""
     return [r for r in records if r.get("experiment") == "words" and r.get("map") == m and r.get("ws_words")]
 
 
 def _words_cells(recs: list[dict]) -> dict[tuple, dict[str, float]]:
-    """{(d, n): mean S_words, mean S and the re-trained head's flip rate (NaN without heads)}: the columns of the
-    cell's row of `words_table` (one depth per map here)."""
+    """The columns of the cell's row of `words_table`, per cell (one depth per map here).
+
+    {(d, n): mean S_words, mean S and the re-trained head's flip rate (NaN without heads)}.
+    """
     rows = words_table(recs, ["retrain"])
     flip = lambda row: math.nan if row["flip_rate_retrain"] is None else row["flip_rate_retrain"]  # noqa: E731
     return {(row["d"], row["n"]): {"ws_words": row["ws_words"], "ws": row["ws"], "flip": flip(row)} for row in rows}
 
 
 def check_words_raf(words: list[dict]) -> Check:
+    """Check 16: RAF's best real word keeps order-1 sensitivity in n and flips the re-trained head in a clear share."""
     what = (
         "16. One real word, RAF: the best real word keeps order-1 sensitivity in n and flips the re-trained head in a "
         "clear share of reviews"
@@ -363,6 +392,10 @@ def check_words_raf(words: list[dict]) -> Check:
 
 
 def check_words_rf(words: list[dict]) -> Check:
+    """Check 17: RF's best real word's sensitivity shrinks like S and rarely flips the re-trained head.
+
+    At the paper's N / D <= 0.042.
+    """
     what = (
         "17. One real word, RF: the best real word's sensitivity shrinks like S and rarely flips the re-trained head "
         "(at the paper's N / D <= 0.042)"
@@ -411,8 +444,11 @@ ATTACK_CHECKS: list[Callable[[list[dict]], Check]] = [
 def all_checks(
     ws: list[dict], doubled: list[dict], attack: list[dict], probes: list[dict], words: list[dict] | None = None
 ) -> list[Check]:
-    """Every check of docs/theory.md §8 the records allow, in the paper's order (13, Llama-2, is never applicable),
-    then the tightness of the ws and attack searches (15) and one real word (16-17, docs/theory.md §13)."""
+    """Every check of docs/theory.md §8 the records allow.
+
+    In the paper's order (13, Llama-2, is never applicable), then the tightness of the ws and attack searches (15) and
+    one real word (16-17, docs/theory.md §13).
+    """
     rows = [c(ws) for c in WS_CHECKS] + [check_on_boundary(ws, doubled)] + [c(attack) for c in ATTACK_CHECKS]
     rows += [check_attention_edit(probes)]
     rows.append(
@@ -430,6 +466,7 @@ def all_checks(
 
 
 def checks_markdown(rows: list[Check]) -> str:
+    """The checks table as markdown: check, measured, expected, status."""
     lines = ["| check | measured | expected | status |", "|---|---|---|---|"]
     cell = lambda text: text.replace("|", "\\|")  # noqa: E731  pipes (norms) would split the markdown cell
     lines += [f"| {cell(c.what)} | {cell(c.measured)} | {cell(c.expected)} | **{c.status}** |" for c in rows]

@@ -219,6 +219,7 @@ class ResultsFile:
             )
 
     def finished_keys(self, repair: bool = False) -> set[str]:
+        """The `trial_key`s of this run's finished trials (`records`, with the same `repair`)."""
         return {str(r["trial_key"]) for r in self.records(repair=repair)}
 
     def append(self, records: Iterable[dict]) -> int:
@@ -313,8 +314,11 @@ class RunLock:
             return False
 
     def release(self) -> None:
-        """Remove the lock file and release the lock (a second process that opened the file meanwhile holds an
-        unlinked file and retries its own check: `acquire` compares the open file with the path)."""
+        """Remove the lock file and release the lock.
+
+        A second process that opened the file meanwhile holds an unlinked file and retries its own check: `acquire`
+        compares the open file with the path.
+        """
         if self._file is not None:
             with contextlib.suppress(OSError):
                 self.path.unlink()  # while still locked: no other process can hold the lock of this file now

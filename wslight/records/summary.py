@@ -51,8 +51,11 @@ def trusted(records: list[dict], label: str, required: tuple[str, ...]) -> list[
 
 
 def cell_table(records: list[dict], keys: tuple[str, ...], value: str) -> list[dict]:
-    """Mean, sd (n-1) and count of `value` per cell of `keys`, sorted by the keys; the search's `evidence` columns
-    (mean `chains`, `confirmed` share) sit before the count when the records carry its fields."""
+    """Mean, sd (n-1) and count of `value` per cell of `keys`, sorted by the keys.
+
+    The search's `evidence` columns (mean `chains`, `confirmed` share) sit before the count when the records carry its
+    fields.
+    """
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         if r.get(value) is not None:
@@ -85,8 +88,10 @@ def markdown_table(rows: list[dict], digits: int = 4) -> str:
 
 
 def write_summary(out_dir: str | Path, rows: list[dict], caption: str = "", after: str = "", digits: int = 4) -> Path:
-    """Write a run's summary.md: `caption`, what the table's evidence columns mean (`evidence_note`), the markdown
-    table of `rows`, then `after` (more text or tables).
+    """Write a run's summary.md.
+
+    `caption`, what the table's evidence columns mean (`evidence_note`), the markdown table of `rows`, then `after`
+    (more text or tables).
 
     Args:
         out_dir: the run's folder (beside results.jsonl).
@@ -123,15 +128,19 @@ def mean_chains(records: list[dict]) -> float | None:
 
 
 def evidence_columns(records: list[dict]) -> tuple[str, ...]:
-    """The evidence columns a table of `records` gets: "chains" and "confirmed" for the fields some record carries
-    (older records carry neither: no columns)."""
+    """The evidence columns a table of `records` gets.
+
+    "chains" and "confirmed" for the fields some record carries (older records carry neither: no columns).
+    """
     has = lambda field: any(r.get(field) is not None for r in records)  # noqa: E731
     return tuple(col for col, field in (("chains", "chains"), ("confirmed", "near_best")) if has(field))
 
 
 def evidence(records: list[dict], columns: tuple[str, ...]) -> dict[str, float | None]:
-    """{column: value} of a group of records for the `columns` (of `evidence_columns`): mean `chains`, `confirmed`
-    share; None where no record of the group carries the field."""
+    """{column: value} of a group of records for the `columns` (of `evidence_columns`).
+
+    Mean `chains`, `confirmed` share; None where no record of the group carries the field.
+    """
     values = {"chains": mean_chains, "confirmed": confirmed_share}
     return {col: values[col](records) for col in columns}
 
@@ -234,8 +243,11 @@ def attack_stats(records: list[dict]) -> dict[str, float]:
 
 
 def attack_table(records: list[dict]) -> list[dict]:
-    """One row per (map, n, N, training, loss, p) of trusted attack records: count, `attack_stats` and the search's
-    `evidence` (mean chains, confirmed share of the objective's best) when the records carry its fields."""
+    """One row per (map, n, N, training, loss, p) of trusted attack records.
+
+    Count, `attack_stats` and the search's `evidence` (mean chains, confirmed share of the objective's best) when the
+    records carry its fields.
+    """
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         cells[tuple(r[k] for k in ATTACK_KEYS)].append(r)
@@ -277,8 +289,9 @@ def _head_label(head: object) -> str:
 
 
 def attention_edit_table(records: list[dict]) -> tuple[str, list[dict]]:
-    """(caption, rows) of the attention-edit probe: per token, the attention it receives (mean over the queries) in
-    the two sentences and their difference.
+    """(caption, rows) of the attention-edit probe.
+
+    Per token, the attention it receives (mean over the queries) in the two sentences and their difference.
 
     Args:
         records: the probe's records, one per (query, key) cell (`wslight.probes.attention_edit`).
@@ -306,8 +319,10 @@ def attention_edit_table(records: list[dict]) -> tuple[str, list[dict]]:
 
 
 def attention_under_delta_table(records: list[dict], top: int = 8) -> tuple[str, list[dict]]:
-    """(caption, rows) of the attention-under-Delta probe: the keys that receive the most attention after the move
-    (mean over the queries), before and after, the moved token always among them.
+    """(caption, rows) of the attention-under-Delta probe.
+
+    The keys that receive the most attention after the move (mean over the queries), before and after, the moved token
+    always among them.
 
     Args:
         records: the probe's records, one per (query, key) cell (`wslight.probes.attention_under_delta`).

@@ -1,5 +1,7 @@
-"""Summaries of one-word substitution records (experiment="words", docs/theory.md §13): the per-cell table and the
-words themselves. Plain Python on dicts: no torch, no Lightning."""
+"""Summaries of one-word substitution records (experiment="words", docs/theory.md §13).
+
+The per-cell table and the words themselves. Plain Python on dicts: no torch, no Lightning.
+"""
 
 from __future__ import annotations
 
@@ -19,10 +21,13 @@ def with_heads(records: list[dict], training: str) -> list[dict]:
 
 
 def words_table(records: list[dict], trainings: Iterable[str]) -> list[dict]:
-    """One row per (map, d, n, L): the mean discrete S_words, the mean continuous S of the same reviews and maps, the
-    mean of their per-trial ratio, the mean distance of the best words (in units of sqrt(d)), the continuous search's
-    evidence and, per training with heads, the flip rate: the share of reviews where some admissible word flips the
-    head (`with_heads`: trials whose Gram was ill-conditioned left out)."""
+    """One row per (map, d, n, L) of one-word substitution records.
+
+    The mean discrete S_words, the mean continuous S of the same reviews and maps, the mean of their per-trial ratio,
+    the mean distance of the best words (in units of sqrt(d)), the continuous search's evidence and, per training with
+    heads, the flip rate: the share of reviews where some admissible word flips the head (`with_heads`: trials whose
+    Gram was ill-conditioned left out).
+    """
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         cells[tuple(r[k] for k in WORDS_KEYS)].append(r)
@@ -47,8 +52,10 @@ def words_table(records: list[dict], trainings: Iterable[str]) -> list[dict]:
 
 
 def words_slopes(records: list[dict]) -> list[dict]:
-    """Per (map, d): the slope of log S and of log S_words against log n (`slope_table`: least squares over every
-    trial, 95% interval), side by side: -0.5 is the 1/sqrt(n) law, 0 order-1 sensitivity."""
+    """Per (map, d): the slope of log S and of log S_words against log n, side by side.
+
+    `slope_table`: least squares over every trial, 95% interval; -0.5 is the 1/sqrt(n) law, 0 order-1 sensitivity.
+    """
     fmt = lambda row: f"{row['slope']:+.2f} [{row['ci_low']:+.2f}, {row['ci_high']:+.2f}]"  # noqa: E731
     cont = {(r["map"], r["d"]): r for r in slope_table(records)}
     disc = {(r["map"], r["d"]): r for r in slope_table([{**r, "ws": r["ws_words"]} for r in records])}
@@ -68,8 +75,10 @@ def top_words(records: list[dict], field: str, k: int = TOP_WORDS) -> dict[str, 
 
 
 def top_words_markdown(records: list[dict], trainings: Iterable[str]) -> str:
-    """The words themselves: per map, the most frequent best words and, per training, flipping words (with counts
-    over the map's records)."""
+    """The words themselves.
+
+    Per map, the most frequent best words and, per training, flipping words (with counts over the map's records).
+    """
     fields = [("word", "best word (largest change of phi)")]
     fields += [(f"flip_word_{t}", f"flipping word of the {t} head") for t in trainings]
     lines = ["Most frequent words per map, over its records (count in brackets):", ""]
