@@ -78,6 +78,7 @@ class RandomAttentionFeatures(_RandomAttentionBase):
     search_defaults: ClassVar[dict[str, Any]] = {"chains_per_round": 6, "max_chains": 64, "max_steps": 60}
 
     def attention(self, S: torch.Tensor) -> torch.Tensor:
+        """Row-wise softmax of the scores: (B, n, n) -> (B, n, n)."""
         # Paper: Eq. (raf), row-wise softmax; torch subtracts the row max, so huge scores stay finite
         return torch.softmax(S, dim=-1)
 
@@ -102,6 +103,7 @@ class ReLUAttentionFeatures(_RandomAttentionBase):
     search_defaults: ClassVar[dict[str, Any]] = {"chains_per_round": 12, "max_chains": 256}
 
     def attention(self, S: torch.Tensor) -> torch.Tensor:
+        """ReLU of the scores divided by the row sum (1 where it is 0): (B, n, n) -> (B, n, n)."""
         R = torch.relu(S)  # (B, n, n)
         row_sum = R.sum(dim=-1, keepdim=True)  # (B, n, 1)
         # Paper (authors' code): a zero row sum is replaced by 1, giving a zero attention row
@@ -187,11 +189,14 @@ class AttentionMove(TokenMove):
 
     @classmethod
     def chain_elements(cls, maps, B, n, d):
+        """Rough working memory, in elements, per chain and per position of one trial (sizes the search's chunks)."""
         return 12 * n + 8 * d, B * (3 * n * n + 5 * n * d)
 
     def _starts(self, P: int, W: Tensor, XWt: Tensor) -> torch.Tensor:
         """Structured starts (docs/theory.md §4): attract every query onto key i, or steer query i onto one key m.
-        W (T, d, d) the maps' weights, XWt (T, B, n, d) the rows (W x_j)^T."""
+
+        W (T, d, d) the maps' weights, XWt (T, B, n, d) the rows (W x_j)^T.
+        """
         d = W.shape[-1]
         xbar = self.X0.mean(dim=2)  # (T, B, d)
         attract = per_trial(xbar, W)  # (T, B, d) = (W^T xbar)^T
@@ -207,8 +212,10 @@ class AttentionMove(TokenMove):
         return starts
 
     def _self_capture(self, XWt: Tensor, attract: Tensor) -> Tensor:
-        """ReLU-RAF starts where query i attends to itself alone (docs/theory.md §4.3): its output row becomes the moved
-        token y = x_i + Delta, the largest change of that row, and the other rows' weight on key i stays free.
+        """ReLU-RAF starts where query i attends to itself alone (docs/theory.md §4.3).
+
+        Its output row becomes the moved token y = x_i + Delta, the largest change of that row, and the other rows'
+        weight on key i stays free.
 
         From radius * unit(mix x_i/||x_i|| + (1 - mix) attract), for each mix of `token_mixes`, projected steps
         on the capture penalty push every other key's score below zero and the self score above it (the "captured"
@@ -234,9 +241,11 @@ class AttentionMove(TokenMove):
         return torch.cat([delta, captured], dim=3) / radius
 
     def _capture_step(self, XWt: Tensor, delta: Tensor, margin: float) -> tuple[Tensor, Tensor]:
-        """The unit descent direction of the capture penalty sum_{j != i} relu(r_j + margin)^2 + relu(margin -
-        r_ii)^2 (r_j the scores of query i, r_ii its self score) at delta (T, B, P, K, d), and whether it is > 0
-        there ((T, B, P, K, 1) bool)."""
+        """The unit descent direction of the capture penalty at delta, and whether the penalty is > 0 there.
+
+        The penalty is sum_{j != i} relu(r_j + margin)^2 + relu(margin - r_ii)^2 (r_j the scores of query i, r_ii its
+        self score); delta (T, B, P, K, d) -> direction, (T, B, P, K, 1) bool.
+        """
         T, B, n, _ = XWt.shape
         y = self.xi[:, :, :, None] + delta
         r = _rows_dot(XWt / self.sq, y)  # (T, B, P, K, n), query i's scores of the keys j
@@ -249,9 +258,11 @@ class AttentionMove(TokenMove):
         return grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-30), outside
 
     def _project(self, y: torch.Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """y's products with the rows of K in one matmul: the scores t_l = x_l^T W y / sqrt(d) of the moved key,
-        e_l.y and u_l.y, and the scores r_j = (W x_j)^T y / sqrt(d) of the moved query: (T, B, P, R, d) -> 4 x
-        (T, B, P, R, n)."""
+        """The products of y with the rows of K in one matmul.
+
+        The scores t_l = x_l^T W y / sqrt(d) of the moved key, e_l.y and u_l.y, and the scores r_j = (W x_j)^T y /
+        sqrt(d) of the moved query: (T, B, P, R, d) -> 4 x (T, B, P, R, n).
+        """
         T, B, P, R, d = y.shape
         K = self.K.reshape(T * B * P, -1, d)
         proj = (y.reshape(T * B * P, R, d) @ K.transpose(1, 2)).reshape(T, B, P, R, 4, -1)
@@ -264,8 +275,10 @@ class AttentionMove(TokenMove):
         return (coef.reshape(T * B * P, R, -1) @ self.K.reshape(T * B * P, *self.K.shape[-2:])).reshape(T, B, P, R, -1)
 
     def _key_weight(self, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """a_l, the weight of the moved key i in every row l != i, and da_l / dt_l, from its scores t_l:
-        (T, B, P, R, n) -> (T, B, P, R, n) twice."""
+        """a_l, the weight of the moved key i in every row l != i, and da_l / dt_l, from its scores t_l.
+
+        (T, B, P, R, n) -> (T, B, P, R, n) twice.
+        """
         if self.relu:
             assert self.c is not None  # set for ReLU-RAF
             c = self.c[:, :, :, None, :]
@@ -279,9 +292,11 @@ class AttentionMove(TokenMove):
         return a, a * (1 - a)
 
     def _row_i(self, r: Tensor, y: Tensor, delta: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
-        """The new output row i, sum_j w_j x'_j with x'_i = y, from the query's scores r (entry i unused); also its
-        attention row w, Ws y and (ReLU) 1 / row sum: (T, B, P, R, n), (T, B, P, R, d) x 2 -> (T, B, P, R, d),
-        (T, B, P, R, n), (T, B, P, R, d), (T, B, P, R, 1) or None."""
+        """The new output row i, sum_j w_j x'_j with x'_i = y, from the query's scores r (entry i unused).
+
+        Also its attention row w, Ws y and (ReLU) 1 / row sum: (T, B, P, R, n), (T, B, P, R, d) x 2 -> (T, B, P, R, d),
+        (T, B, P, R, n), (T, B, P, R, d), (T, B, P, R, 1) or None.
+        """
         T, B, P, R, d = y.shape
         n = self.X0.shape[2]
         h = per_trial(y, self.Ws)  # (T, B, P, R, d) @ (T, d, d) -> (T, B, P, R, d)
@@ -310,14 +325,17 @@ class AttentionMove(TokenMove):
         return y, a, da, lin, quad, rows, self._row_i(r, y, delta)
 
     def change_sq(self, delta: torch.Tensor) -> torch.Tensor:
+        """||phi(X^i(Delta)) - phi(X)||^2 in closed form: (T, B, P, R, d) -> (T, B, P, R)."""
         # Paper: Eq. (raf), softmax(X' W X'^T / sqrt(d)) X' with X' = X + e_i Delta^T (ReLU-RAF: its normalisation)
         _, _, _, _, _, rows, (out_i, _, _, _) = self._parts(delta)
         f_i = (out_i - self.Oi[:, :, :, None]).pow(2).sum(-1)  # (T, B, P, R)
         return rows.sum(-1) + f_i  # the expansion may round a zero to a tiny negative: callers clamp before a sqrt
 
     def value_and_grad(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`change_sq` and its gradient in Delta in closed form, one d x d product per chain (docs/theory.md §3.4):
-        (T, B, P, R, d) -> (T, B, P, R), (T, B, P, R, d)."""
+        """`change_sq` and its gradient in Delta in closed form, one d x d product per chain (docs/theory.md §3.4).
+
+        (T, B, P, R, d) -> (T, B, P, R), (T, B, P, R, d).
+        """
         y, a, da, lin, quad, rows, (out_i, w, h, inv_s) = self._parts(delta)
         e_i = out_i - self.Oi[:, :, :, None]  # (T, B, P, R, d)
         f = rows.sum(-1) + e_i.pow(2).sum(-1)
@@ -338,8 +356,10 @@ class AttentionMove(TokenMove):
         return f, g
 
     def curvature_product(self, v: torch.Tensor) -> torch.Tensor:
-        """H v for the Hessian H = 2 J^T J of `change_sq` at Delta = 0 (J: the Jacobian of the features in Delta
-        there), in closed form, O(n d + d^2) per vector: (T, B, P, R, d) -> (T, B, P, R, d)."""
+        """H v for the Hessian H = 2 J^T J of `change_sq` at Delta = 0, in closed form, O(n d + d^2) per vector.
+
+        J is the Jacobian of the features in Delta there: (T, B, P, R, d) -> (T, B, P, R, d).
+        """
         zero = torch.zeros_like(v)
         y, a, da, _, quad, _, (_, w, h, inv_s) = self._parts(zero)  # at the clean token: quad_l = ||x_i - u_l||^2
         tv, _, uv, rv = self._project(v)
@@ -361,8 +381,10 @@ class AttentionMove(TokenMove):
         return 2 * Hv
 
     def _weights_forward(self, w: Tensor, inv_s: Tensor | None, dr: Tensor) -> Tensor:
-        """M dr for the Jacobian M = dw/dr of the attention row w: softmax diag(w) - w w^T; ReLU (diag(m) - w m^T) / s
-        with m = 1[r > 0] and s the row sum: (..., n) -> (..., n)."""
+        """M dr for the Jacobian M = dw/dr of the attention row w.
+
+        Softmax diag(w) - w w^T; ReLU (diag(m) - w m^T) / s with m = 1[r > 0] and s the row sum: (..., n) -> (..., n).
+        """
         if self.relu:
             assert inv_s is not None  # `_row_i` gives it for ReLU-RAF
             dr = torch.where(w > 0, dr, torch.zeros_like(dr))
@@ -378,8 +400,10 @@ class AttentionMove(TokenMove):
         return w * centred
 
     def select_trials(self, idx: torch.Tensor) -> AttentionMove:
-        """The same algebra for the trials idx only (their tensors copied), for a search that has finished the
-        others."""
+        """The same algebra for the trials idx only (their tensors copied).
+
+        For a search that has finished the others.
+        """
         token = AttentionMove.__new__(AttentionMove)
         token.__dict__.update(self.__dict__)
         idx = idx.to(self.X0.device)
@@ -390,16 +414,21 @@ class AttentionMove(TokenMove):
         return token
 
     def change_sq_and_readout(self, delta: torch.Tensor, H: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Both closed forms from one pass over the moved token's products (no features formed); the same numbers as
-        `change_sq` and `readout` called apart."""
+        """Both closed forms from one pass over the moved token's products (no features formed).
+
+        The same numbers as `change_sq` and `readout` called apart.
+        """
         y, a, _, _, _, rows, (out_i, _, _, _) = self._parts(delta)
         f_i = (out_i - self.Oi[:, :, :, None]).pow(2).sum(-1)
         read, h_i = self._rows_read(y, a * self.keep, H)
         return rows.sum(-1) + f_i, read + out_i @ h_i
 
     def readout(self, delta: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
-        """phi(X^i(Delta))^T h without forming the features: row l != i gives u_l.h_l + a_l (y.h_l - u_l.h_l), row i
-        its new output . h_i (docs/theory.md §3.4): (T, B, P, R, d), H (T, B, n d, C) -> (T, B, P, R, C)."""
+        """phi(X^i(Delta))^T h without forming the features (docs/theory.md §3.4).
+
+        Row l != i gives u_l.h_l + a_l (y.h_l - u_l.h_l), row i its new output . h_i: (T, B, P, R, d), H (T, B, n d, C)
+        -> (T, B, P, R, C).
+        """
         y = self.xi[:, :, :, None, :] + delta
         t, _, _, r = self._project(y)
         a = self._key_weight(t)[0] * self.keep  # (T, B, P, R, n), 0 in row i
@@ -409,8 +438,10 @@ class AttentionMove(TokenMove):
         return read + out_i @ h_i  # (T, B, P, R, d) @ (T, B, P, d, C)
 
     def _rows_read(self, y: Tensor, a: Tensor, H: Tensor) -> tuple[Tensor, Tensor]:
-        """The read-out of the rows l != i from the moved token y (T, B, P, R, d) and its key weights a (0 in row
-        i): (T, B, P, R, C), and h_i (T, B, P, d, C) for row i."""
+        """The read-out of the rows l != i from the moved token y and its key weights a, and h_i for row i.
+
+        y (T, B, P, R, d), a 0 in row i: -> (T, B, P, R, C), and h_i (T, B, P, d, C).
+        """
         T, B, P, R, d = y.shape
         n, C = self.X0.shape[2], H.shape[-1]
         cached = getattr(self, "_readout_of", None)
@@ -424,6 +455,10 @@ class AttentionMove(TokenMove):
         return uh.sum(3)[:, :, :, None] + (a[..., None] * (yh - uh[:, :, :, None])).sum(4), h_i
 
     def features(self, delta: torch.Tensor) -> torch.Tensor:
+        """phi(X^i(Delta)) in closed form: (T, B, P, R, d) -> (T, B, P, R, n d).
+
+        Row i is recomputed, the other rows are updated.
+        """
         y = self.xi[:, :, :, None, :] + delta  # (T, B, P, R, d)
         t, _, _, r = self._project(y)
         a = self._key_weight(t)[0][..., None]  # (T, B, P, R, n, 1)

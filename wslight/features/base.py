@@ -71,6 +71,7 @@ class FeatureMap(nn.Module):
 
     @property
     def weight_device(self) -> torch.device:
+        """The device of the map's weights (the CPU for a map without buffers)."""
         for t in self.buffers():
             return t.device
         return torch.device("cpu")
@@ -105,8 +106,10 @@ def _construct(cls: Any, **given: Any) -> Any:
 
 
 class TokenwiseMap(FeatureMap):
-    """A map with one d-dimensional output row per token (p = n d) that accepts any number of tokens (attention
-    layers): `n` is None unless fixed, and a sweep's map serves every n of its grid."""
+    """A map with one d-dimensional output row per token (p = n d) that accepts any number of tokens.
+
+    Attention layers, for example: `n` is None unless fixed, and a sweep's map serves every n of its grid.
+    """
 
     def set_dims(self, d: int, n: int | None) -> None:
         """Check and keep d and the optional fixed n (None: any number of tokens)."""
@@ -114,6 +117,7 @@ class TokenwiseMap(FeatureMap):
         self.n = None if n is None else validate.positive_int("n", n)
 
     def out_dim(self, n: int | None = None) -> int:
+        """Size p = n d of phi(X) for n tokens (None: the map's own n, which must then be fixed)."""
         n = self.n if n is None else n
         if n is None:
             raise ValueError("n: this map accepts any number of tokens; give n to out_dim")
@@ -233,8 +237,10 @@ def resolve_map(entry: Any, key: str = "maps") -> MapEntry:
 
 
 def resolve_maps(entries: Any, key: str = "maps") -> list[MapEntry]:
-    """Every entry of a non-empty list resolved (`resolve_map`), in order; two different maps under one record name
-    are refused (the records could not tell them apart)."""
+    """Every entry of a non-empty list resolved (`resolve_map`), in order.
+
+    Two different maps under one record name are refused (the records could not tell them apart).
+    """
     if isinstance(entries, (str, dict)) or not isinstance(entries, (list, tuple)) or not entries:
         raise ValueError(f"{key} must be a non-empty list of values in {sorted(MAPS)} or dotted paths, got {entries!r}")
     out = [resolve_map(entry, key) for entry in entries]

@@ -116,6 +116,7 @@ class DeepRandomFeatures(FeatureMap):
         self.Vs = nn.ModuleList(layers)
 
     def out_dim(self, n: int | None = None) -> int:
+        """Size p of phi(X): the width of the last layer, whatever n."""
         return self.width
 
     def weights(self) -> list[torch.Tensor]:
@@ -146,6 +147,7 @@ class DeepRandomFeatures(FeatureMap):
         return h
 
     def extra_repr(self) -> str:
+        """The map's sizes and seed for its repr."""
         return f"n={self.n}, d={self.d}, depth={self.depth}, width={self.width}, seed={self.seed}"
 
 
@@ -191,8 +193,11 @@ class DeepRFMove(TokenMove):
     def from_preactivations(
         cls, z1_64: torch.Tensor, blocks: torch.Tensor, deeper: list[torch.Tensor], dtype: torch.dtype
     ) -> DeepRFMove:
-        """The algebra of T maps known through their first layer's z1 (T, B, width) float64 and blocks
-        (T, P, width, d), and their deeper layers [(T, width, width)] (e.g. `fresh_deeper_layers`)."""
+        """The algebra of T maps known through their first layer and their deeper layers.
+
+        The first layer through its z1 (T, B, width) float64 and blocks (T, P, width, d), the deeper layers as [(T,
+        width, width)] (e.g. `fresh_deeper_layers`).
+        """
         token = cls.__new__(cls)
         TokenMove.__init__(token, [], z1_64, [], dtype)
         with torch.no_grad():
@@ -200,6 +205,7 @@ class DeepRFMove(TokenMove):
         return token
 
     def law_twin(self, dtype: torch.dtype) -> DeepRFMove | None:
+        """The same algebra in another dtype for maps drawn from their law; None for built maps."""
         # the layers hold the drawn values (float32) exactly, z1 is float64: the twin is the algebra `dtype` would get
         if self.maps or getattr(self, "_z1_64", None) is None:
             return None
@@ -207,12 +213,15 @@ class DeepRFMove(TokenMove):
 
     @property
     def exact64(self):
+        """The float64 values of candidate moves (`TokenMove.exact64`) when z1 is known in float64, else None."""
         return self._exact64 if getattr(self, "_z1_64", None) is not None else None
 
     def _exact64(self, delta: torch.Tensor, j: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """S in float64 of K candidates per sample, delta (T, B, K, d) at positions j (T, B, K), from the float64
-        first layer and one pass of the clean and the K moved samples through the deeper layers (each weight cast
-        to float64 once, in row chunks): -> (T, B, K) twice."""
+        """S in float64 of K candidates per sample, delta (T, B, K, d) at positions j (T, B, K): -> (T, B, K) twice.
+
+        From the float64 first layer and one pass of the clean and the K moved samples through the deeper layers (each
+        weight cast to float64 once, in row chunks).
+        """
         T, B, K = j.shape
         V1 = self.V1[torch.arange(T)[:, None, None], j.to(self.V1.device)].to(torch.float64)  # (T, B, K, width, d)
         z1 = self._z1_64[:, :, None] + (V1 @ delta.to(V1)[..., None])[..., 0]  # (T, B, K, width)
@@ -224,15 +233,19 @@ class DeepRFMove(TokenMove):
 
     @classmethod
     def supports(cls, maps) -> bool:
+        """Whether one instance can serve all these maps: they share one depth."""
         return len({m.depth for m in maps}) == 1
 
     @classmethod
     def chain_elements(cls, maps, B, n, d):
+        """Rough working memory, in elements, per chain and per position of one trial (sizes the search's chunks)."""
         return 4 * maps[0].width * maps[0].depth, maps[0].width * d
 
     def _layer(self, h: torch.Tensor, V: torch.Tensor, transpose: bool = False) -> torch.Tensor:
-        """h[t] @ V[rows[t]]^T (the layer's forward; with `transpose`, h[t] @ V[rows[t]], its backward), one
-        product per trial: (T, ..., width) -> (T, ..., width)."""
+        """h[t] @ V[rows[t]]^T (the layer's forward), one product per trial: (T, ..., width) -> (T, ..., width).
+
+        With `transpose`, h[t] @ V[rows[t]], its backward.
+        """
         w = h.shape[-1]
         out = [h[t].reshape(-1, w) @ (V[r] if transpose else V[r].T) for t, r in enumerate(self.rows.tolist())]
         return torch.stack(out).reshape(h.shape)
@@ -250,6 +263,7 @@ class DeepRFMove(TokenMove):
         return (flat @ self.V1).reshape(T, P, B, R, -1).permute(0, 2, 1, 3, 4)  # (T, P, B R, w) @ (T, P, w, d)
 
     def features(self, delta: torch.Tensor) -> torch.Tensor:
+        """phi(X^i(Delta)), the first layer by the token-move identity: (T, B, P, R, d) -> (T, B, P, R, width)."""
         # first layer: the token-move identity of RF; deeper layers: full matrices
         h = torch.relu(self.z1[:, :, None, None] + self._moved(delta))
         for V in self.deeper:
@@ -257,8 +271,10 @@ class DeepRFMove(TokenMove):
         return h
 
     def value_and_grad(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`change_sq` and its gradient in Delta by hand-written backpropagation through the L layers (no autograd
-        graph; docs/theory.md §3.3): (T, B, P, R, d) -> (T, B, P, R), (T, B, P, R, d)."""
+        """`change_sq` and its gradient in Delta by hand-written backpropagation through the L layers.
+
+        No autograd graph (docs/theory.md §3.3): (T, B, P, R, d) -> (T, B, P, R), (T, B, P, R, d).
+        """
         pre = [self.z1[:, :, None, None] + self._moved(delta)]  # every layer's pre-activation, (T, B, P, R, width)
         h = torch.relu(pre[0])
         for V in self.deeper:
@@ -272,8 +288,11 @@ class DeepRFMove(TokenMove):
         return f, self._moved_back(torch.where(pre[0] > 0, g, torch.zeros_like(g)))
 
     def curvature_product(self, v: torch.Tensor) -> torch.Tensor:
-        """H v for the Hessian H = 2 J^T J of `change_sq` at Delta = 0 (J: the Jacobian of the features there; the
-        ReLUs are linear almost everywhere), one pass forward and one back: (T, B, P, R, d) -> (T, B, P, R, d)."""
+        """H v for the Hessian H = 2 J^T J of `change_sq` at Delta = 0, one pass forward and one back.
+
+        J is the Jacobian of the features there (the ReLUs are linear almost everywhere): (T, B, P, R, d) -> (T, B, P,
+        R, d).
+        """
         on = [m[:, :, None, None] for m in self.on]  # (T, B, 1, 1, width) each
         u = self._through_active(torch.where(on[0], self._moved(v), torch.zeros(())))  # (T, B, P, R, width): J v
         for k in range(len(self.deeper), 0, -1):
@@ -281,15 +300,19 @@ class DeepRFMove(TokenMove):
         return 2 * self._moved_back(u)
 
     def _through_active(self, u: torch.Tensor) -> torch.Tensor:
-        """u (T, B, ..., width), a change of the first layer's output, through the deeper layers linearised at the
-        clean sample (each layer's inactive units zeroed): the deeper part of J."""
+        """The deeper part of J: a change u of the first layer's output through the deeper layers, linearised.
+
+        u (T, B, ..., width) goes through the layers linearised at the clean sample (each layer's inactive units
+        zeroed).
+        """
         for V, mask in zip(self.deeper, self.on[1:]):
             mask = mask.reshape(*mask.shape[:2], *[1] * (u.dim() - 3), -1)  # (T, B, 1, ..., width)
             u = torch.where(mask, self._layer(u, V), torch.zeros(()))
         return u
 
     def top_curvature(self, v: torch.Tensor) -> torch.Tensor:
-        """The exact top eigenvector of the Hessian 2 J^T J at Delta = 0, signed to agree with the start vector v:
+        """The exact top eigenvector of the Hessian 2 J^T J at Delta = 0, signed to agree with the start vector v.
+
         (T, B, P, 1, d) -> (T, B, P, 1, d) unit vectors (docs/theory.md §4.2).
 
         J (width x d per sample and position) is pushed through the layers as d columns at once: one pass in which
@@ -308,8 +331,10 @@ class DeepRFMove(TokenMove):
         return torch.stack(out, dim=2)[:, :, :, None]  # (T, B, P, 1, d)
 
     def select_trials(self, idx: torch.Tensor) -> DeepRFMove:
-        """The algebra of the trials idx only (the search leaves its finished trials out); the deeper layers are not
-        copied, `rows` points into them."""
+        """The algebra of the trials idx only (the search leaves its finished trials out).
+
+        The deeper layers are not copied, `rows` points into them.
+        """
         token = DeepRFMove.__new__(DeepRFMove)
         TokenMove.__init__(
             token, [self.maps[i] for i in idx.tolist()] if self.maps else [], self.z1, self.positions, self.dtype
@@ -347,8 +372,10 @@ def fresh_deeper_layers(
 
 
 def deeper_forward64(h: torch.Tensor, deeper: list[torch.Tensor], rows: torch.Tensor | None = None) -> torch.Tensor:
-    """relu through the deeper layers in float64, trial t by the weights deeper[k][rows[t]] (rows None: t):
-    (T, M, width) -> (T, M, width)."""
+    """The ReLU layers of the deeper part in float64, trial t by the weights deeper[k][rows[t]] (rows None: t).
+
+    (T, M, width) -> (T, M, width).
+    """
     index = range(h.shape[0]) if rows is None else rows.tolist()
     for V in deeper:
         h = torch.relu(torch.stack([matmul64(h[t], V[r]) for t, r in enumerate(index)]))

@@ -1,5 +1,6 @@
-"""Random attention with an element-wise score function: linear (un-normalised) and sigmoid attention
-(docs/theory.md §12.2).
+"""Random attention with an element-wise score function.
+
+Linear (un-normalised) and sigmoid attention (docs/theory.md §12.2).
 
 RAF's scores S = X W X^T / sqrt(d) and W (same seed, same W as RAF), with the row-wise softmax replaced by a function
 applied to each score on its own, so a row of the attention matrix is not normalised.
@@ -37,6 +38,7 @@ class LinearAttentionFeatures(_ElementwiseAttention):
     """
 
     def score(self, S: torch.Tensor, n: int) -> torch.Tensor:
+        """The un-normalised weight S / n of each score."""
         return S / n
 
 
@@ -50,6 +52,7 @@ class SigmoidAttentionFeatures(_ElementwiseAttention):
     """
 
     def score(self, S: torch.Tensor, n: int) -> torch.Tensor:
+        """The weight sigmoid(S - log n) of each score."""
         return torch.sigmoid(S - math.log(n))
 
 
@@ -88,12 +91,14 @@ class ElementwiseMove(TokenMove):
                 self.starts = self._switch_starts(math.log(n))
 
     def _switch_starts(self, bias: float) -> torch.Tensor:
-        """Sigmoid attention's starts (docs/theory.md §12.2): the move that turns on, with the widest margin, every
-        weight it controls, sigmoid(x_l^T W y / sqrt(d) - log n) of key i in every row l and sigmoid(y^T W x_j /
-        sqrt(d) - log n) of row i (its own, quadratic in y, with its first-order margin); then key i's column alone.
-        Each linear weight is on in a half-space of y, and the smallest margin over those half-spaces is concave in
-        Delta: a short projected ascent of a soft minimum finds its maximum over the ball, where the search's ascent
-        stalls once a weight has saturated off. Returns (T, B, P, 2, d) unit directions."""
+        """Sigmoid attention's starts (docs/theory.md §12.2): the move that turns on every weight it controls.
+
+        It turns them on with the widest margin: sigmoid(x_l^T W y / sqrt(d) - log n) of key i in every row l and
+        sigmoid(y^T W x_j / sqrt(d) - log n) of row i (its own, quadratic in y, with its first-order margin); then key
+        i's column alone. Each linear weight is on in a half-space of y, and the smallest margin over those half-spaces
+        is concave in Delta: a short projected ascent of a soft minimum finds its maximum over the ball, where the
+        search's ascent stalls once a weight has saturated off. Returns (T, B, P, 2, d) unit directions.
+        """
         n = self.X0.shape[2]
         keep = ~self.onehot  # (P, n): the other tokens
         col = self.XW[:, :, None].expand(-1, -1, len(self.positions), -1, -1)  # (T, B, P, n, d): normals x_l^T W
@@ -129,13 +134,16 @@ class ElementwiseMove(TokenMove):
 
     @classmethod
     def supports(cls, maps) -> bool:
+        """Whether one instance can serve all these maps: they are of one class."""
         return len({type(m) for m in maps}) == 1
 
     @classmethod
     def chain_elements(cls, maps, B, n, d):
+        """Rough working memory, in elements, per chain and per position of one trial (sizes the search's chunks)."""
         return 4 * n * d + 8 * d, B * (3 * n * n + 3 * n * d)
 
     def features(self, delta: torch.Tensor) -> torch.Tensor:
+        """phi(X^i(Delta)) in closed form: (T, B, P, R, d) -> (T, B, P, R, n d)."""
         T, B, P, R, d = delta.shape
         n = self.X0.shape[2]
         y = self.xi[:, :, :, None] + delta  # (T, B, P, R, d)

@@ -62,6 +62,7 @@ class FreshMaps:
 
     @property
     def drawn_from_law(self) -> bool:
+        """Whether the maps are drawn from their law (RF, DeepRF) rather than built."""
         return self.name in LAW_MAPS
 
     @property
@@ -70,6 +71,7 @@ class FreshMaps:
         return 1.0 if self.name == "rf" else 2.0
 
     def width(self, n: int, d: int) -> int:
+        """The width of a map for n tokens of dimension d: width_ratio n d, at least 1."""
         return max(1, round(self.width_ratio * n * d))
 
     def maps(self, n: int, d: int) -> list[FeatureMap]:
@@ -116,8 +118,11 @@ class FreshMaps:
     def attack_inputs(
         self, X_train: Tensor, X_ctx: Tensor, position: int, dt: torch.dtype
     ) -> tuple[Tensor, Tensor, TokenMove]:
-        """Training features Phi (T, N, p) and context features phi (T, B, p), float64, and the contexts' algebra in
-        the working dtype dt, from one draw of each trial's map (the training and context samples share it)."""
+        """Training features Phi (T, N, p), context features phi (T, B, p), float64, and the contexts' algebra.
+
+        The algebra is in the working dtype dt; all come from one draw of each trial's map (the training and context
+        samples share it).
+        """
         T, B, n, d = X_ctx.shape
         if not self.drawn_from_law:
             maps = self.maps(n, d)
@@ -137,8 +142,9 @@ class FreshMaps:
 
 
 def trial_maps(entry: MapEntry, seeds: Sequence[int], n: int, d: int, **kwargs: Any) -> FreshMaps | list[nn.Module]:
-    """One fresh map per trial of a sweep's map entry, trial t's seeded by seeds[t]: `FreshMaps` for a registered name
-    (RF and DeepRF drawn from their law), else the entry built once per seed.
+    """One fresh map per trial of a sweep's map entry, trial t's seeded by seeds[t].
+
+    `FreshMaps` for a registered name (RF and DeepRF drawn from their law), else the entry built once per seed.
 
     Args:
         entry: the map entry (`resolve_map`).

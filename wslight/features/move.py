@@ -48,10 +48,12 @@ class TokenMove:
 
     @property
     def exact64(self) -> Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None:
-        """(Delta (T, B, K, d) float64, index into positions (T, B, K)) -> (S (T, B, K), ||phi(X)|| (T, B, K))
-        float64 for K candidate moves of every sample at once, exact without a second full forward, or None.
-        (A property, not a stored bound method: a token holding a method of itself would be a reference cycle, and
-        its large tensors would wait for the garbage collector.)"""
+        """Exact float64 values of K candidate moves of every sample at once, without a second full forward, or None.
+
+        (Delta (T, B, K, d) float64, index into positions (T, B, K)) -> (S (T, B, K), ||phi(X)|| (T, B, K)) float64. (A
+        property, not a stored bound method: a token holding a method of itself would be a reference cycle, and its
+        large tensors would wait for the garbage collector.)
+        """
         return None
 
     def __init__(self, maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype: torch.dtype) -> None:
@@ -73,18 +75,24 @@ class TokenMove:
         raise NotImplementedError
 
     def select_trials(self, idx: Tensor) -> TokenMove | None:
-        """The same algebra restricted to the trials idx (long, (T',)), so a search can leave out the trials it has
-        finished; None when the family cannot (then every trial is evaluated to the end)."""
+        """The same algebra restricted to the trials idx (long, (T',)), so a search can leave out its finished trials.
+
+        None when the family cannot (then every trial is evaluated to the end).
+        """
         return None
 
     def law_twin(self, dtype: torch.dtype) -> TokenMove | None:
-        """The same algebra in another dtype, for maps drawn from their law (no module to rebuild it from); None
-        otherwise."""
+        """The same algebra in another dtype, for maps drawn from their law (no module to rebuild it from).
+
+        None otherwise.
+        """
         return None
 
     def bound_factors(self, j: Tensor) -> Tensor | None:
-        """c (T, B) float64 with S <= c ||Delta|| / ||phi(X)|| for a move of token positions[j[t, b]] of sample
-        (t, b) (docs/theory.md §3.2); None when the map has no such bound."""
+        """The factors c (T, B) float64 with S <= c ||Delta|| / ||phi(X)|| (docs/theory.md §3.2).
+
+        For a move of token positions[j[t, b]] of sample (t, b); None when the map has no such bound.
+        """
         return None
 
     def change_sq(self, delta: Tensor) -> Tensor:
@@ -96,8 +104,10 @@ class TokenMove:
         return _readout_of(self.features(delta), H)
 
     def change_sq_and_readout(self, delta: Tensor, H: Tensor) -> tuple[Tensor, Tensor]:
-        """`change_sq` and `readout` of the same moves; one forward serves both unless the family has its own closed
-        forms (then it overrides this with the two calls)."""
+        """`change_sq` and `readout` of the same moves.
+
+        One forward serves both unless the family has its own closed forms (then it overrides this with the two calls).
+        """
         feats = self.features(delta)
         return self._change_sq_of(feats), _readout_of(feats, H)
 
@@ -135,6 +145,7 @@ class GenericMove(TokenMove):
             self.phi0 = torch.stack([_forward(m, X[t], dtype) for t, m in enumerate(self.maps)])  # (T, B, p)
 
     def features(self, delta: Tensor) -> Tensor:
+        """phi(X^i(Delta)) by the maps' own forward, map t for trial t: (T, B, P, R, d) -> (T, B, P, R, p)."""
         T, B, P, R, d = delta.shape
         n = self.X.shape[2]
         out = []
@@ -145,6 +156,7 @@ class GenericMove(TokenMove):
         return torch.stack(out)  # (T, B, P, R, p)
 
     def select_trials(self, idx: Tensor) -> GenericMove:
+        """The same algebra for the trials idx only (their maps and samples kept)."""
         token = GenericMove.__new__(GenericMove)
         TokenMove.__init__(token, [self.maps[i] for i in idx.tolist()], self.X, self.positions, self.dtype)
         idx = idx.to(self.X.device)
@@ -152,22 +164,25 @@ class GenericMove(TokenMove):
         return token
 
     def own_starts(self) -> Tensor | None:
-        """The modules' own starting directions (their `search_starts`), (T, B, P, k, d) unit vectors; None unless
-        every module has them. Asked by the word-sensitivity search only (the attack and the substitution never
-        start from them)."""
+        """The modules' own starting directions (their `search_starts`), (T, B, P, k, d) unit vectors.
+
+        None unless every module has them. Asked by the word-sensitivity search only (the attack and the substitution
+        never start from them).
+        """
         with torch.no_grad():
             return _own_starts(self.maps, self.X, self.positions, self.dtype)
 
     @torch.no_grad()
     def row_starts(self, radius: float, draws: Tensor, lean: Tensor) -> Tensor | None:
-        """Starts read off the maps' Jacobians when their output has one d-row per token (docs/theory.md §4.3), the
-        generic path's stand-in for an attention map's attracting and self-capture constructions, and removal starts:
-        (T, B, P, S, d) unit directions. First the 4 `token_mixes` of the moved token and the attracting direction a,
-        the sum of the row directions of `row_directions` (a = x_i/||x_i|| where they all vanish), then the 4 points
-        `captured` from each of them, then the `removal_mixes` of the moved token and +- the REMOVAL_SINGULAR top
-        right-singular vectors (`row_subspaces`) of at most REMOVAL_ROWS of those rows (evenly spaced, the own row
-        first): S = 8 + 2 REMOVAL_SINGULAR len(REMOVAL_ANGLES) min(n, REMOVAL_ROWS). None for any other output.
-        Computed with float64 copies of the maps.
+        """Starts read off the maps' Jacobians when their output has one d-row per token (docs/theory.md §4.3).
+
+        The generic path's stand-in for an attention map's attracting and self-capture constructions, and removal
+        starts: (T, B, P, S, d) unit directions. First the 4 `token_mixes` of the moved token and the attracting
+        direction a, the sum of the row directions of `row_directions` (a = x_i/||x_i|| where they all vanish), then the
+        4 points `captured` from each of them, then the `removal_mixes` of the moved token and +- the REMOVAL_SINGULAR
+        top right-singular vectors (`row_subspaces`) of at most REMOVAL_ROWS of those rows (evenly spaced, the own row
+        first): S = 8 + 2 REMOVAL_SINGULAR len(REMOVAL_ANGLES) min(n, REMOVAL_ROWS). None for any other output. Computed
+        with float64 copies of the maps.
 
         Args:
             radius: r.
@@ -233,8 +248,10 @@ def _weight_dtype(m: nn.Module, default: torch.dtype) -> torch.dtype:
 
 
 def move_class_for(maps: Sequence[nn.Module]) -> type[TokenMove]:
-    """The maps' own closed form when they share one (`move_class` of one map type that `supports` all of them),
-    else the generic autograd path."""
+    """The maps' own closed form when they share one, else the generic autograd path.
+
+    They share one when the `move_class` of one map type `supports` all of them.
+    """
     kinds = {type(m) for m in maps}
     cls = getattr(next(iter(kinds)), "move_class", None) if len(kinds) == 1 else None
     return cls if cls is not None and cls.supports(maps) else GenericMove
@@ -246,8 +263,11 @@ def token_move(maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype
 
 
 def trial_selector(token: TokenMove) -> Callable[[Tensor], TokenMove | None]:
-    """idx (T',) -> the algebra of those trials (`select_trials`; the token itself for all of them), the last
-    selection kept: a search narrows its chains far more often than its trials, and a selection copies tensors."""
+    """A selector idx (T',) -> the algebra of those trials (`select_trials`; the token itself for all of them).
+
+    The last selection is kept: a search narrows its chains far more often than its trials, and a selection copies
+    tensors.
+    """
     last: dict = {}
 
     def select(idx: Tensor) -> TokenMove | None:
@@ -260,8 +280,11 @@ def trial_selector(token: TokenMove) -> Callable[[Tensor], TokenMove | None]:
 
 
 def float64_twin(token: TokenMove, X: Tensor) -> TokenMove:
-    """The algebra of the same maps and samples X (T, B, n, d) in float64, for final values exact to float64 rounding
-    after a search in a lower precision (the token itself when it is float64 already)."""
+    """The algebra of the same maps and samples X (T, B, n, d) in float64.
+
+    For final values exact to float64 rounding after a search in a lower precision (the token itself when it is float64
+    already).
+    """
     if token.dtype == torch.float64:
         return token
     twin = token.law_twin(torch.float64)
@@ -275,8 +298,10 @@ def project_ball(delta: Tensor, radius: float) -> Tensor:
 
 
 def tangent(x: Tensor, g: Tensor, radius: float) -> Tensor:
-    """The ascent direction of the gradient g (..., d) at x (..., d) in the ball of the given radius: g itself, or
-    its tangential part where x sits on the sphere and g points outwards (docs/theory.md §4.2)."""
+    """The ascent direction of the gradient g (..., d) at x (..., d) in the ball of the given radius.
+
+    g itself, or its tangential part where x sits on the sphere and g points outwards (docs/theory.md §4.2).
+    """
     norm = x.norm(dim=-1, keepdim=True)
     unit = x / norm.clamp_min(1e-300)
     radial = (g * unit).sum(-1, keepdim=True)
@@ -317,8 +342,10 @@ def map_features(
 
 
 def trial_features(maps: Sequence[nn.Module], X: Tensor) -> Tensor:
-    """phi(X[t]) by map t, float64 as `map_features`: (T, M, n, d) -> (T, M, p), written in place (no stacking copy
-    of what can be hundreds of MB)."""
+    """phi(X[t]) by map t, float64 as `map_features`: (T, M, n, d) -> (T, M, p).
+
+    Written in place (no stacking copy of what can be hundreds of MB).
+    """
     first = map_features(maps[0], X[0])
     out = first.new_empty(len(maps), *first.shape)
     out[0] = first
@@ -334,7 +361,7 @@ def float64_forward(feature_map: nn.Module) -> Callable[[Tensor], Tensor]:
 
 
 def matmul64(h: Tensor, V: Tensor, rows: int = 2048) -> Tensor:
-    """h @ V^T in float64 without a float64 copy of the whole V: (B, fan_in), (out, fan_in) -> (B, out)."""
+    """The product h @ V^T in float64 without a float64 copy of the whole V: (B, fan_in), (out, fan_in) -> (B, out)."""
     return torch.cat([h @ V[s : s + rows].to(torch.float64).T for s in range(0, V.shape[0], rows)], dim=1)
 
 

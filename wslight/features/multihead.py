@@ -73,6 +73,7 @@ class MultiHeadRAF(TokenwiseMap):
         return out.transpose(1, 2).reshape(X.shape[0], -1)  # (B, n, H, d_h) -> (B, n d)
 
     def extra_repr(self) -> str:
+        """The map's sizes and seed for its repr."""
         return f"d={self.d}, heads={self.heads}, seed={self.seed}"
 
 
@@ -122,11 +123,13 @@ class MultiHeadMove(TokenMove):
             self.starts = self._head_starts(st, T, B, d)
 
     def _head_starts(self, st: torch.Tensor, T: int, B: int, d: int) -> torch.Tensor:
-        """Starts from the heads' RAF directions st (T H, B, P, S, d_h), as unit vectors (T, B, P, H + S, d): the
-        whole radius in one head, along its first direction (attract), the heads in the order of the change that
+        """Starts from the heads' RAF directions st (T H, B, P, S, d_h), as unit vectors (T, B, P, H + S, d).
+
+        The whole radius in one head, along its first direction (attract), the heads in the order of the change that
         gives alone (docs/theory.md §12.1: the change is a sum over heads, and one head's grows faster than linearly
-        with its share of the radius, so the best moves often put most of it in one head); then every head along its
-        own direction at once (S starts)."""
+        with its share of the radius, so the best moves often put most of it in one head); then every head along its own
+        direction at once (S starts).
+        """
         P, S = st.shape[2], st.shape[3]
         together = st.reshape(T, self.H, B, P, S, self.dh).permute(0, 2, 3, 4, 1, 5).reshape(T, B, P, S, d)
         together = together / together.norm(dim=-1, keepdim=True).clamp_min(1e-30)
@@ -148,10 +151,12 @@ class MultiHeadMove(TokenMove):
 
     @classmethod
     def supports(cls, maps) -> bool:
+        """Whether one instance can serve all these maps: they share the number of heads and d."""
         return len({(m.heads, m.d) for m in maps}) == 1
 
     @classmethod
     def chain_elements(cls, maps, B, n, d):
+        """Rough working memory, in elements, per chain and per position of one trial (sizes the search's chunks)."""
         H = maps[0].heads
         return 12 * n * H + 8 * d, B * (3 * n * n * H + 3 * n * d)
 
@@ -184,15 +189,18 @@ class MultiHeadMove(TokenMove):
         return delta.reshape(T, self.H, B, P, R, self.dh).permute(0, 2, 3, 4, 1, 5).reshape(T, B, P, R, -1)
 
     def features(self, delta: torch.Tensor) -> torch.Tensor:
+        """phi(X^i(Delta)), the heads' outputs joined: (T, B, P, R, d) -> (T, B, P, R, n d)."""
         return self._join(self.inner.features(self.split(delta)))
 
     def change_sq(self, delta: torch.Tensor) -> torch.Tensor:
+        """||phi(X^i(Delta)) - phi(X)||^2 as the sum of the heads' changes: (T, B, P, R, d) -> (T, B, P, R)."""
         T = delta.shape[0]
         per_head = self.inner.change_sq(self.split(delta))  # (T H, B, P, R)
         per_head = per_head.reshape(T, self.H, *per_head.shape[1:]).movedim(1, -1)  # (T, B, P, R, H)
         return sum_last(per_head)
 
     def change_sq_and_readout(self, delta: torch.Tensor, H: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`change_sq` and `readout` of the same moves, each by the heads' closed forms."""
         return self.change_sq(delta), self.readout(delta, H)  # the heads' closed-form change, as the search sees it
 
 

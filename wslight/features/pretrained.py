@@ -88,6 +88,7 @@ class PretrainedAttention(TokenwiseMap):
         return Y.reshape(X.shape[0], -1)
 
     def extra_repr(self) -> str:
+        """The layer's encoder, index and heads for its repr."""
         return f"d={self.d}, encoder={self.encoder!r}, layer={self.layer}, heads={self.heads}"
 
 

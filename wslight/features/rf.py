@@ -96,6 +96,7 @@ class RandomFeatures(FeatureMap):
             self.register_buffer("_dtype_probe", torch.zeros((), dtype=dt))  # follows .to(device/dtype)
 
     def out_dim(self, n: int | None = None) -> int:
+        """Size p of phi(X): the number of neurons k, whatever n."""
         return self.k
 
     @classmethod
@@ -105,10 +106,12 @@ class RandomFeatures(FeatureMap):
 
     @property
     def weight_dtype(self) -> torch.dtype:
+        """The dtype of V (stored or regenerated)."""
         return self.V.dtype if self.V is not None else self._dtype_probe.dtype
 
     @property
     def weight_device(self) -> torch.device:
+        """The device of V (stored or regenerated)."""
         return self.V.device if self.V is not None else self._dtype_probe.device
 
     def row_blocks(self) -> Iterator[tuple[int, torch.Tensor]]:
@@ -121,7 +124,7 @@ class RandomFeatures(FeatureMap):
             yield start, draw_rows(self.seed, start, stop, self.D, self.weight_dtype).to(self.weight_device)
 
     def preactivations(self, X: torch.Tensor) -> torch.Tensor:
-        """z = V flat(X): (B, n, d) -> (B, k)."""
+        """The pre-activations z = V flat(X): (B, n, d) -> (B, k)."""
         validate.samples("X", X, self.d, self.n)
         x = X.reshape(X.shape[0], self.D).to(self.weight_dtype)  # (B, D), row-major flat(X)
         if self.V is not None:
@@ -168,6 +171,7 @@ class RandomFeatures(FeatureMap):
         return torch.cat(zs, dim=1), torch.cat(blocks, dim=1)
 
     def extra_repr(self) -> str:
+        """The map's sizes, activation, seed and whether V is stored, for its repr."""
         return (
             f"n={self.n}, d={self.d}, k={self.k}, activation={self.activation}, seed={self.seed}, stored={self.stored}"
         )
@@ -205,8 +209,10 @@ class RFMove(TokenMove):
     def from_preactivations(
         cls, activation: str, z64: torch.Tensor, blocks: torch.Tensor, dtype: torch.dtype
     ) -> RFMove:
-        """The algebra of T maps known only through z (T, B, k) float64 and their blocks (T, P, k, d), e.g. drawn
-        from their law (`fresh_preactivations`); the reported values are exact in float64."""
+        """The algebra of T maps known only through z (T, B, k) float64 and their blocks (T, P, k, d).
+
+        E.g. drawn from their law (`fresh_preactivations`); the reported values are exact in float64.
+        """
         token = cls.__new__(cls)
         TokenMove.__init__(token, [], z64, [], dtype)
         token._setup(activation, z64.to(dtype), blocks.to(dtype), z64)
@@ -214,9 +220,11 @@ class RFMove(TokenMove):
 
     @classmethod
     def supports(cls, maps) -> bool:
+        """Whether one instance can serve all these maps: they share one activation."""
         return len({m.activation for m in maps}) == 1
 
     def law_twin(self, dtype: torch.dtype) -> RFMove | None:
+        """The same algebra in another dtype for maps drawn from their law; None for built maps."""
         # the blocks hold the drawn values (float32) exactly, z is float64: the twin is the algebra `dtype` would get
         if self.maps or getattr(self, "_z64", None) is None:
             return None
@@ -224,10 +232,11 @@ class RFMove(TokenMove):
 
     @classmethod
     def chain_elements(cls, maps, B, n, d):
+        """Rough working memory, in elements, per chain and per position of one trial (sizes the search's chunks)."""
         return 6 * maps[0].k, maps[0].k * d
 
     def preactivations(self, delta: torch.Tensor) -> torch.Tensor:
-        """z + V^(i) Delta: (T, B, P, R, d) -> (T, B, P, R, k)."""
+        """The moved pre-activations z + V^(i) Delta: (T, B, P, R, d) -> (T, B, P, R, k)."""
         T, B, P, R, d = delta.shape
         flat = delta.permute(0, 2, 1, 3, 4).reshape(T, P, B * R, d)  # (T, P, B R, d)
         moved = flat @ self.V.transpose(-1, -2)  # (T, P, B R, d) @ (T, P, d, k) -> (T, P, B R, k)
@@ -235,11 +244,15 @@ class RFMove(TokenMove):
         return self.z[:, :, None, None] + moved.reshape(T, P, B, R, -1).permute(0, 2, 1, 3, 4)
 
     def features(self, delta: torch.Tensor) -> torch.Tensor:
+        """phi(z + V^(i) Delta): (T, B, P, R, d) -> (T, B, P, R, k)."""
         return self.act(self.preactivations(delta))
 
     def value_and_grad(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """f(Delta) = ||a||^2, a = act(u) - act(z) with u = z + V^(i) Delta, and its gradient 2 V^(i)T (a * act'(u)),
-        without autograd for ReLU: (T, B, P, R, d) -> (T, B, P, R), (T, B, P, R, d)."""
+        """f(Delta) = ||a||^2 and its gradient, without autograd for ReLU.
+
+        a = act(u) - act(z) with u = z + V^(i) Delta, and the gradient is 2 V^(i)T (a * act'(u)): (T, B, P, R, d) -> (T,
+        B, P, R), (T, B, P, R, d).
+        """
         if self.activation != "relu":
             with torch.enable_grad():
                 x = delta.detach().requires_grad_(True)
@@ -256,8 +269,10 @@ class RFMove(TokenMove):
         return f, g.reshape(T, P, B, R, d).permute(0, 2, 1, 3, 4)
 
     def select_trials(self, idx: torch.Tensor) -> RFMove:
-        """The same algebra for the trials idx only (their z and blocks copied), for a search that has finished the
-        other trials."""
+        """The same algebra for the trials idx only (their z and blocks copied).
+
+        For a search that has finished the other trials.
+        """
         token = RFMove.__new__(RFMove)
         TokenMove.__init__(token, self.maps, self.z, self.positions, self.dtype)
         idx = idx.to(self.z.device)
@@ -266,9 +281,11 @@ class RFMove(TokenMove):
         return token
 
     def top_curvature(self, v: torch.Tensor) -> torch.Tensor:
-        """The exact top eigenvector of the Hessian of f at Delta = 0, 2 V^(i)T diag(act'(z)^2) V^(i) (a d x d matrix
-        per sample and position, one pass over the blocks and one eigendecomposition in float64), signed to agree with
-        the start vector v: (T, B, P, 1, d) -> (T, B, P, 1, d) unit vectors (docs/theory.md §4.2)."""
+        """The exact top eigenvector of the Hessian of f at Delta = 0, signed to agree with the start vector v.
+
+        The Hessian is 2 V^(i)T diag(act'(z)^2) V^(i) (a d x d matrix per sample and position, one pass over the blocks
+        and one eigendecomposition in float64): (T, B, P, 1, d) -> (T, B, P, 1, d) unit vectors (docs/theory.md §4.2).
+        """
         T, B, P, _, d = v.shape
         if self.activation == "relu":
             m = (self.z > 0).to(self.V.dtype)  # relu'(z)^2, (T, B, k)
@@ -288,8 +305,10 @@ class RFMove(TokenMove):
         return torch.stack(out, dim=1)[:, :, :, None]  # (T, B, P, 1, d)
 
     def bound_factors(self, j: torch.Tensor) -> torch.Tensor:
-        """Lip(act) ||V^(i)||_op for the position index j (T, B) of every sample, (T, B) float64
-        (docs/theory.md §4.1)."""
+        """Lip(act) ||V^(i)||_op for the position index j (T, B) of every sample, (T, B) float64.
+
+        See docs/theory.md §4.1.
+        """
         # one d x d Gram matrix per trial and position in a batched product (the working dtype), its top eigenvalue in
         # float64: ||V^(i)||_op for every position, then picked per sample
         gram = self.V.transpose(-1, -2) @ self.V  # (T, P, d, k) @ (T, P, k, d) -> (T, P, d, d)
@@ -298,6 +317,7 @@ class RFMove(TokenMove):
 
     @property
     def exact64(self):
+        """The float64 values of candidate moves (`TokenMove.exact64`) when z is known in float64, else None."""
         return self._exact64 if getattr(self, "_z64", None) is not None else None
 
     def _exact64(self, delta: torch.Tensor, j: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -316,7 +336,9 @@ class RFMove(TokenMove):
 def fresh_preactivations(
     X: torch.Tensor, positions: list[int], k: int, seeds: Sequence[int], variance: float = 1.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """z = V flat(X) in float64 and the blocks V^(i) of T fresh maps, drawn from their joint law (docs/theory.md §3.6).
+    """The pre-activations z = V flat(X) in float64 and the blocks V^(i) of T fresh maps.
+
+    Drawn from their joint law (docs/theory.md §3.6).
 
     For a fresh V with entries N(0, variance / D), write z = sum_{i in P} V^(i) x_i + g: the remainder
     g = V^(-P) flat(X_{-P}) is independent of the blocks, and for each neuron Gaussian across the samples with
@@ -355,7 +377,7 @@ def fresh_preactivations(
 
 
 def _bounded_preactivations(m: RandomFeatures, X: torch.Tensor, positions: list[int]):
-    """z = V flat(X) in float64 (B, k) and the blocks V^(i) (P, k, d), from one generation of V."""
+    """The pre-activations z = V flat(X) in float64 (B, k) and the blocks V^(i) (P, k, d), from one generation of V."""
     x64 = X.reshape(X.shape[0], m.D).to(device=m.weight_device, dtype=torch.float64)  # (B, D)
     zs, parts = [], []
     for _, V_b in m.row_blocks():

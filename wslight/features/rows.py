@@ -1,7 +1,10 @@
-"""Row helpers of the maps whose output has one row per token (docs/theory.md §4.3): unit directions, the mixes of the
-moved token with an attracting direction, the output rows read when a token moves, each row's direction and top
-right-singular vectors read off the map's Jacobian, the removal mixes, and the capture descent. The word-sensitivity
-search builds its row, removal and self-capture starts from them; they sit beside the maps, which use them too."""
+"""Row helpers of the maps whose output has one row per token (docs/theory.md §4.3).
+
+Unit directions, the mixes of the moved token with an attracting direction, the output rows read when a token moves,
+each row's direction and top right-singular vectors read off the map's Jacobian, the removal mixes, and the capture
+descent. The word-sensitivity search builds its row, removal and self-capture starts from them; they sit beside the
+maps, which use them too.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +26,10 @@ SELF_CAPTURE_MIXES = (1.0, 0.7, 0.4, 0.0)
 
 
 def token_mixes(x: Tensor, attract: Tensor) -> Tensor:
-    """unit(m x/||x|| + (1 - m) attract) for each m of SELF_CAPTURE_MIXES: (..., d) twice -> (..., K, d); attract a
-    unit vector."""
+    """unit(m x/||x|| + (1 - m) attract) for each m of SELF_CAPTURE_MIXES.
+
+    (..., d) twice -> (..., K, d); attract a unit vector.
+    """
     xu = unit(x)
     return unit(torch.stack([m * xu + (1 - m) * attract for m in SELF_CAPTURE_MIXES], dim=-2))
 
@@ -51,9 +56,10 @@ REMOVAL_POWER_STEPS = 16
 
 
 def removal_mixes(x: Tensor, dirs: Tensor) -> Tensor:
-    """unit(-cos t x/||x|| + sin t v) for each angle t of REMOVAL_ANGLES and each direction v of `dirs` made
-    orthogonal to x (zero where a direction is parallel to x or zero, so the start is -x/||x||): (B, d), (B, K, d)
-    -> (B, K A, d), direction by direction, then angle by angle.
+    """unit(-cos t x/||x|| + sin t v) for each angle t of REMOVAL_ANGLES and each direction v of `dirs`.
+
+    Each v is made orthogonal to x (zero where a direction is parallel to x or zero, so the start is -x/||x||): (B, d),
+    (B, K, d) -> (B, K A, d), direction by direction, then angle by angle.
 
     With ||x_i|| = r, Delta = r u takes token i to x_i + Delta of norm 2 r sin(t/2) (0.17 r at 10 degrees): the word
     nearly removed, what is left of it pointing along v.
@@ -66,24 +72,30 @@ def removal_mixes(x: Tensor, dirs: Tensor) -> Tensor:
 
 
 def _beside(dirs: Tensor, away: Tensor) -> Tensor:
-    """dirs (..., d) with their parts along the unit vectors `away` (broadcastable) removed, scaled to norm 1; zero
-    where nothing is left (rounding leaves a parallel direction a residue that `unit` would blow up to an arbitrary
-    one)."""
+    """The directions `dirs` (..., d) with their parts along the unit vectors `away` (broadcastable) removed.
+
+    Scaled to norm 1; zero where nothing is left (rounding leaves a parallel direction a residue that `unit` would blow
+    up to an arbitrary one).
+    """
     beside = dirs - (dirs * away).sum(-1, keepdim=True) * away
     some = beside.norm(dim=-1, keepdim=True) > 1e-9 * dirs.norm(dim=-1, keepdim=True)
     return torch.where(some, unit(beside), torch.zeros_like(beside))
 
 
 def read_rows(n: int, i: int) -> Tensor:
-    """The output rows whose directions are read when token i of n moves: every row (i itself through a copy, see
-    `row_directions`), at most ROW_LIMIT of the others, evenly spaced."""
+    """The output rows whose directions are read when token i of n moves.
+
+    Every row (i itself through a copy, see `row_directions`), at most ROW_LIMIT of the others, evenly spaced.
+    """
     others = torch.tensor([k for k in range(n) if k != i], dtype=torch.long)
     return torch.cat([torch.tensor([i]), evenly_spaced(others, ROW_LIMIT)])
 
 
 def evenly_spaced(items: Tensor, k: int) -> Tensor:
-    """At most k entries of `items` (1-D), evenly spaced, the first and last included; all of them if there are no
-    more than k."""
+    """At most k entries of `items` (1-D), evenly spaced, the first and last included.
+
+    All of them if there are no more than k.
+    """
     if len(items) <= k:
         return items
     return items[torch.linspace(0, len(items) - 1, k).round().long()]
@@ -92,8 +104,9 @@ def evenly_spaced(items: Tensor, k: int) -> Tensor:
 def row_directions(
     forward: Callable[[Tensor], Tensor], X: Tensor, i: int, rows: Tensor, radius: float, v0: Tensor
 ) -> Tensor:
-    """For each output row k of `rows`, the unit direction of Delta in which row k of phi(X^i(Delta)) moves fastest,
-    signed so that the move r v changes that row more than -r v.
+    """For each output row k of `rows`, the unit direction of Delta in which row k of phi(X^i(Delta)) moves fastest.
+
+    Signed so that the move r v changes that row more than -r v.
 
     For an attention map, row k != i moves with Delta only through the score of key i, so this is (up to its norm)
     the key direction of query k: W^T x_k for RAF and ReLU-RAF. Row i's own entry is read through a copy of token i
@@ -137,10 +150,12 @@ def row_directions(
 def row_subspaces(
     forward: Callable[[Tensor], Tensor], X: Tensor, i: int, rows: Tensor, radius: float, v0: Tensor
 ) -> Tensor:
-    """For each output row k of `rows`, the top s right-singular vectors of d row_k / d x_i at Delta = 0, read as in
-    `row_directions` (row i through a copy of token i; no reflection, no sign), by REMOVAL_POWER_STEPS steps of
-    subspace iteration: X (B, n, d) float64, v0 (B, K, s, d) the start vectors -> (B, K, s, d) orthonormal per row,
-    the largest singular value first (zero where a row does not move with Delta)."""
+    """For each output row k of `rows`, the top s right-singular vectors of d row_k / d x_i at Delta = 0.
+
+    Read as in `row_directions` (row i through a copy of token i; no reflection, no sign), by REMOVAL_POWER_STEPS steps
+    of subspace iteration: X (B, n, d) float64, v0 (B, K, s, d) the start vectors -> (B, K, s, d) orthonormal per row,
+    the largest singular value first (zero where a row does not move with Delta).
+    """
     B, n, d = X.shape
     K, s = v0.shape[1], v0.shape[2]
     base, read = _row_copies(X, i, rows)
@@ -156,8 +171,10 @@ def row_subspaces(
 
 
 def _row_copies(X: Tensor, i: int, rows: Tensor) -> tuple[Tensor, Tensor]:
-    """One copy of each sample per row read, (B, K, n, d), and the row each copy reads, (K,): row i's own entry
-    through a copy of token i at position (i + 1) mod n."""
+    """One copy of each sample per row read, (B, K, n, d), and the row each copy reads, (K,).
+
+    Row i's own entry is read through a copy of token i at position (i + 1) mod n.
+    """
     n = X.shape[1]
     own = rows == i
     base = X[:, None].repeat(1, len(rows), 1, 1)
@@ -168,8 +185,10 @@ def _row_copies(X: Tensor, i: int, rows: Tensor) -> tuple[Tensor, Tensor]:
 def _row_changes(
     forward: Callable[[Tensor], Tensor], X: Tensor, reads: Tensor, i: int, delta: Tensor, chunk: int
 ) -> Tensor:
-    """||row reads[c] of phi(X^i(+-delta)) - the same row of phi(X)|| for each copy c, `chunk` copies at a time:
-    (C, 2), + then -."""
+    """||row reads[c] of phi(X^i(+-delta)) - the same row of phi(X)|| for each copy c: (C, 2), + then -.
+
+    `chunk` copies at a time.
+    """
     out = []
     for s in range(0, len(X), chunk):
         part, rows, step = X[s : s + chunk], reads[s : s + chunk], delta[s : s + chunk]
@@ -195,9 +214,12 @@ def _moved(X: Tensor, i: int, delta: Tensor) -> Tensor:
 def _top_directions(
     forward: Callable[[Tensor], Tensor], X: Tensor, reads: Tensor, i: int, V: Tensor, radius: float, steps: int
 ) -> tuple[Tensor, Tensor]:
-    """The top s right-singular vectors of d row_k / d x_i at Delta = 0 for each copy (C, n, d), by `steps` steps of
-    subspace iteration from V (C, s, d): J v by a central difference, J^T u by autograd, then Gram-Schmidt in order
-    (s = 1: power steps). Returns ((C, s, d) orthonormal rows, (C, s) the norms of the last J^T J v)."""
+    """The top s right-singular vectors of d row_k / d x_i at Delta = 0 for each copy (C, n, d).
+
+    By `steps` steps of subspace iteration from V (C, s, d): J v by a central difference, J^T u by autograd, then
+    Gram-Schmidt in order (s = 1: power steps). Returns ((C, s, d) orthonormal rows, (C, s) the norms of the last J^T J
+    v).
+    """
     C, s, d = V.shape
     Xs, rs = X.repeat_interleave(s, dim=0), reads.repeat_interleave(s)
     eps = 1e-5 * radius
@@ -229,9 +251,10 @@ def _orthonormal(V: Tensor) -> Tensor:
 
 
 def captured(forward: Callable[[Tensor], Tensor], X: Tensor, i: int, dirs: Tensor, radius: float) -> Tensor:
-    """Where the moved token's output row comes closest to the moved token itself: from r dirs, CAPTURE_STEPS
-    normalised descent steps along the sphere of radius r on ||row_i(X^i(Delta)) - (x_i + Delta)||^2 /
-    ||x_i + Delta||^2, the best point of each kept. Where that is 0 the moved query attends to itself alone
+    """Where the moved token's output row comes closest to the moved token itself.
+
+    From r dirs, CAPTURE_STEPS normalised descent steps along the sphere of radius r on ||row_i(X^i(Delta)) - (x_i +
+    Delta)||^2 / ||x_i + Delta||^2, the best point of each kept. Where that is 0 the moved query attends to itself alone
     (ReLU-RAF's self-capture region, docs/theory.md §4.3); the generic path's stand-in for the closed form's capture
     steps, for a map whose output rows live where its tokens do.
 

@@ -1,6 +1,8 @@
-"""A random transformer block at initialisation: multi-head softmax attention with query, key, value and output
-projections, a residual connection and LayerNorm (post-LN, as BERT), optionally followed by a feed-forward sublayer
-(docs/theory.md §12.3). `attention_sublayer` is the forward shared with the pre-trained layer (`pretrained.py`).
+"""A random transformer block at initialisation (docs/theory.md §12.3).
+
+Multi-head softmax attention with query, key, value and output projections, a residual connection and LayerNorm
+(post-LN, as BERT), optionally followed by a feed-forward sublayer. `attention_sublayer` is the forward shared with the
+pre-trained layer (`pretrained.py`).
 """
 
 from __future__ import annotations
@@ -109,4 +111,5 @@ class RandomTransformerBlock(TokenwiseMap):
         return Y.reshape(X.shape[0], -1)
 
     def extra_repr(self) -> str:
+        """The block's sizes and seed for its repr."""
         return f"d={self.d}, heads={self.heads}, ffn_ratio={self.ffn_ratio}, seed={self.seed}"
