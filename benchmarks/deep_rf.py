@@ -2,15 +2,15 @@
 top curvature from one Jacobian pass, finished trials leaving the batch) against the autograd path it replaced, side
 by side on the same reviews and maps.
 
-Both sides run `word_sensitivity(FreshMaps("deep_rf", seeds, depth=L), X, ...)` with the shipped DeepRF config's
-search settings (configs/ws/deep_rf.yaml) on `trials` bundled reviews (IMDb token embeddings of the bundled MiniLM,
-rows of norm sqrt(d)), token 0, a fresh map per trial, one thread. The autograd side hides the closed form
-(`value_and_grad`, `curvature_product`, `top_curvature`, `select_trials`), so the search differentiates `change_sq`
-by autograd and takes the curvature start by power iteration with double backward, as before. Each side runs in its
-own subprocess, so its peak memory (ru_maxrss) is its own. Columns: seconds per trial (maps drawn inside the timed
-call), the ratio, peak memory, mean steps, and the largest relative difference of S between the sides (the exact
-top curvature and float32 rounding of the gradient move a chain's path a little; both are lower bounds of the same
-maximum).
+Both sides run `word_sensitivity(FreshMaps("deep_rf", seeds, depth=L), X, ...)` with the search settings the shipped
+DeepRF config runs with (configs/ws/deep_rf.yaml: DeepRF's family defaults, one round of 4 chains) on `trials`
+bundled reviews (IMDb token embeddings of the bundled MiniLM, rows of norm sqrt(d)), token 0, a fresh map per trial,
+one thread. The autograd side hides the closed form (`value_and_grad`, `curvature_product`, `top_curvature`,
+`select_trials`), so the search differentiates `change_sq` by autograd and takes the curvature start by power
+iteration with double backward, as before. Each side runs in its own subprocess, so its peak memory (ru_maxrss) is
+its own. Columns: seconds per trial (maps drawn inside the timed call), the ratio, peak memory, mean steps, and the
+largest relative difference of S between the sides (the exact top curvature and float32 rounding of the gradient move
+a chain's path a little; both are lower bounds of the same maximum).
 
     python benchmarks/deep_rf.py                         # d = 64, n = 50 and 80, L = 2, 4, 8
     python benchmarks/deep_rf.py --d 32 --n 50 --depths 2 --trials 4
@@ -24,19 +24,14 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import torch
-import yaml
-from ws import map_seeds, restart_seeds, samples  # benchmarks/ws.py, next to this script
+from ws import map_seeds, samples, shipped_search, start_seeds  # benchmarks/ws.py, next to this script
 
 from wslight.features import FreshMaps
 from wslight.features.deep_rf import DeepRFMove
 from wslight.features.move import TokenMove
 from wslight.search.sensitivity import word_sensitivity
-
-CONFIG = Path(__file__).resolve().parents[1] / "configs" / "ws" / "deep_rf.yaml"
-SEARCH_KEYS = ("restarts", "max_chains", "gain_tol", "max_steps", "tol", "window")
 
 
 def run_side(side: str, d: int, n: int, depth: int, trials: int, seed: int) -> dict:
@@ -45,13 +40,11 @@ def run_side(side: str, d: int, n: int, depth: int, trials: int, seed: int) -> d
     if side == "autograd":  # the path before the closed form: no value_and_grad, double-backward curvature
         del DeepRFMove.value_and_grad, DeepRFMove.curvature_product, DeepRFMove.top_curvature
         DeepRFMove.select_trials = TokenMove.select_trials  # type: ignore[method-assign,assignment]
-    args = yaml.safe_load(CONFIG.read_text())["model"]["init_args"]
-    settings = {k: args[k] for k in SEARCH_KEYS}
+    search = shipped_search("deep_rf")
     X = samples("imdb", trials, n, d, seed)[:, None].float()
     t0 = time.perf_counter()
-    res = word_sensitivity(
-        FreshMaps("deep_rf", map_seeds(seed, trials), depth=depth), X, seed=restart_seeds(seed, trials), **settings
-    )
+    fm = FreshMaps("deep_rf", map_seeds(seed, trials), depth=depth)
+    res = word_sensitivity(fm, X, search=search, seed=start_seeds(seed, trials))
     sec = (time.perf_counter() - t0) / trials
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux: KiB)
     return {"sec": sec, "ws": res.ws.flatten().tolist(), "steps": res.steps.double().mean().item(), "peak_mib": peak}

@@ -11,6 +11,10 @@ Parts, in the order they run (each one skipped, and listed as skipped, once the 
    (docs/theory.md §3.6: k x d numbers per trial instead of the 19 GB V).
 6. The rest of the DeepRF grid of configs/paper/ws/deep_rf_h200.yaml (n in {50, 60, 70, 80}, L in {2, 4, 8}), GPU only.
 
+The word-sensitivity parts search with the generic defaults (`wslight.search.GENERIC_DEFAULTS`: rounds of 4 chains up
+to 64, 500 steps a chain, stop at < 0.01% over 20 steps; DeepRF: with what a `search:` block of its grid's file
+changes), all chains of a sample in one batch, as the recorded GPU checks ran: not the family defaults a sweep runs.
+
 GPU and CPU run the same calls on the same machine; the CPU side uses torch's default thread count (all cores) and
 fewer trials (`--cpu-trials`), and its time is scaled per trial (the table says so). Times include drawing the fresh
 maps, the search, the float64 recomputation and the records; DeepRF's weight draw is listed apart. Peak GPU memory is
@@ -25,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import inspect
 import json
 import os
 import platform
@@ -43,10 +46,13 @@ sys.path.insert(0, str(ROOT))
 from wslight.attack import delta_attack  # noqa: E402
 from wslight.base.seeding import derive_seed, generator  # noqa: E402
 from wslight.features import FreshMaps, make_map  # noqa: E402
+from wslight.search import SearchSettings  # noqa: E402
 from wslight.search.sensitivity import word_sensitivity  # noqa: E402
 
 DEEP_RF_CONFIG = ROOT / "configs/paper/ws/deep_rf_h200.yaml"
 GiB = 1024**3
+# The search of every word-sensitivity part: the generic defaults, every chain of a sample in one batch.
+SEARCH = SearchSettings(chunk_elements=2**31).resolved()
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -99,13 +105,6 @@ def tokens(B: int, n: int, d: int, seed: int, salt: str) -> torch.Tensor:
     """Synthetic tokens: Gaussian rows rescaled to norm sqrt(d), (B, n, d) float32 on the CPU."""
     X = torch.randn(B, n, d, generator=generator(seed, salt))
     return X / X.norm(dim=-1, keepdim=True) * d**0.5
-
-
-def ws_call(fmap, X, **kw):
-    """word_sensitivity with every restart of a sample in one batch where the estimator takes `chunk_elements`."""
-    if "chunk_elements" in inspect.signature(word_sensitivity).parameters:
-        kw.setdefault("chunk_elements", 2**31)
-    return word_sensitivity(fmap, X, **kw)
 
 
 def fmt(v, digits: int = 3) -> str:
@@ -171,7 +170,7 @@ def ws_trials(name: str, n: int, d: int, trials: int, device: str, seed: int) ->
     seeds = [derive_seed(seed, "gpu_check.map", name, n, t) for t in range(trials)]
     X = torch.stack([tokens(1, n, d, seed, f"gpu_check.ws.{n}.{t}") for t in range(trials)]).to(device)
     start = clock(device)
-    res = ws_call(FreshMaps(name, seeds, device=device), X, positions="first", seed=list(range(trials)))
+    res = word_sensitivity(FreshMaps(name, seeds, device=device), X, "first", SEARCH, seed=list(range(trials)))
     return since(device, start), res.ws[:, 0].tolist()
 
 
@@ -270,15 +269,17 @@ def part_ws_rf(args, budget: Budget, gpu: str) -> list[dict]:
         reset_peak(gpu)
 
 
-def deep_rf_grid(args) -> tuple[int, list[int], list[int], dict]:
+def deep_rf_grid(args) -> tuple[int, list[int], list[int], SearchSettings]:
+    """The DeepRF grid of DEEP_RF_CONFIG (d, n values, depths) and its search: SEARCH with what the file's own
+    `search:` block changes (--cpu-smoke: tiny sizes, 40 steps)."""
     cfg = yaml.safe_load(DEEP_RF_CONFIG.read_text())["model"]["init_args"]
-    search = {"restarts": cfg.get("restarts", 4), "max_steps": cfg.get("max_steps", 500), "tol": cfg.get("tol", 1e-4)}
+    search = SEARCH.replace(**(cfg.get("search") or {}))
     if args.cpu_smoke:
-        return 8, [3, 4], [2, 3], {**search, "max_steps": 40}
+        return 8, [3, 4], [2, 3], search.replace(max_steps=40)
     return cfg["d_values"][0], list(cfg["n_values"]), list(cfg["depths"]), search
 
 
-def deep_rf_cell(n: int, L: int, d: int, trials: int, search: dict, gpu: str, seed: int) -> dict:
+def deep_rf_cell(n: int, L: int, d: int, trials: int, search: SearchSettings, gpu: str, seed: int) -> dict:
     width = n * d
     cell = {"n": n, "L": L, "width": width, "weights_gb": L * width * width * 4 / 1e9}
     reset_peak(gpu)
@@ -288,7 +289,7 @@ def deep_rf_cell(n: int, L: int, d: int, trials: int, search: dict, gpu: str, se
         draw_s = since(gpu, start)
         X = tokens(trials, n, d, seed, f"gpu_check.deep_rf.{n}").to(gpu)
         start = clock(gpu)
-        res = ws_call(fmap, X, positions="first", seed=0, **search)
+        res = word_sensitivity(fmap, X, "first", search, seed=0)
         ws_s = since(gpu, start)
         fmap = None
         cell.update(

@@ -2,13 +2,14 @@
 
 For each row (map, d, n): `trials` bundled reviews (IMDb token embeddings of the bundled MiniLM, rows of norm sqrt(d)),
 a fresh map per trial (`FreshMaps`, as benchmarks/ws.py), token 0. Three searches on the same maps and samples, side
-by side: "before", one round of the restarts the configs shipped before the search added rounds (4; 6 for raf /
-relu_raf); "shipped", `word_sensitivity` with the settings of the map's shipped config (configs/ws/<map>.yaml, or
-configs/ws/zoo.yaml for the zoo maps: restarts, max_chains, gain_tol, max_steps; a flag overrides them); and the
-"reference", one big round of max(16 x the mean chains of the shipped run, 256 for the attention maps) chains, float32
-like the others. A search result is a lower bound on S, so the reference is the best of both
-runs per sample, and the comparison is a lower-bound one: it shows how much more chains would have found, not the
-distance to the true sup.
+by side: "before", one round of the chains the configs shipped before the search added rounds (4; 6 for raf /
+relu_raf); "shipped", `word_sensitivity` with the settings the map's shipped config runs with (configs/ws/<map>.yaml:
+the map family's search defaults; the zoo maps: configs/ws/zoo.yaml's `search:` block; a flag overrides them); and
+the "reference", one big round of max(16 x the mean chains of the shipped run, 256 for the attention maps) chains,
+float32 like the others ("before" and the reference: the shipped run's max_steps, the generic defaults
+`wslight.search.GENERIC_DEFAULTS` for the rest). A search result is a lower bound on S, so the reference is the best
+of both runs per sample, and the comparison is a lower-bound one: it shows how much more chains would have found, not
+the distance to the true sup.
 
 Columns: the shipped settings, mean chains used, share of samples whose best was confirmed by a second chain
 (near_best >= 2), share within 1% of the reference (S >= 0.99 S_ref), the worst ratio S / S_ref, mean S / mean S_ref,
@@ -24,7 +25,7 @@ need an otherwise idle machine: with other processes on the cores, torch's threa
 
     python benchmarks/tightness.py                          # the default grid (minutes)
     python benchmarks/tightness.py --quick --maps rf raf    # 6 trials, smallest n per map
-    python benchmarks/tightness.py --maps raf --n 50 --restarts 8 --max-chains 32
+    python benchmarks/tightness.py --maps raf --n 50 --chains-per-round 8 --max-chains 32
     python benchmarks/tightness.py --maps raf relu_raf --generic   # the attention maps as plain modules (autograd)
     python benchmarks/tightness.py --maps raf relu_raf --generic --own-starts   # ... that name their own starts
     python benchmarks/tightness.py --zoo                    # configs/ws/zoo.yaml's maps, its smallest and largest n
@@ -34,37 +35,34 @@ need an otherwise idle machine: with other processes on the cores, torch's threa
 from __future__ import annotations
 
 import argparse
-import inspect
 import time
-from pathlib import Path
 
 import torch
 import yaml
 from torch import nn
-from ws import map_seeds, restart_seeds, samples  # benchmarks/ws.py, next to this script
+from ws import CONFIGS, map_seeds, samples, shipped_search, start_seeds, with_flags  # benchmarks/ws.py, beside this
 
 from wslight.features import FreshMaps, make_map
 from wslight.features.attention import ReLUAttentionFeatures
 from wslight.features.move import GenericMove, move_class_for
+from wslight.search import SearchSettings
 from wslight.search.ascent import GENERIC_FIRST_ROUND
 from wslight.search.sensitivity import word_sensitivity
 
 # (map, d, n values): the paper's n values at offline d (d = 384: the bundled MiniLM's width)
 GRID = {"rf": (96, [20, 60]), "deep_rf": (64, [50, 80]), "raf": (384, [10, 50, 250]), "relu_raf": (384, [10, 50, 250])}
 ATTENTION = ("raf", "relu_raf")
-BEFORE_RESTARTS = {"raf": 6, "relu_raf": 6}  # the shipped configs' restarts before rounds (others: 4), one round
-COLUMNS = ["map", "d", "n", "restarts/max_chains", "mean chains", "confirmed", "within 1%", "worst ratio"]
+BEFORE_CHAINS = {"raf": 6, "relu_raf": 6}  # the shipped configs' chains before rounds (others: 4), one round
+GENERIC = SearchSettings().resolved()  # the settings of "before" and the reference, but for their chains and steps
+COLUMNS = ["map", "d", "n", "chains_per_round/max_chains", "mean chains", "confirmed", "within 1%", "worst ratio"]
 COLUMNS += ["mean ratio", "before: within 1% / mean ratio", "s/trial before", "s/trial", "s/trial ref", "target"]
-DEFAULTS = {k: v.default for k, v in inspect.signature(word_sensitivity).parameters.items()}
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "ws"
-SEARCH_KEYS = ("restarts", "max_chains", "gain_tol", "max_steps", "tol", "window")
 
 
-def shipped_settings(name: str) -> dict:
-    """The search settings of the map's shipped config (configs/ws/<map>.yaml; the zoo maps: configs/ws/zoo.yaml)."""
+def shipped_settings(name: str) -> SearchSettings:
+    """The search settings the map's shipped config runs with (configs/ws/<map>.yaml; the zoo maps:
+    configs/ws/zoo.yaml), every field filled."""
     path = CONFIGS / f"{name}.yaml"
-    args = yaml.safe_load((path if path.exists() else CONFIGS / "zoo.yaml").read_text())["model"]["init_args"]
-    return {k: args[k] for k in SEARCH_KEYS if k in args}
+    return shipped_search(name, path if path.exists() else CONFIGS / "zoo.yaml")
 
 
 def zoo_grid() -> dict[str, tuple[int, list[int]]]:
@@ -116,47 +114,44 @@ def maps_for(name: str, n: int, d: int, seeds: list[int], generic: bool, own_sta
     return FreshMaps(name, seeds)
 
 
-def timed(name, n, d, X, a, generic, **settings):
+def timed(name, n, d, X, a, generic, search: SearchSettings):
     """One word_sensitivity call over all trials (maps built inside the timed part): (result, seconds per trial)."""
     T = X.shape[0]
     t0 = time.perf_counter()
     fm = maps_for(name, n, d, map_seeds(a.seed, T), generic, generic and a.own_starts)
-    res = word_sensitivity(fm, X, seed=restart_seeds(a.seed, T), **settings)
+    res = word_sensitivity(fm, X, search=search, seed=start_seeds(a.seed, T))
     return res, (time.perf_counter() - t0) / T
 
 
 def row(name: str, d: int, n: int, a) -> list[str]:
     X = samples("imdb", a.trials, n, d, a.seed)[:, None].float()  # (T, 1, n, d): one review per trial
-    given = {"restarts": a.restarts, "max_chains": a.max_chains, "gain_tol": a.gain_tol}
-    settings = {**shipped_settings(name), **{k: v for k, v in given.items() if v is not None}}
-    steps = {"max_steps": settings["max_steps"]} if "max_steps" in settings else {}
-    before, before_sec = timed(
-        name, n, d, X, a, a.generic, restarts=BEFORE_RESTARTS.get(name, 4), max_chains=None, **steps
-    )
-    shipped, sec = timed(name, n, d, X, a, a.generic, **settings)
+    settings = with_flags(shipped_settings(name), a)
+    b = BEFORE_CHAINS.get(name, 4)
+    steps = GENERIC.replace(max_steps=settings.max_steps)
+    before, before_sec = timed(name, n, d, X, a, a.generic, steps.replace(chains_per_round=b, max_chains=b))
+    shipped, sec = timed(name, n, d, X, a, a.generic, settings)
     ref_chains = max(16 * round(shipped.chains.double().mean().item()), 256 if name in ATTENTION else 0)
-    # one round of ref_chains chains (the generic path's first round runs GENERIC_FIRST_ROUND x restarts)
+    # one round of ref_chains chains (the generic path's first round runs GENERIC_FIRST_ROUND x chains_per_round)
     one = maps_for(name, n, d, [0], a.generic)
     generic_path = isinstance(one, list) and move_class_for(one) is GenericMove
     first = GENERIC_FIRST_ROUND if generic_path else 1
-    ref, ref_sec = timed(name, n, d, X, a, a.generic, restarts=ref_chains // first, max_chains=ref_chains, **steps)
+    reference = steps.replace(chains_per_round=ref_chains // first, max_chains=ref_chains)
+    ref, ref_sec = timed(name, n, d, X, a, a.generic, reference)
     S, S_before = shipped.ws.flatten(), before.ws.flatten()
     S_ref = torch.maximum(torch.maximum(S, S_before), ref.ws.flatten())
     if a.generic and name in ATTENTION:  # the closed form's search on the same weights is part of the reference
-        S_ref = torch.maximum(S_ref, timed(name, n, d, X, a, False, **settings)[0].ws.flatten())
+        S_ref = torch.maximum(S_ref, timed(name, n, d, X, a, False, settings)[0].ws.flatten())
     ratio = S / S_ref
     within = (S >= 0.99 * S_ref).double().mean().item()
     mean_ratio = (S.mean() / S_ref.mean()).item()
     before_within = (S_before >= 0.99 * S_ref).double().mean().item()
     before_ratio = (S_before.mean() / S_ref.mean()).item()
-    restarts = settings.get("restarts", DEFAULTS["restarts"])
-    max_chains = settings.get("max_chains", DEFAULTS["max_chains"]) or restarts
     ok = within >= 0.95 and mean_ratio >= 0.995
     return [
         name + (f" (generic{', own starts' if a.own_starts else ''})" if a.generic and name in ATTENTION else ""),
         str(d),
         str(n),
-        f"{restarts}/{max_chains}",
+        f"{settings.chains_per_round}/{settings.max_chains}",
         f"{shipped.chains.double().mean().item():.1f}",
         f"{(shipped.near_best >= 2).double().mean().item():.0%}",
         f"{within:.0%}",
@@ -184,9 +179,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--trials", type=int, default=20, help="reviews per row, each with its own fresh map")
     p.add_argument("--n", type=int, nargs="+", default=None, help="n values (default: the grid's per map)")
     p.add_argument("--d", type=int, default=None, help="d (default: the grid's per map)")
-    p.add_argument("--restarts", type=int, default=None, help="default: word_sensitivity's")
-    p.add_argument("--max-chains", type=int, default=None, help="default: word_sensitivity's")
-    p.add_argument("--gain-tol", type=float, default=None, help="default: word_sensitivity's")
+    shipped = "default: as the map's shipped config runs (the family's defaults; the zoo maps: zoo.yaml's)"
+    p.add_argument("--chains-per-round", type=int, default=None, help=shipped)
+    p.add_argument("--max-chains", type=int, default=None, help=shipped)
+    p.add_argument("--gain-tol", type=float, default=None, help=shipped)
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="6 trials, only the smallest n per map")

@@ -30,21 +30,26 @@ Every measured part runs in its own subprocess, so the reported peak memory (ru_
 from __future__ import annotations
 
 import argparse
-import inspect
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 import yaml
 
 from wslight.base.seeding import derive_seed, generator
-from wslight.features import FreshMaps, make_map
+from wslight.features import MAPS, FreshMaps, make_map
 from wslight.features.rf import fresh_preactivations
+from wslight.search import SearchSettings
 from wslight.search.sensitivity import moved_token_objective, word_sensitivity
+from wslight.search.settings import family_defaults
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "ws"
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Data and maps (deterministic: both sides rebuild the same ones from the seed)
@@ -78,8 +83,8 @@ def map_seeds(seed: int, trials: int) -> list[int]:
     return [derive_seed(seed, "bench.ws.map", t) for t in range(trials)]
 
 
-def restart_seeds(seed: int, trials: int) -> list[int]:
-    """Trial t's seed of the package's random restarts."""
+def start_seeds(seed: int, trials: int) -> list[int]:
+    """Trial t's seed of the package's random chain starts."""
     return [derive_seed(seed, "bench.ws.restarts", t) for t in range(trials)]
 
 
@@ -197,15 +202,7 @@ def part_package(a) -> dict:
     reset = reset_peak()
     t0 = time.perf_counter()
     fm = FreshMaps(a.map, map_seeds(a.seed, a.trials))  # a fresh map per trial; RF drawn from its law
-    res = word_sensitivity(
-        fm,
-        X,
-        restarts=a.restarts,
-        max_chains=a.max_chains,
-        max_steps=a.max_steps,
-        seed=restart_seeds(a.seed, a.trials),
-        **stop(a),
-    )
+    res = word_sensitivity(fm, X, search=a.search, seed=start_seeds(a.seed, a.trials))
     wall = time.perf_counter() - t0
     return {
         "ws": res.ws[:, 0].tolist(),
@@ -219,20 +216,11 @@ def part_package(a) -> dict:
 def part_package_at_radius(a) -> dict:
     """The package with, for each trial, the ball radius the baseline actually used (its realised ||Delta||)."""
     X = samples(a.data, a.trials, a.n, a.d, a.seed)[:, None].float()
-    seeds, restarts = map_seeds(a.seed, a.trials), restart_seeds(a.seed, a.trials)
+    seeds, starts = map_seeds(a.seed, a.trials), start_seeds(a.seed, a.trials)
     ws = []
     for t, r in enumerate(a.radii):
         fm = FreshMaps(a.map, [seeds[t]])
-        res = word_sensitivity(
-            fm,
-            X[t : t + 1],
-            radius=r,
-            restarts=a.restarts,
-            max_chains=a.max_chains,
-            max_steps=a.max_steps,
-            seed=[restarts[t]],
-            **stop(a),
-        )
+        res = word_sensitivity(fm, X[t : t + 1], search=a.search, seed=[starts[t]], radius=r)
         ws.append(res.ws.item())
     return {"ws": ws}
 
@@ -270,9 +258,10 @@ def part_step(a) -> dict:
         X = samples(a.data, a.trials, n, a.d, a.seed)
         fm = make_map("raf", n, a.d, a.seed)  # one map for all chains (a per-step cost)
         phi = dense_phi("raf", n, a.d, a.seed, X[0])
-        # structured: all trials x restarts chains in one call, reported per chain
+        # structured: all trials x chains_per_round chains in one call, reported per chain
+        per_round = a.search.chains_per_round
         obj = moved_token_objective(fm, X.float(), [0])
-        delta = torch.randn(a.trials, 1, a.restarts, a.d, generator=generator(a.seed, "bench.ws.step"))
+        delta = torch.randn(a.trials, 1, per_round, a.d, generator=generator(a.seed, "bench.ws.step"))
         delta = (delta / delta.norm(dim=-1, keepdim=True) * a.d**0.5).requires_grad_(True)
 
         def structured(obj=obj, delta=delta):
@@ -297,7 +286,7 @@ def part_step(a) -> dict:
 
         row = {"n": n}
         for key, fn, chains in [
-            ("batched", structured, a.trials * a.restarts),
+            ("batched", structured, a.trials * per_round),
             ("one", structured_one, 1),
             ("full", full, 1),
         ]:
@@ -317,9 +306,7 @@ def part_largest(a) -> dict:
     fm = make_map("rf", n, d, a.seed)  # k = D = 115,200: memory-bounded, V regenerated block by block
     reset = reset_peak()
     t0 = time.perf_counter()
-    res = word_sensitivity(
-        fm, X.float(), restarts=a.restarts, max_chains=a.max_chains, max_steps=a.max_steps, seed=a.seed, **stop(a)
-    )
+    res = word_sensitivity(fm, X.float(), search=a.search, seed=a.seed)
     wall = time.perf_counter() - t0
     return {
         "stored_V": fm.V is not None,
@@ -368,8 +355,8 @@ def fmt_gib(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f} GiB"
 
 
-def compare_cell(name: str, map_: str, d: int, n: int, a, common: list[str]) -> dict:
-    cell = [*common, "--map", map_, "--d", str(d), "--n", str(n)]
+def compare_cell(name: str, map_: str, d: int, n: int, a, common: list[str], search: SearchSettings) -> dict:
+    cell = [*common, *search_arg(search), "--map", map_, "--d", str(d), "--n", str(n)]
     pkg = run_part("package", cell)
     base = run_part("baseline", cell)
     bt = len(base["ws"])
@@ -380,8 +367,8 @@ def compare_cell(name: str, map_: str, d: int, n: int, a, common: list[str]) -> 
     ok = [p >= b * 0.99 for p, b in zip(pkg["ws"][:bt], base["ws"])]
     ok_fair = [p >= b * 0.99 for p, b in zip(fair, base["ws"])]
     print(
-        f"\n== {name}: {map_}, d={d}, n={n}, {a.trials} trials, {restarts_for(map_, a)} restarts, a fresh map per "
-        f"trial (baseline on {bt}) =="
+        f"\n== {name}: {map_}, d={d}, n={n}, {a.trials} trials, {search.chains_per_round} chains a round up to "
+        f"{search.max_chains}, a fresh map per trial (baseline on {bt}) =="
     )
     print(
         f"{'trial':>5} {'S package':>10} {'S baseline':>10} {'pkg/base':>8} {'|D|/r base':>10} "
@@ -423,46 +410,33 @@ def compare_cell(name: str, map_: str, d: int, n: int, a, common: list[str]) -> 
     return {"name": name, "pkg": pkg, "base": base, "fair": fair, "ratio": ratio}
 
 
-DEFAULTS = {k: v.default for k, v in inspect.signature(word_sensitivity).parameters.items()}
+def shipped_search(map_: str, config: Path | None = None) -> SearchSettings:
+    """The search settings a shipped sweep runs `map_` with, every field filled: those its config states (the
+    `search:` block of `config`, default configs/ws/<map>.yaml), the rest the map family's defaults (docs/theory.md
+    §4.3)."""
+    args = yaml.safe_load((config or CONFIGS / f"{map_}.yaml").read_text())["model"]["init_args"]
+    return SearchSettings(**(args.get("search") or {})).resolved(family_defaults(MAPS[map_]))
 
 
-def shipped(map_: str, key: str, default: float | None = None) -> float:
-    """The search setting `key` of the shipped config configs/ws/<map>.yaml (what a user's run uses); `default` where
-    the config leaves it to word_sensitivity."""
-    with open(os.path.join(os.path.dirname(__file__), "..", "configs", "ws", f"{map_}.yaml")) as f:
-        args = yaml.safe_load(f)["model"]["init_args"]
-    return args.get(key, default) if default is not None else args[key]
+def with_flags(settings: SearchSettings, a: argparse.Namespace) -> SearchSettings:
+    """`settings` with the search settings given on the command line (--chains-per-round, --max-chains...)."""
+    given = {f.name: getattr(a, f.name, None) for f in dataclasses.fields(SearchSettings)}
+    return settings.replace(**{k: v for k, v in given.items() if v is not None})
 
 
-def stop(a) -> dict:
-    """The chains' stop rule of a part (tol, window) where given, else word_sensitivity's."""
-    return {k: v for k, v in (("tol", a.tol), ("window", a.window)) if v is not None}
-
-
-def restarts_for(map_: str, a) -> int:
-    """--restarts, else the shipped config's."""
-    return a.restarts if a.restarts is not None else int(shipped(map_, "restarts"))
-
-
-def search_args(map_: str, a) -> list[str]:
-    """--restarts, --max-chains and --max-steps for a part: the given ones, else the shipped config's (rounds of chains
-    until the best is tight, docs/theory.md §4.3)."""
-    max_chains = a.max_chains if a.max_chains is not None else int(shipped(map_, "max_chains"))
-    max_steps = a.max_steps if a.max_steps is not None else int(shipped(map_, "max_steps"))
-    tol, window = shipped(map_, "tol", DEFAULTS["tol"]), int(shipped(map_, "window", DEFAULTS["window"]))
-    out = ["--restarts", str(restarts_for(map_, a)), "--max-chains", str(max_chains), "--max-steps", str(max_steps)]
-    return out + ["--tol", str(tol), "--window", str(window)]
+def search_arg(settings: SearchSettings) -> list[str]:
+    """A part's command-line argument carrying the whole settings (JSON)."""
+    return ["--search", json.dumps(dataclasses.asdict(settings))]
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trials", type=int, default=10, help="samples per cell (the package does them in one call)")
     p.add_argument("--baseline-trials", type=int, default=None, help="baseline samples (default: --trials)")
-    p.add_argument("--restarts", type=int, default=None, help="default: as configs/ws/<map>.yaml")
-    p.add_argument("--max-chains", type=int, default=None, help="default: as configs/ws/<map>.yaml")
-    p.add_argument("--max-steps", type=int, default=None, help="steps per chain; default: as configs/ws/<map>.yaml")
-    p.add_argument("--tol", type=float, default=None, help=argparse.SUPPRESS)  # a part's: the shipped config's
-    p.add_argument("--window", type=int, default=None, help=argparse.SUPPRESS)
+    shipped = "default: as configs/ws/<map>.yaml runs (the map family's search defaults)"
+    p.add_argument("--chains-per-round", type=int, default=None, help=f"chains per round; {shipped}")
+    p.add_argument("--max-chains", type=int, default=None, help=shipped)
+    p.add_argument("--max-steps", type=int, default=None, help=f"steps per chain; {shipped}")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--data",
@@ -485,6 +459,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--n", type=int, default=50, help=argparse.SUPPRESS)
     p.add_argument("--step-d", type=int, default=384, help=argparse.SUPPRESS)
     p.add_argument("--radii", type=float, nargs="*", default=[], help=argparse.SUPPRESS)
+    p.add_argument("--search", type=lambda s: SearchSettings(**json.loads(s)), help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.baseline_trials = min(a.trials, a.baseline_trials or a.trials)
     torch.set_num_threads(a.threads)
@@ -512,16 +487,16 @@ def main(argv: list[str] | None = None) -> None:
     ]
     data = "bundled IMDb reviews (MiniLM layer 0)" if a.data == "imdb" else "SYNTHETIC Gaussian rows (not reviews)"
     print(f"torch {torch.__version__}, {a.threads} thread(s), data: {data}, seed={a.seed}")
+    raf, rf = with_flags(shipped_search("raf"), a), with_flags(shipped_search("rf"), a)
     if "raf" not in a.skip:
-        compare_cell("RAF cell", "raf", 384, 50, a, [*common, *search_args("raf", a)])
+        compare_cell("RAF cell", "raf", 384, 50, a, common, raf)
     if "rf" not in a.skip:
-        compare_cell("RF cell", "rf", 192, 90, a, [*common, *search_args("rf", a)])
-    a.restarts = restarts_for("raf", a)
-    common = [*common, *search_args("raf", a)]
+        compare_cell("RF cell", "rf", 192, 90, a, common, rf)
+    common = [*common, *search_arg(raf)]  # the per-step part and --largest: RAF's settings
     if "step" not in a.skip:
         argv_step = [*common, "--step-n", *map(str, a.step_n), "--step-seconds", str(a.step_seconds)]
         rows = run_part("step", argv_step)["rows"]
-        chains = f"{a.trials} x {a.restarts}"
+        chains = f"{a.trials} x {raf.chains_per_round}"
         print(f"\n== RAF per-step cost (value + gradient) against n, d=384; batched = {chains} chains ==")
         print(f"{'n':>5} {'batched ms/chain':>16} {'one chain ms':>12} {'full fwd-bwd ms':>15} {'full/batched':>12}")
         for r in rows:
