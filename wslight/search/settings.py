@@ -110,5 +110,7 @@ def _check(name: str, value: Any) -> Any:
 
 
 def family_defaults(feature_map: Any) -> dict[str, Any]:
-    """The search defaults of a map's family: its class's `search_defaults` ({} for a map without them)."""
-    return dict(getattr(type(feature_map), "search_defaults", {}) or {})
+    """The search defaults of a map's family, given the map or its class: the class's `search_defaults` ({} for a
+    map without them)."""
+    cls = feature_map if isinstance(feature_map, type) else type(feature_map)
+    return dict(getattr(cls, "search_defaults", {}) or {})
