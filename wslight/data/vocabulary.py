@@ -111,7 +111,7 @@ class EncoderWords:
         return a, b
 
     def admissible(self, ids: Tensor, position: int) -> tuple[Tensor, int]:
-        """The words that may stand at `position` of the review `ids` ([CLS] ... [SEP] [PAD]...).
+        """The words that may stand at `position` of the review `ids` (`[CLS] ... [SEP] [PAD]...`).
 
         Returns:
             (V,) bool mask (the static rules of `allowed_tokens` and the round trip), and how many words passed the

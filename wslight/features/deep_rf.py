@@ -372,7 +372,7 @@ def fresh_deeper_layers(
 
 
 def deeper_forward64(h: torch.Tensor, deeper: list[torch.Tensor], rows: torch.Tensor | None = None) -> torch.Tensor:
-    """The ReLU layers of the deeper part in float64, trial t by the weights deeper[k][rows[t]] (rows None: t).
+    """The ReLU layers of the deeper part in float64, trial t by the weights `deeper[k][rows[t]]` (rows None: t).
 
     (T, M, width) -> (T, M, width).
     """

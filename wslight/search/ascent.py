@@ -111,7 +111,8 @@ class Search:
             X: (T, B, n, d) samples on the maps' device.
             seeds: T restart seeds.
             dt: working dtype.
-            per_chain, per_pos: working memory, in elements, of one chain and of one position of one trial.
+            per_chain: working memory, in elements, of one chain.
+            per_pos: working memory, in elements, of one position of one trial.
             one_chunk: all positions in one chunk (the algebra draws its map for exactly these positions).
         """
         T, B, n, d = X.shape
