@@ -1,5 +1,7 @@
-"""The objectives of the Delta attack (docs/theory.md §6.1): the test error (16), the alignments (24a) and (24b), and
-the penalized error, computed from three inner products of phi(X') with the heads' vectors. Pure maths: no Lightning.
+"""The objectives of the Delta attack (docs/theory.md §6.1).
+
+The test error (16), the alignments (24a) and (24b), and the penalized error, computed from three inner products of
+phi(X') with the heads' vectors. Pure maths: no Lightning.
 """
 
 from __future__ import annotations

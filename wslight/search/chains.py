@@ -50,12 +50,19 @@ class Chains:
 
 
 class StepRule(Protocol):
-    """How chains move. `propose` gives the next points (and may stop chains that have converged, before they are
-    evaluated); `accept` takes the values there."""
+    """How chains move.
 
-    def propose(self, c: Chains, t: int) -> Tensor: ...
+    `propose` gives the next points (and may stop chains that have converged, before they are evaluated); `accept` takes
+    the values there.
+    """
 
-    def accept(self, c: Chains, x: Tensor, f: Tensor, g: Tensor, t: int) -> None: ...
+    def propose(self, c: Chains, t: int) -> Tensor:
+        """The next points of the chains at step t (may stop converged chains before they are evaluated)."""
+        ...
+
+    def accept(self, c: Chains, x: Tensor, f: Tensor, g: Tensor, t: int) -> None:
+        """Take the values f and gradients g at the proposed points x."""
+        ...
 
 
 def autograd_evaluate(objective: Callable[[Tensor], Tensor]) -> Evaluate:
@@ -119,8 +126,10 @@ def run_chains(
 
 
 def _narrowed(active: Tensor, live: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor] | None:
-    """The trials and chain columns to evaluate from now on, or None to keep `live`: narrowed once a quarter of the
-    evaluated trials, or of the evaluated columns, has stopped."""
+    """The trials and chain columns to evaluate from now on, or None to keep `live`.
+
+    Narrowed once a quarter of the evaluated trials, or of the evaluated columns, has stopped.
+    """
     T, C = active.shape[0], active.shape[-1]
     running = active.reshape(T, -1).any(dim=1).nonzero()[:, 0]  # (T',)
     width = int(active[running].sum(-1).max())  # chains still moving in the busiest row
@@ -133,7 +142,7 @@ def _narrowed(active: Tensor, live: tuple[Tensor, Tensor] | None) -> tuple[Tenso
 
 
 def _evaluate_live(evaluate: Evaluate, x: Tensor, trials: Tensor, columns: Tensor) -> tuple[Tensor, Tensor]:
-    """f and g of every chain, evaluated on the live chains only: -inf and 0 elsewhere."""
+    """The values f and gradients g of every chain, evaluated on the live chains only: -inf and 0 elsewhere."""
     d = x.shape[-1]
     at = columns[..., None].expand(*columns.shape, d)
     f_live, g_live = evaluate(x[trials].gather(-2, at))
@@ -168,6 +177,7 @@ class MonotoneAscent:
     ridge: bool = False
 
     def propose(self, c: Chains, t: int) -> Tensor:
+        """The next points: a tangent step of each active chain's own length (a ridge step after a rejected one)."""
         if t == 0:
             c.extra["eta"] = torch.full_like(c.f, self.lr)
             c.extra["history"] = [c.f.clamp_min(0).sqrt()]
@@ -183,6 +193,10 @@ class MonotoneAscent:
         return project_ball(c.x + (c.extra["eta"] * self.radius)[..., None] * direction, self.radius)
 
     def accept(self, c: Chains, x: Tensor, f: Tensor, g: Tensor, t: int) -> None:
+        """Keep each point that raised its chain's value; stop the chains that stalled.
+
+        An accepted step's length grows by 1.5 (up to 1), a rejected one's halves.
+        """
         accept = (f > c.f) & c.active
         if self.ridge:  # the gradient at a rejected point, zero where the step was taken
             c.extra["rejected"] = torch.where((accept | ~c.active)[..., None], torch.zeros_like(g), g)
@@ -212,19 +226,23 @@ class FixedStep:
     lr: float
 
     def propose(self, c: Chains, t: int) -> Tensor:
+        """The next points: a gradient step of the fixed size, projected onto the ball."""
         # Paper (authors' code): plain gradient step, lr fixed, then projection onto the ball
         x = torch.where(c.active[..., None], project_ball(c.x + self.lr * c.g, self.radius), c.x)
         c.steps = c.steps + c.active.long()
         return x
 
     def accept(self, c: Chains, x: Tensor, f: Tensor, g: Tensor, t: int) -> None:
+        """Take every step for good."""
         _move_to(c, x, f, g)
 
 
 @dataclass
 class MomentumDescent:
-    """Adam-type steps with one isotropic second moment per chain and a cosine-decayed length; a chain stops when its
-    best gained less than rtol |best| + atol over `patience` steps, or once its loss -f is below atol.
+    """Adam-type steps with one isotropic second moment per chain and a cosine-decayed length.
+
+    A chain stops when its best gained less than rtol |best| + atol over `patience` steps, or once its loss -f is below
+    atol.
 
     Deviation from the authors' plain steps (docs/theory.md §6.5): the isotropic second moment (the mean of g^2 over
     the d coordinates) keeps the fixed points of the projected iteration at the KKT points of the ball constraint
@@ -242,6 +260,7 @@ class MomentumDescent:
     b2: float = 0.999
 
     def propose(self, c: Chains, t: int) -> Tensor:
+        """The next points: an Adam-type step of cosine-decayed length, projected onto the ball; stalled chains stop."""
         if t == 0:
             c.extra["m1"], c.extra["m2"] = torch.zeros_like(c.x), torch.zeros_like(c.x[..., :1])
             c.extra["ref"] = torch.full_like(c.best_f, -math.inf)
@@ -261,6 +280,7 @@ class MomentumDescent:
         return x
 
     def accept(self, c: Chains, x: Tensor, f: Tensor, g: Tensor, t: int) -> None:
+        """Take every step for good (the engine keeps each chain's best point)."""
         _move_to(c, x, f, g)
 
 
@@ -278,12 +298,16 @@ def near_best(values: Tensor, best: Tensor, squared: bool = False, atol: float =
 
 
 def more_chains(gain: Tensor, near: Tensor, chains: Tensor, gain_tol: float, max_chains: int) -> Tensor:
-    """Which samples need another round of chains: the last round raised their best by more than `gain_tol`
-    (relatively), or no second chain confirms the best yet, and they have run fewer than `max_chains` chains.
+    """Which samples need another round of chains.
+
+    Those whose last round raised their best by more than `gain_tol` (relatively), or whose best no second chain
+    confirms yet, and that have run fewer than `max_chains` chains.
 
     Args:
         gain: (...) best after the round / best before it, minus 1.
         near: (...) chains within NEAR_BEST of the best.
         chains: (...) chains run so far.
+        gain_tol: the relative gain of a round below which a confirmed best needs no further round.
+        max_chains: the most chains a sample runs.
     """
     return ((gain > gain_tol) | (near < 2)) & (chains < max_chains)

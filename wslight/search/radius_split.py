@@ -1,5 +1,6 @@
-"""A start for maps whose change is a sum over blocks of Delta: the radius shared out among the blocks
-(docs/theory.md §12.1).
+"""A start for maps whose change is a sum over blocks of Delta (docs/theory.md §12.1).
+
+The radius is shared out among the blocks.
 
 Multi-head RAF moves block h of the token in head h only, so ||phi(X^i(Delta)) - phi(X)||^2 = sum_h f_h(Delta_h) and
 
@@ -41,11 +42,17 @@ class BlockMove(Protocol):
     blocks: int
 
     @property
-    def block_move(self) -> Block: ...
+    def block_move(self) -> Block:
+        """The blocks' algebra: G = T blocks problems (G, B, P, R, d_h)."""
+        ...
 
-    def split(self, delta: Tensor) -> Tensor: ...
+    def split(self, delta: Tensor) -> Tensor:
+        """Cut moves (T, B, P, R, d) into blocks (G, B, P, R, d_h)."""
+        ...
 
-    def merge(self, delta: Tensor) -> Tensor: ...
+    def merge(self, delta: Tensor) -> Tensor:
+        """Put blocks (G, B, P, R, d_h) back together into moves (T, B, P, R, d)."""
+        ...
 
 
 class Block(Protocol):
@@ -53,7 +60,9 @@ class Block(Protocol):
 
     starts: Tensor | None
 
-    def value_and_grad(self, delta: Tensor) -> tuple[Tensor, Tensor]: ...
+    def value_and_grad(self, delta: Tensor) -> tuple[Tensor, Tensor]:
+        """The blocks' squared changes and their gradients: (G, B, P, R, d_h) -> (G, B, P, R), (G, B, P, R, d_h)."""
+        ...
 
 
 def allocated_start(
@@ -72,7 +81,10 @@ def allocated_start(
         token: the move, with its blocks' algebra (G = T H problems (G, B, P, R, d_h)), `split` cutting moves
             (T, B, P, R, d) into blocks (G, B, P, R, d_h) and `merge` putting them back.
         radius: the ball's radius.
-        lr, tol, window, max_steps: the ascent's settings (`MonotoneAscent`), used for every block and level.
+        lr: the ascent's step size (`MonotoneAscent`), used for every block and level.
+        tol: the ascent's stopping tolerance (`MonotoneAscent`).
+        window: the ascent's stopping window, in steps (`MonotoneAscent`).
+        max_steps: the most steps of the ascent.
         draws: (T, B, P, K, d) Gaussian draws: their blocks start K random chains per block and level besides the
             block's structured starts and their negatives; None: the structured starts only.
         levels: M, the grid of r^2.
@@ -114,7 +126,7 @@ def allocated_start(
 
 
 def _scaled(value_and_grad: Callable[[Tensor], tuple[Tensor, Tensor]], scale: Tensor):
-    """u (G, B, P, R, d_h) -> f(scale u), and its gradient in u; scale (R, 1) per chain."""
+    """The value f(scale u) of u (G, B, P, R, d_h), and its gradient in u; scale (R, 1) per chain."""
 
     def evaluate(u: Tensor) -> tuple[Tensor, Tensor]:
         f, g = value_and_grad(u * scale)
@@ -124,8 +136,10 @@ def _scaled(value_and_grad: Callable[[Tensor], tuple[Tensor, Tensor]], scale: Te
 
 
 def _share_out(g: Tensor) -> Tensor:
-    """The levels m_h (summing to at most M) that maximise sum_h g[h, m_h], by dynamic programming over the blocks:
-    g (T, H, B, P, M + 1) -> m (T, H, B, P) long."""
+    """The levels m_h (summing to at most M) that maximise sum_h g[h, m_h].
+
+    By dynamic programming over the blocks: g (T, H, B, P, M + 1) -> m (T, H, B, P) long.
+    """
     T, H, B, P, M1 = g.shape
     total = torch.zeros(T, B, P, M1, dtype=g.dtype, device=g.device)  # best sum of the blocks so far within budget k
     choices = []

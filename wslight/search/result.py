@@ -1,5 +1,7 @@
-"""The result of a word-sensitivity estimate (`word_sensitivity`): S per sample, its maximiser and the search's
-evidence (docs/theory.md §4)."""
+"""The result of a word-sensitivity estimate (`word_sensitivity`).
+
+S per sample, its maximiser and the search's evidence (docs/theory.md §4).
+"""
 
 from __future__ import annotations
 
@@ -39,8 +41,10 @@ class WSResult:
     bound: Tensor | None = None
 
     def records(self) -> list[dict]:
-        """One dict per sample (trial-major) with the results.jsonl fields position, ws, delta_norm, phi_norm, steps,
-        chains, near_best."""
+        """One dict per sample (trial-major) with the results.jsonl fields of the search.
+
+        The fields are position, ws, delta_norm, phi_norm, steps, chains, near_best.
+        """
         return [
             {
                 "position": int(position),

@@ -1,6 +1,9 @@
-"""Building blocks of the word-sensitivity search's starting points (docs/theory.md §4.2-4.3): the top curvature
-direction at the clean token and seeded Gaussian draws (one stream per trial seed and position). The row, removal and
-self-capture helpers of maps with one output row per token sit beside the maps, in `wslight.features.rows`."""
+"""Building blocks of the word-sensitivity search's starting points (docs/theory.md §4.2-4.3).
+
+The top curvature direction at the clean token and seeded Gaussian draws (one stream per trial seed and position). The
+row, removal and self-capture helpers of maps with one output row per token sit beside the maps, in
+`wslight.features.rows`.
+"""
 
 from __future__ import annotations
 
@@ -49,8 +52,10 @@ def top_curvature(
 
 
 def seeded_draws(seeds: list[int], pos: list[int], B: int, count: int, d: int, *round_: int | str) -> Tensor:
-    """(T, B, P, count, d) Gaussian draws, one stream per trial seed and position (and round after the first), so a
-    chain does not depend on the chunking, the other positions or the other trials."""
+    """(T, B, P, count, d) Gaussian draws, one stream per trial seed and position (and round after the first).
+
+    So a chain does not depend on the chunking, the other positions or the other trials.
+    """
     return torch.stack(
         [
             torch.stack([torch.randn(B, count, d, generator=generator(s, "ws.init", p, *round_)) for p in pos], dim=1)

@@ -83,6 +83,7 @@ class FeatureMapClassifier(pl.LightningModule):
 
     @property
     def feature_map_dtype(self) -> torch.dtype:
+        """The dtype the map computes in (float32 for a map that does not say)."""
         return getattr(self.feature_map, "weight_dtype", torch.float32)
 
     def check_data(self, n: int, d: int) -> None:
@@ -94,11 +95,13 @@ class FeatureMapClassifier(pl.LightningModule):
             raise ValueError(f"n: the feature map was built for n={map_n or self.n} but the data serves n={n}")
 
     def setup(self, stage: str) -> None:
+        """Check the map against the data's n and d when a datamodule is attached."""
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if dm is not None and hasattr(dm, "n") and hasattr(dm, "d"):
             self.check_data(dm.n, dm.d)
 
     def on_fit_start(self) -> None:
+        """Reset the first loss; warn when a gradient fit would make a single pass."""
         self._first_loss = None
         if self.fit_mode == "gradient" and self.trainer.max_epochs == 1:
             rank_zero_warn(
@@ -127,6 +130,7 @@ class FeatureMapClassifier(pl.LightningModule):
         return loss
 
     def training_step(self, batch, batch_idx):
+        """Collect the batch's features for the closed-form solve, or take a gradient step on the head."""
         X, y, ids = batch
         y = y.to(self.feature_map_dtype)
         if self.fit_mode == "closed_form":
@@ -160,6 +164,7 @@ class FeatureMapClassifier(pl.LightningModule):
         )
 
     def on_train_epoch_end(self) -> None:
+        """Solve the closed-form head from every rank's collected features."""
         self._solve_closed_form()
 
     def _solve_closed_form(self) -> None:
@@ -194,22 +199,31 @@ class FeatureMapClassifier(pl.LightningModule):
             cast(LightningOptimizer, self.optimizers()).step()
 
     def validation_step(self, batch, batch_idx):
+        """Collect the batch's predictions for the epoch's metrics."""
         self._collect_eval(batch)
 
     def test_step(self, batch, batch_idx):
+        """Collect the batch's predictions for the epoch's metrics."""
         self._collect_eval(batch)
 
     def on_validation_epoch_start(self) -> None:
+        """Solve the closed-form head first and reset the collected predictions.
+
+        Lightning validates before on_train_epoch_end.
+        """
         self._solve_closed_form()  # Lightning validates before on_train_epoch_end: solve first
         self._eval_parts = []
 
     def on_test_epoch_start(self) -> None:
+        """Reset the collected predictions."""
         self._eval_parts = []
 
     def on_validation_epoch_end(self) -> None:
+        """Log the validation metrics (`val/...`)."""
         self._log_eval("val")
 
     def on_test_epoch_end(self) -> None:
+        """Log the test metrics (`test/...`)."""
         self._log_eval("test")
 
     def _collect_eval(self, batch) -> None:
@@ -258,6 +272,7 @@ class FeatureMapClassifier(pl.LightningModule):
         self.log(f"{stage}/mse", mse)
 
     def configure_optimizers(self):
+        """SGD on the head (lr 0 for the closed-form fit: it only steps to count the solve as a training step)."""
         if self.fit_mode == "closed_form":
             # lr 0 and no gradients: only stepped to count the solve as a training step (_count_solve_as_step)
             return torch.optim.SGD(self.parameters(), lr=0.0)

@@ -147,6 +147,7 @@ class EmbeddingDataModule(LightningDataModule):
             load_token_embeddings(self.spec, progress=self.progress)
 
     def setup(self, stage: str | None = None) -> None:
+        """Load the token embeddings and split them into train, validation and test indices (once)."""
         if self.embeddings is None:
             self.embeddings = load_token_embeddings(self.spec, progress=self.progress)
             self.train_indices, self.val_indices, self.test_indices = split_indices(
@@ -159,6 +160,7 @@ class EmbeddingDataModule(LightningDataModule):
         return {} if self.embeddings is None else self.embeddings.manifest
 
     def dataset(self, indices: Tensor) -> EmbeddingDataset:
+        """The samples `indices` of the loaded embeddings, cut to n tokens and d dimensions."""
         if self.embeddings is None:
             raise RuntimeError("call setup() before asking for a dataset")
         return EmbeddingDataset(self.embeddings, indices, self.n, self.d, self.normalize)
@@ -181,12 +183,15 @@ class EmbeddingDataModule(LightningDataModule):
         return trainer is not None and trainer.strategy.root_device.type == "cuda"
 
     def train_dataloader(self) -> DataLoader:
+        """The training samples, shuffled."""
         return self._loader(self.train_indices, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
+        """The validation samples, in order."""
         return self._loader(self.val_indices, shuffle=False)
 
     def test_dataloader(self) -> DataLoader:
+        """The test samples, in order."""
         return self._loader(self.test_indices, shuffle=False)
 
     def predict_dataloader(self) -> DataLoader:

@@ -40,8 +40,10 @@ _OWN_CODE = (str(Path(torch.__file__).parent), str(Path(__file__).resolve().pare
 
 
 def failure_site(err: BaseException) -> str:
-    """`in forward (my_maps.py:12)`: the innermost frame of the traceback outside torch and wslight (the user's code),
-    or "" when the error arose in them."""
+    """The innermost frame of the traceback outside torch and wslight (the user's code).
+
+    For example `in forward (my_maps.py:12)`; "" when the error arose in them.
+    """
     site = ""
     for frame in traceback.extract_tb(err.__traceback__):
         if not frame.filename.startswith(_OWN_CODE) and "/lightning/" not in frame.filename:
@@ -135,6 +137,7 @@ class Evaluation(pl.LightningModule):
     # --- machinery ----------------------------------------------------------------------------------------------
     @property
     def out_dir(self) -> Path:
+        """Where the evaluation writes: `output_dir` when given, else the trainer's log folder (`out_dir_of`)."""
         if self.output_dir is not None:  # also before a trainer runs it (the command line's checks)
             return Path(self.output_dir)
         return self.out_dir_of(self.trainer)
@@ -149,9 +152,10 @@ class Evaluation(pl.LightningModule):
         return Path(trainer.default_root_dir)
 
     def claim_before_launch(self, trainer: pl.Trainer) -> None:
-        """On the process that starts the run (rank 0), before any other process starts: take the run folder's lock
-        and check its results file (whole, and of this run only), so that a busy folder or an unusable file is one
-        message from one process, not one per process after they have all started.
+        """On the process that starts the run (rank 0), before any other process starts: claim the run folder.
+
+        Take the run folder's lock and check its results file (whole, and of this run only), so that a busy folder or an
+        unusable file is one message from one process, not one per process after they have all started.
 
         Raises:
             RunFolderBusy: another process writes the folder.
@@ -167,12 +171,14 @@ class Evaluation(pl.LightningModule):
 
     @property
     def results(self) -> ResultsFile:
+        """The run's results file in `out_dir`."""
         if self._results is None:
             self._results = ResultsFile(self.out_dir / RESULTS_NAME, self.run_key)
         return self._results
 
     @property
     def results_path(self) -> Path | None:
+        """The path of results.jsonl once a trainer runs the evaluation, else None."""
         return self.results.path if self._trainer is not None else None
 
     def output_dir_problem(self) -> str | None:
@@ -194,6 +200,7 @@ class Evaluation(pl.LightningModule):
             raise PermissionError(f"output_dir: {reason}; {hint}")
 
     def remaining_specs(self) -> list[dict]:
+        """The trials not yet in the results file, in order; ValueError when two trials share a `trial_key`."""
         specs = self.trial_specs()
         keys = [s["trial_key"] for s in specs]
         if len(set(keys)) != len(keys):
@@ -203,8 +210,9 @@ class Evaluation(pl.LightningModule):
         return [s for s in specs if s["trial_key"] not in done]
 
     def claim_run_folder(self) -> None:
-        """Take the run folder's lock on rank 0 (one writer per results.jsonl) unless `claim_before_launch` has, before
-        its finished trials are read.
+        """Take the run folder's lock on rank 0 (one writer per results.jsonl) before its finished trials are read.
+
+        Unless `claim_before_launch` has.
 
         A collective under DDP: every rank learns whether rank 0 got it.
 
@@ -224,11 +232,16 @@ class Evaluation(pl.LightningModule):
             raise RunFolderBusy(busy)
 
     def teardown(self, stage: str) -> None:
+        """Release the run folder's lock, also after a failure or an interruption."""
         if self._lock is not None:  # also after a failure or an interruption
             self._lock.release()
             self._lock = None
 
     def test_dataloader(self) -> DataLoader:
+        """The steps of the trials still to run, after the checks of the output folder and the results file.
+
+        Rank 0 prints how many trials are already in the results file.
+        """
         self.check_output_dir()  # before any trial: a run that cannot save its results fails now, not after the work
         self.claim_run_folder()
         remaining = self.remaining_specs()
@@ -259,6 +272,10 @@ class Evaluation(pl.LightningModule):
         return batches
 
     def test_step(self, batch: list[dict], batch_idx: int) -> None:
+        """Run a step's trials, gather their records on every rank, and append them to results.jsonl on rank 0.
+
+        A failing trial stops every rank with one message.
+        """
         failed: Exception | None = None
         records: list[dict] = []
         # the searches need input gradients; one thread: the same numbers on 1 device or several
@@ -279,8 +296,11 @@ class Evaluation(pl.LightningModule):
             self._stop(failures, failed)
 
     def failure_text(self, specs: list[dict], err: Exception) -> str:
-        """What failed, where and on which trials: `model.init_args.maps: my_map failed in forward (my_maps.py:12)
-        at n = 10, d = 192: RuntimeError: ...`."""
+        """What failed, where and on which trials.
+
+        For example `model.init_args.maps: my_map failed in forward (my_maps.py:12) at n = 10, d = 192: RuntimeError:
+        ...`.
+        """
         spec = specs[0]
         cell = ", ".join(f"{k} = {spec[k]}" for k in ("n", "d", "N", "L") if k in spec)
         what = f"model.init_args.maps: {spec['map']}" if "map" in spec else f"{type(self).__name__}"
@@ -305,9 +325,11 @@ class Evaluation(pl.LightningModule):
         raise err
 
     def on_test_epoch_end(self) -> None:
+        """Summarize the records (scalars, figures and tables) at the end of the run."""
         self._finish()
 
     def on_test_end(self) -> None:
+        """Summarize without logging when nothing was left to run (Lightning skipped the epoch hooks)."""
         if not getattr(self, "_finished", False):  # nothing left to run: the epoch hooks were skipped
             self._finish(log=False)
 
@@ -352,6 +374,7 @@ class Evaluation(pl.LightningModule):
             plt.close(fig)
 
     def configure_optimizers(self) -> None:
+        """No optimiser: an evaluation trains nothing."""
         return None
 
 

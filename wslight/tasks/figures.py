@@ -1,6 +1,7 @@
-"""The figures of the evaluations and the callbacks: `attack_figures` (the attack's scatter and penalized panels) and
-`save_figure`, which writes a figure as PNG and PDF, adds it to TensorBoard when the logger is a TensorBoardLogger and
-closes it.
+"""The figures of the evaluations and the callbacks.
+
+`attack_figures` (the attack's scatter and penalized panels) and `save_figure`, which writes a figure as PNG and PDF,
+adds it to TensorBoard when the logger is a TensorBoardLogger and closes it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The encoder probes as evaluations for `evaluate.py`: one trial each, records to results.jsonl, a summary.md table,
-figures saved.
+"""The encoder probes as evaluations for `evaluate.py`.
+
+One trial each, records to results.jsonl, a summary.md table, figures saved.
 
 The maths of the probes and their figures live in `wslight.probes`, their tables in `wslight.records.summary`; these
 classes only run them as evaluations.
@@ -26,8 +27,10 @@ from .evaluation import Evaluation
 
 
 class _Probe(Evaluation):
-    """A probe is one trial: compute, keep the figure for the summary, return the records (each with a record_key);
-    the summary writes the probe's table (`table`) to summary.md and its figure."""
+    """A probe is one trial: compute, keep the figure for the summary, return the records (each with a record_key).
+
+    The summary writes the probe's table (`table`) to summary.md and its figure.
+    """
 
     name = "probe"
 
@@ -96,16 +99,20 @@ class AttentionEditProbe(_Probe):
         self.vlim = None if vmin is None or vmax is None else (vmin, vmax)
 
     def compute(self):
+        """The attention-edit result and its figure."""
         res = attention_edit(**self.kwargs)
         return res, figure_attention_edit(res, vlim=self.vlim)
 
     def table(self, records: list[dict]) -> tuple[str, list[dict]]:
+        """(caption, rows) of the attention-edit table."""
         return attention_edit_table(records)
 
 
 class LayerwiseChangeProbe(_Probe):
-    """Relative change of every layer when one token moves by the attention-attracting Delta, against Gaussian noise
-    of the same norm and the best real replacement word (Figure 3, panel 3, docs/theory.md §7.2 and §7.4).
+    """Relative change of every layer when one token moves by the attention-attracting Delta.
+
+    Against Gaussian noise of the same norm and the best real replacement word (Figure 3, panel 3, docs/theory.md §7.2
+    and §7.4).
 
     Args:
         encoder: 'bundled-minilm' (offline), 'bert-base-uncased' (the paper) or a local folder.
@@ -162,10 +169,12 @@ class LayerwiseChangeProbe(_Probe):
         self.log_scale = log_scale
 
     def compute(self):
+        """The layer-wise change result and its figure."""
         res = layerwise_change(**self.kwargs)
         return res, figure_layerwise(res, log=self.log_scale)
 
     def table(self, records: list[dict]) -> tuple[str, list[dict]]:
+        """(caption, rows) of the layer-wise change table."""
         return layerwise_table(records)
 
 
@@ -217,8 +226,10 @@ class AttentionUnderDeltaProbe(_Probe):
         )
 
     def compute(self):
+        """The attention-under-Delta result and its figure."""
         res = attention_under_delta(**self.kwargs)
         return res, figure_attention_under_delta(res)
 
     def table(self, records: list[dict]) -> tuple[str, list[dict]]:
+        """(caption, rows) of the attention-under-Delta table."""
         return attention_under_delta_table(records)
