@@ -216,7 +216,7 @@ def test_word_sensitivity_on_cuda_matches_cpu(case, dtype):
     fm = build(case, n, d, dtype)
     gm = build(case, n, d, dtype).to(DEV)
     X = unit_rows(3, n, d, seed=1)
-    kw = dict(positions=[0, 2], restarts=4, max_steps=150, seed=7)
+    kw = dict(positions=[0, 2], chains_per_round=4, max_steps=150, seed=7)
     r_cpu = word_sensitivity(fm, X, **kw)
     r_gpu = word_sensitivity(gm, X.to(DEV), **kw)
     tol = WS64 if dtype == "float64" else WS32

@@ -11,7 +11,7 @@ import pytest
 from wslight.app.help import arg_docs, first_sentence
 from wslight.app.verbs import main, run_verb
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 EVALUATIONS = (
     "WordSensitivitySweep",

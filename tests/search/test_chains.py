@@ -9,7 +9,7 @@ import yaml
 from conftest import unit_rows
 
 from wslight.data import EmbeddingSpec, load_token_embeddings
-from wslight.features import FreshMaps, make_map, move
+from wslight.features import FreshMaps, RandomAttentionFeatures, ReLUAttentionFeatures, make_map, move
 from wslight.features.move import GenericMove, float64_forward, token_move
 from wslight.features.rows import (
     REMOVAL_ANGLES,
@@ -27,9 +27,20 @@ from wslight.features.rows import (
 from wslight.search import ascent
 from wslight.search.chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
 from wslight.search.sensitivity import word_sensitivity
+from wslight.search.settings import SearchSettings, family_defaults
 from wslight.search.starts import seeded_draws
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def shipped_search(cls: type) -> dict:
+    """Every search setting a map family runs with at its defaults (those of its shipped config)."""
+    return SearchSettings().resolved(family_defaults(cls)).given()
+
+
+def settings(**given) -> SearchSettings:
+    """Search settings with every field filled: the given ones, else the generic defaults."""
+    return SearchSettings(**given).resolved()
 
 
 def test_near_best_counts_chains_within_one_percent_of_s():
@@ -54,8 +65,8 @@ def test_rounds_only_raise_s_and_end_confirmed_or_at_the_cap(name):
     T, n, d = 6, 8, 16
     X = unit_rows(T, n, d, seed=3)[:, None]
     seeds = list(range(T))
-    one = word_sensitivity(FreshMaps(name, seeds), X, restarts=4, max_chains=None, seed=seeds, max_steps=80)
-    more = word_sensitivity(FreshMaps(name, seeds), X, restarts=4, max_chains=32, seed=seeds, max_steps=80)
+    one = word_sensitivity(FreshMaps(name, seeds), X, chains_per_round=4, max_chains=4, seed=seeds, max_steps=80)
+    more = word_sensitivity(FreshMaps(name, seeds), X, chains_per_round=4, max_chains=32, seed=seeds, max_steps=80)
     # one round; a best no second chain confirms gets one confirmation round on top
     assert (((one.chains == 4) & (one.near_best >= 2)) | (one.chains == 8)).all()
     # the first round is the same search, so more rounds never lower the reported S (up to the float32 objective
@@ -71,12 +82,14 @@ def test_a_trial_runs_the_same_rounds_alone_or_in_a_batch():
     T, n, d = 4, 8, 16
     X = unit_rows(T, n, d, seed=5)[:, None]
     seeds = [11, 12, 13, 14]
-    batch = word_sensitivity(FreshMaps("relu_raf", seeds), X, restarts=2, max_chains=8, seed=seeds, max_steps=60)
+    batch = word_sensitivity(
+        FreshMaps("relu_raf", seeds), X, chains_per_round=2, max_chains=8, seed=seeds, max_steps=60
+    )
     for t in range(T):
         alone = word_sensitivity(
             FreshMaps("relu_raf", seeds[t : t + 1]),
             X[t : t + 1],
-            restarts=2,
+            chains_per_round=2,
             max_chains=8,
             seed=seeds[t : t + 1],
             max_steps=60,
@@ -113,7 +126,7 @@ def test_reported_s_is_the_best_float64_value_of_the_best_chains(monkeypatch):
     B, n, d = 6, 12, 32
     X = unit_rows(B, n, d, seed=3)
     fmap = make_map("relu_raf", n, d, seed=2)
-    res = word_sensitivity(fmap, X, restarts=8, max_chains=8, seed=5)
+    res = word_sensitivity(fmap, X, chains_per_round=8, max_chains=8, seed=5)
     exact = make_map("relu_raf", n, d, seed=2).double()  # the same W (double() would convert fmap in place)
     Xp = X.double().clone()
     Xp[torch.arange(B), res.position] += res.delta
@@ -121,7 +134,7 @@ def test_reported_s_is_the_best_float64_value_of_the_best_chains(monkeypatch):
     recomputed = (phi1 - phi0).norm(dim=-1) / phi0.norm(dim=-1)
     torch.testing.assert_close(res.ws, recomputed, rtol=1e-9, atol=1e-12)
     monkeypatch.setattr(ascent, "FINAL_CANDIDATES", 1)  # the best chain by its float32 objective alone
-    one = word_sensitivity(fmap, X, restarts=8, max_chains=8, seed=5)
+    one = word_sensitivity(fmap, X, chains_per_round=8, max_chains=8, seed=5)
     assert (res.ws >= one.ws * (1 - 1e-12)).all()
 
 
@@ -130,14 +143,15 @@ def test_relu_raf_at_d384_n50_is_within_one_percent_of_a_16x_reference_on_the_bu
     """The shipped ReLU-RAF settings (configs/ws/relu_raf.yaml) on 20 bundled reviews, a fresh map each (seeds the
     settings were not chosen on), against one round of 16 x their mean chains (at least 256), the best of both as the
     reference: >= 95% of the samples within 1% of it and the mean S within 0.5% (docs/theory.md §4.3)."""
-    args = yaml.safe_load((CONFIGS / "ws" / "relu_raf.yaml").read_text())["model"]["init_args"]
-    settings = {k: args[k] for k in ("restarts", "max_chains", "gain_tol", "max_steps")}
+    settings = shipped_search(ReLUAttentionFeatures)  # what configs/ws/relu_raf.yaml runs with: the family's defaults
     T, n, d = 20, 50, 384
     X, _ = load_token_embeddings(EmbeddingSpec(num_samples=T)).samples(list(range(T)), n, d)
     seeds = list(range(100, 100 + T))
     shipped = word_sensitivity(FreshMaps("relu_raf", seeds), X[:, None], seed=seeds, **settings)
     ref_chains = max(256, 16 * round(shipped.chains.double().mean().item()))
-    ref = word_sensitivity(FreshMaps("relu_raf", seeds), X[:, None], restarts=ref_chains, max_chains=None, seed=seeds)
+    ref = word_sensitivity(
+        FreshMaps("relu_raf", seeds), X[:, None], chains_per_round=ref_chains, max_chains=ref_chains, seed=seeds
+    )
     best = torch.maximum(shipped.ws, ref.ws)
     assert ((shipped.ws >= 0.99 * best).double().mean() >= 0.95).item()
     assert (shipped.ws.mean() >= 0.995 * best.mean()).item()
@@ -172,17 +186,21 @@ class _Plain(torch.nn.Module):
 
 
 def test_generic_path_first_round_runs_more_random_chains_after_the_usual_starts():
-    """A map without structured starts runs GENERIC_FIRST_ROUND x restarts chains in its first round, besides the
-    homotopy starts: the usual `restarts` starts first (the same as with one round's worth), then the homotopy starts,
-    then random ones from their own stream; a map with its own algebra keeps `restarts`."""
+    """A map without structured starts runs GENERIC_FIRST_ROUND x chains_per_round chains in its first round, besides
+    the homotopy starts: the usual `chains_per_round` starts first (the same as with one round's worth), then the
+    homotopy starts, then random ones from their own stream; a map with its own algebra keeps `chains_per_round`."""
     B, n, d = 4, 10, 24
     X = unit_rows(B, n, d, seed=7)
     inner = make_map("relu_raf", n, d, seed=3)
     plain = _Plain(inner)
-    res = word_sensitivity(plain, X, restarts=3, max_chains=3, seed=1)
+    res = word_sensitivity(plain, X, chains_per_round=3, max_chains=3, seed=1)
     assert (res.chains >= 3 * ascent.GENERIC_FIRST_ROUND).all()
-    assert (word_sensitivity(inner, X, restarts=3, max_chains=3, seed=1).chains < 3 * ascent.GENERIC_FIRST_ROUND).all()
-    search = ascent.Search.checked(d, n, [0], None, 3, 50, 0.25, 1e-4, 20, 2**25, 10, 3, 1e-3)
+    assert (
+        word_sensitivity(inner, X, chains_per_round=3, max_chains=3, seed=1).chains < 3 * ascent.GENERIC_FIRST_ROUND
+    ).all()
+    search = ascent.Search.checked(
+        d, n, [0], None, settings(chains_per_round=3, max_steps=50, power_iters=10, max_chains=3)
+    )
     token = token_move([plain], X[None], [0], torch.float32)
     starts = search._starts(token, [0], [1], torch.float32, X[None])
     # homotopy and row starts (mixes, captured points, removal mixes)
@@ -205,7 +223,9 @@ def test_homotopy_starts_are_the_best_points_of_the_larger_balls_brought_back_to
     B, n, d = 2, 8, 16
     X = unit_rows(B, n, d, seed=3)
     plain = _Plain(make_map("raf", n, d, seed=4))
-    search = ascent.Search.checked(d, n, [0, 3], None, 2, 100, 0.25, 1e-4, 20, 2**25, 10, 2, 1e-3)
+    search = ascent.Search.checked(
+        d, n, [0, 3], None, settings(chains_per_round=2, max_steps=100, power_iters=10, max_chains=2)
+    )
     token = token_move([plain], X[None], [0, 3], torch.float64)
     H = ascent.HOMOTOPY_SCALES
     homotopy = search._homotopy_starts(token, [0, 3], [5], torch.float64, X[None], chain_chunk=64)  # (1, B, 2, H, d)
@@ -230,7 +250,7 @@ def test_homotopy_starts_reach_the_maxima_that_random_starts_miss(monkeypatch):
     B, n, d = 6, 8, 128
     X = unit_rows(B, n, d, seed=1)
     raf = make_map("raf", n, d, seed=1)
-    kw = dict(restarts=6, max_chains=64, max_steps=60, seed=1)  # the RAF config's search
+    kw = dict(chains_per_round=6, max_chains=64, max_steps=60, seed=1)  # the RAF family's search
     closed = word_sensitivity(raf, X, **kw).ws
     homotopy = word_sensitivity(_Plain(raf), X, **kw).ws
     monkeypatch.setattr(ascent, "HOMOTOPY_SCALES", ())
@@ -257,8 +277,7 @@ def test_row_starts_and_search_starts_bring_a_plain_raf_at_d384_to_the_best_valu
     its row starts the generic path stops more than 2% short of the best value found on some review; with them
     (the shipped generic path) it is within 1% of it on every one, and so is the module that names its attracting
     and steering directions (`search_starts`), within 0.5%."""
-    args = yaml.safe_load((CONFIGS / "ws" / "raf.yaml").read_text())["model"]["init_args"]
-    settings = {k: args[k] for k in ("restarts", "max_chains", "gain_tol", "max_steps")}
+    settings = shipped_search(RandomAttentionFeatures)  # what configs/ws/raf.yaml runs with: the family's defaults
     T, n, d = 20, 10, 384
     X, _ = load_token_embeddings(EmbeddingSpec(num_samples=T)).samples(list(range(T)), n, d)
     X = X[:, None].float()
@@ -280,8 +299,7 @@ def test_row_starts_bring_a_plain_relu_raf_at_n250_to_the_closed_forms_value_on_
     """ReLU-RAF as a plain module at d = 384, n = 250 with the ReLU-RAF config's search, 2 bundled reviews: its best
     values lie where the moved query attends to itself alone, which the closed form enters with its capture steps
     and the generic path with the captured row starts; the plain module is within 1% of the closed form's S."""
-    args = yaml.safe_load((CONFIGS / "ws" / "relu_raf.yaml").read_text())["model"]["init_args"]
-    settings = {k: args[k] for k in ("restarts", "max_chains", "gain_tol", "max_steps")}
+    settings = shipped_search(ReLUAttentionFeatures)  # what configs/ws/relu_raf.yaml runs with: the family's defaults
     T, n, d = 2, 250, 384
     X, _ = load_token_embeddings(EmbeddingSpec(num_samples=40)).samples(list(range(T)), n, d)
     X = X[:, None].float()
@@ -416,8 +434,7 @@ def test_removal_starts_find_the_pre_trained_layers_higher_maxima_on_the_bundled
     """The pre-trained attention layer at n = 8 with the zoo config's search, 3 bundled reviews: its highest values
     lie on a path through the nearly removed word, leaning toward a top singular vector of a row's Jacobian, which
     random, attracting and captured starts miss; the removal starts raise S by more than 4% on every one."""
-    args = yaml.safe_load((CONFIGS / "ws" / "zoo.yaml").read_text())["model"]["init_args"]
-    settings = {k: args[k] for k in ("restarts", "max_chains", "gain_tol", "max_steps")}
+    settings = yaml.safe_load((CONFIGS / "ws" / "zoo.yaml").read_text())["model"]["init_args"]["search"]
     T, n, d = 3, 8, 384
     X, _ = load_token_embeddings(EmbeddingSpec(num_samples=20)).samples(list(range(T)), n, d)
     X = X[:, None].float()
@@ -459,12 +476,14 @@ def test_captured_points_make_the_moved_query_attend_to_itself_alone():
 
 
 def test_search_starts_come_after_the_usual_starts_at_the_radius():
-    """The first round of a module with `search_starts`: the usual `restarts` starts, then its directions scaled to
-    the radius, then the homotopy and extra random starts as without them."""
+    """The first round of a module with `search_starts`: the usual `chains_per_round` starts, then its directions scaled
+    to the radius, then the homotopy and extra random starts as without them."""
     B, n, d = 3, 8, 16
     X = unit_rows(B, n, d, seed=2)
     raf = make_map("raf", n, d, seed=2)
-    search = ascent.Search.checked(d, n, [0, 5], None, 3, 50, 0.25, 1e-4, 20, 2**25, 10, 3, 1e-3)
+    search = ascent.Search.checked(
+        d, n, [0, 5], None, settings(chains_per_round=3, max_steps=50, power_iters=10, max_chains=3)
+    )
     plain = search._starts(
         token_move([_Plain(raf)], X[None], [0, 5], torch.float64), [0, 5], [1], torch.float64, X[None]
     )
@@ -500,9 +519,9 @@ def test_generic_path_polishing_round_only_adds_chains(monkeypatch):
     B, n, d = 4, 10, 24
     X = unit_rows(B, n, d, seed=11)
     plain = _Plain(make_map("relu_raf", n, d, seed=5))
-    polished = word_sensitivity(plain, X, restarts=3, max_chains=6, seed=2)
+    polished = word_sensitivity(plain, X, chains_per_round=3, max_chains=6, seed=2)
     monkeypatch.setattr(ascent.Search, "_polishes", staticmethod(lambda token: False))
-    plain_rounds = word_sensitivity(plain, X, restarts=3, max_chains=6, seed=2)
+    plain_rounds = word_sensitivity(plain, X, chains_per_round=3, max_chains=6, seed=2)
     assert (polished.chains > plain_rounds.chains).all()
     assert (polished.ws >= plain_rounds.ws * (1 - 1e-9)).all()
     token = token_move([make_map("relu_raf", n, d, seed=5)], X[None], [0], torch.float32)

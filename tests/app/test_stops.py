@@ -17,8 +17,8 @@ from wslight.app.failures import EXIT_BUSY
 from wslight.records.results import LOCK_NAME, RunLock
 from wslight.tasks.evaluation import TrialFailed
 
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]
 
 BOOM = '''
 import torch
@@ -90,7 +90,9 @@ def test_a_user_map_that_raises_in_forward_names_the_map_the_cell_and_the_line(t
     (tmp_path / "boom_maps.py").write_text(BOOM)
     monkeypatch.syspath_prepend(str(tmp_path))
     logs = ["--trainer.logger.init_args.save_dir", str(tmp_path / "logs")]
-    args = tiny("ws/raf", {"maps": ["raf", "boom_maps.Boom"], "d_values": [8], "n_values": [4, 8], "max_steps": 10})
+    args = tiny(
+        "ws/raf", {"maps": ["raf", "boom_maps.Boom"], "d_values": [8], "n_values": [4, 8], "search.max_steps": 10}
+    )
     with pytest.raises(SystemExit) as exc:
         main(["test", *args, *logs], evaluate=True)
     assert exc.value.code == 1

@@ -19,7 +19,7 @@ import pytest
 
 from wslight.records.results import without_timing
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 TINY = [
     "--model.init_args.maps", "[raf, rf]",

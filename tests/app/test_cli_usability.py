@@ -17,7 +17,7 @@ from wslight.app.run_summary import log_run_hparams
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-CONF = Path(__file__).resolve().parent / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 TRAIN = str(CONF / "raf.yaml")
 WS = str(CONF / "ws" / "raf.yaml")
 
@@ -179,7 +179,7 @@ def test_a_closed_form_fit_writes_a_checkpoint_that_reloads_the_head(tmp_path, c
 
 
 # ------------------------------------------------------------------------------------------------ shipped configs
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("name", ["ws/raf", "ws/raf.yaml", "configs/ws/raf.yaml"])

@@ -60,12 +60,12 @@ def test_ws_with_huge_scores_is_finite(rows, cls):
     fm = cls(d, seed=0)
     X = rows(2, n, d) * 1e3
     for radius in (None, 1e3 * d**0.5):  # the default ball, and one as large as the scaled tokens
-        res = word_sensitivity(fm, X, positions="all", radius=radius, restarts=3, max_steps=30)
+        res = word_sensitivity(fm, X, positions="all", radius=radius, chains_per_round=3, max_steps=30)
         assert torch.isfinite(res.ws).all() and (res.ws >= 0).all()
         assert torch.isfinite(res.phi_norm).all() and (res.phi_norm > 0).all()
     # the estimate stays a lower bound of the sup: a ball of radius 0.5 sqrt(d) gives at most the full one's value
-    small = word_sensitivity(fm, X, radius=0.5 * d**0.5, restarts=3, max_steps=30).ws
-    large = word_sensitivity(fm, X, radius=d**0.5, restarts=3, max_steps=30).ws
+    small = word_sensitivity(fm, X, radius=0.5 * d**0.5, chains_per_round=3, max_steps=30).ws
+    large = word_sensitivity(fm, X, radius=d**0.5, chains_per_round=3, max_steps=30).ws
     assert (small <= large * (1 + 1e-6) + 1e-12).all()
 
 
@@ -95,7 +95,7 @@ def first_map(fmap, X):
 
 def test_ws_on_zero_features_is_not_finite_and_the_sweep_flags_it(tmp_path, monkeypatch, config_args):
     fm = ReLUAttentionFeatures(d, seed=0)
-    res = word_sensitivity(fm, zero_row_input(fm.W), restarts=2, max_steps=20)
+    res = word_sensitivity(fm, zero_row_input(fm.W), chains_per_round=2, max_steps=20)
     # phi(X) = 0: S = ||phi(X^i(Delta))|| / 0 is undefined (NaN, or inf once phi moves); the sweep must flag it
     assert res.phi_norm.item() == 0.0 and not math.isfinite(res.ws.item())
 
@@ -222,7 +222,10 @@ def test_nearly_collinear_training_samples_are_flagged(rows):
 # ---------------------------------------------------------------------------------------------------- configs
 
 # The tiny test settings (tests/conf) of the shipped configs with ReLU-RAF on one cell, three trials, one a step.
-WS = ("ws/relu_raf", {"d_values": [8], "n_values": [6], "trials": 3, "restarts": 2, "max_steps": 20})
+WS = (
+    "ws/relu_raf",
+    {"d_values": [8], "n_values": [6], "trials": 3, "search.chains_per_round": 2, "search.max_steps": 20},
+)
 ATTACK = (
     "attack/fig4",
     {

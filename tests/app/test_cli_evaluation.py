@@ -12,8 +12,8 @@ import pytest
 
 from wslight.app.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]
 
 
 SQUARES = """

@@ -182,7 +182,7 @@ def test_a_sweep_titles_its_figures_with_its_tokens(tmp_path, monkeypatch):
         plt.close(fig)
 
     monkeypatch.setattr(Evaluation, "add_figure", keep_title)
-    conf = Path(__file__).parent / "conf" / "ws" / "raf.yaml"
+    conf = Path(__file__).resolve().parents[1] / "conf" / "ws" / "raf.yaml"
     main(
         [
             "test",

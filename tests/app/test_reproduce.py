@@ -24,7 +24,7 @@ from wslight.app.config_files import base_of
 
 SYNTH = {"source": "synthetic", "synthetic_dim": 16, "num_samples": 60}
 TINY = {
-    "ws_rf": {"d_values": [16], "n_values": [4, 8], "trials": 2, "max_steps": 60},
+    "ws_rf": {"d_values": [16], "n_values": [4, 8], "trials": 2, "search.max_steps": 60},
     "attack_fig4": {
         "cases": [{"map": "rf", "n": 30}],  # N / D = 10 / 240, in the range check 9 reads
         "d": 8,
@@ -286,7 +286,7 @@ def test_a_signal_to_reproduce_reaches_its_stage_once_and_stops_it(tmp_path, sig
     the running stage exactly once; reproduce exits 128 + the signal's number after one line saying how to resume."""
     plan = tmp_path / "plan.yaml"
     plan.write_text(TWO_STAGES)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     cmd = [sys.executable, "-c", DRIVER, str(tmp_path), str(plan)]
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 120

@@ -14,7 +14,7 @@ from wslight.features import RandomAttentionFeatures, RandomFeatures
 from wslight.tasks import EmbeddingDataModule
 from wslight.tasks.classifier import FeatureMapClassifier
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MAPS = ["rf", "deep_rf", "raf", "relu_raf"]
 
 

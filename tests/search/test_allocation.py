@@ -52,8 +52,8 @@ def test_multi_head_search_starts_from_the_split_and_is_seeded(rows):
     """word_sensitivity on raf_mh12 gives the same S for the same seed and one at least the split start's value."""
     X = rows(2, 8, 24)
     fmap = make_map("raf_mh12", 8, 24, seed=2)
-    a = word_sensitivity(fmap, X, seed=5, restarts=4, max_chains=8)
-    b = word_sensitivity(fmap, X, seed=5, restarts=4, max_chains=8)
+    a = word_sensitivity(fmap, X, seed=5, chains_per_round=4, max_chains=8)
+    b = word_sensitivity(fmap, X, seed=5, chains_per_round=4, max_chains=8)
     assert torch.equal(a.ws, b.ws)
     token = token_move([fmap], X[None].float(), [0], torch.float32)
     start = allocated_start(token, 24**0.5, 0.25, 1e-4, 20, 300)

@@ -16,8 +16,8 @@ from wslight.app.messages import check_command
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-CONF = Path(__file__).resolve().parent / "conf"
-ROOT = Path(__file__).resolve().parents[1]
+CONF = Path(__file__).resolve().parents[1] / "conf"
+ROOT = Path(__file__).resolve().parents[2]
 TRAIN = str(CONF / "raf.yaml")  # the tiny test settings: overlays of the shipped raf and ws/raf
 WS = str(CONF / "ws" / "raf.yaml")
 # The shipped configs themselves, whole files: the tests that write a broken copy start from them.
@@ -270,3 +270,18 @@ def test_a_saved_config_with_the_old_class_paths_says_what_to_write(tmp_path, cl
         ["test", "--config", "ws/raf", "--model", "wslight.evaluations.ws_sweep.WordSensitivitySweep"], True
     )
     assert "the command line: --model = wslight.evaluations.ws_sweep.WordSensitivitySweep: write" in err
+
+
+def test_a_search_setting_at_its_old_place_names_the_new_key(tmp_path, cli_fails):
+    """`restarts` (and the other search settings) of a word-sensitivity sweep moved into one `search:` block, and
+    `restarts` is `chains_per_round`: a saved config or an override that writes them the old way is one block."""
+    saved = tmp_path / "saved_ws.yaml"
+    text = (ROOT / "configs" / "ws" / "raf.yaml").read_text()
+    saved.write_text(text.replace("    seed: 0\n", "    restarts: 6\n    max_steps: 60\n    seed: 0\n", 1))
+    err = cli_fails(["test", "--config", str(saved)], evaluate=True)
+    assert f"{saved}: model.init_args.restarts: write model.init_args.search.chains_per_round" in err
+    assert f"{saved}: model.init_args.max_steps: write model.init_args.search.max_steps" in err
+    err = cli_fails(["test", "--config", "ws/raf", "--model.init_args.restarts", "8"], evaluate=True)
+    assert "the command line: model.init_args.restarts: write model.init_args.search.chains_per_round" in err
+    # the attack keeps its own restarts
+    cli_fails(["test", "--config", "attack/fig4", "--model.init_args.restarts", "0"], evaluate=True)

@@ -29,7 +29,7 @@ from wslight.app.errors import UsageError
 from wslight.app.messages import check_command, given_values
 from wslight.records.results import ATTACK_FIELDS, WORDS_FIELDS, WS_FIELDS
 
-CONF = Path(__file__).resolve().parent / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 SHIPPED = [name for name in shipped_names() if name != "reproduce/plan"]
 TINY = sorted(p.relative_to(CONF).with_suffix("").as_posix() for p in CONF.rglob("*.yaml"))
 # Keys an overlay may write again with its base's value, and why.

@@ -57,7 +57,7 @@ def test_fresh_law_word_sensitivity_matches_dense_fresh_maps(rows, name):
     """Two-sample test of S over 200 trials: law-drawn maps against dense maps, same samples, other seeds."""
     T, n, d = 200, 4, 6
     X = rows(T, n, d, seed=4).reshape(T, 1, n, d)
-    kw = dict(max_steps=60, restarts=2, power_iters=5)
+    kw = dict(max_steps=60, chains_per_round=2, power_iters=5)
     law = word_sensitivity(FreshMaps(name, list(range(T))), X, seed=list(range(T)), **kw).ws.flatten()
     dense_maps = [make_map(name, n, d, seed=1000 + t, depth=2) for t in range(T)]
     dense = word_sensitivity(dense_maps, X, seed=list(range(T)), **kw).ws.flatten()

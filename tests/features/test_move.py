@@ -14,7 +14,7 @@ from wslight.features import RandomAttentionFeatures, RandomFeatures, make_map
 from wslight.features.move import GenericMove, move_class_for, token_move
 from wslight.search.sensitivity import word_sensitivity
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = ["rf", "rf_bounded", "deep_rf", "raf", "relu_raf"]
 
 
@@ -172,8 +172,8 @@ class PlainRAF(nn.Module):
 def test_plain_module_gives_the_fast_path_word_sensitivity(rows):
     raf = RandomAttentionFeatures(16, seed=3, dtype="float64")
     X = rows(4, 10, 16, seed=2, dtype=torch.float64)
-    fast = word_sensitivity(raf, X, restarts=4, max_steps=300, seed=1)
-    plain = word_sensitivity(PlainRAF(raf), X, restarts=4, max_steps=300, seed=1)
+    fast = word_sensitivity(raf, X, chains_per_round=4, max_steps=300, seed=1)
+    plain = word_sensitivity(PlainRAF(raf), X, chains_per_round=4, max_steps=300, seed=1)
     rel = (plain.ws - fast.ws).abs() / fast.ws
     assert float(rel.max()) < 0.01, (fast.ws, plain.ws)
     assert torch.all(plain.delta_norm <= 4.0 + 1e-9)

@@ -16,11 +16,12 @@ import torch
 from wslight.base.seeding import derive_seed
 from wslight.data import EmbeddingSpec
 from wslight.features import MAPS, make_map, resolve_map, resolve_maps
+from wslight.search import SearchSettings
 from wslight.search.sensitivity import word_sensitivity
 from wslight.tasks import DeltaAttackSweep, WordSensitivitySweep
 
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]
 
 USER_MODULE = '''
 import torch
@@ -121,8 +122,7 @@ def test_ws_sweep_runs_user_maps_with_their_own_numbers(tmp_path, user_module, c
         d_values=[8],
         n_values=[4],
         trials=2,
-        restarts=2,
-        max_steps=20,
+        search=SearchSettings(chains_per_round=2, max_steps=20),
         embeddings=tiny_embeddings(tmp_path),
         output_dir=str(tmp_path / "out"),
     )
@@ -136,7 +136,7 @@ def test_ws_sweep_runs_user_maps_with_their_own_numbers(tmp_path, user_module, c
         fmap = make_map(path, 4, 8, seed=r["map_seed"], **extra)
         X, _ = sweep.store.samples([sweep.sample_index(r["trial"])], 4, 8)  # (1, n, d): the trial's sample
         res = word_sensitivity(
-            fmap, X, radius=8**0.5, restarts=2, max_steps=20, seed=derive_seed(r["map_seed"], "ws.restarts")
+            fmap, X, radius=8**0.5, chains_per_round=2, max_steps=20, seed=derive_seed(r["map_seed"], "ws.restarts")
         )
         assert r["ws"] == float(res.ws[0]) and r["phi_norm"] == float(res.phi_norm[0])
 

@@ -16,8 +16,8 @@ from wslight.app.failures import EXIT_BUSY
 from wslight.app.runs import run_key
 from wslight.records.results import RunLock
 
-ROOT = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parents[1]
 TRAIN = str(TESTS / "conf" / "raf.yaml")
 
 

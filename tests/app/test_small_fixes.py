@@ -121,7 +121,7 @@ def test_attack_sweep_under_a_process_group_logs_its_scalars_without_a_sync_dist
     from wslight.records.summary import attack_scalars
 
     result.warning_cache.clear()  # Lightning shows each warning once per process: a test before this one may have
-    conf = Path(__file__).parent / "conf" / "attack" / "fig4.yaml"
+    conf = Path(__file__).resolve().parents[1] / "conf" / "attack" / "fig4.yaml"
     args = ["test", "--config", str(conf), "--trainer.logger.init_args.save_dir", str(tmp_path)]
     args += ["--trainer.enable_progress_bar", "false", "--trainer.strategy", "ddp", "--trainer.devices", "1"]
     cli = main(args, evaluate=True)
@@ -148,7 +148,7 @@ def test_each_probe_writes_a_summary_table_of_its_records(tmp_path, name):
     import json
     import statistics
 
-    conf = Path(__file__).parent / "conf" / "probes" / f"{name}.yaml"
+    conf = Path(__file__).resolve().parents[1] / "conf" / "probes" / f"{name}.yaml"
     args = ["test", "--config", str(conf), "--trainer.logger.init_args.save_dir", str(tmp_path)]
     cli = main([*args, "--trainer.enable_progress_bar", "false"], evaluate=True)
     results = Path(cli.model.results_path)

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from wslight.features import RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
+from wslight.features import FreshMaps, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
 from wslight.features import make_map as package_make_map
 from wslight.features.move import map_features
 from wslight.plots.ws import plot_ws_curves, ws_curves
@@ -205,7 +205,7 @@ def test_all_positions_at_least_first(rows, name):
     assert (every.ws >= some.ws * (1 - 1e-9)).all()
 
 
-def test_chunking_over_positions_and_restarts_does_not_change_the_result(rows):
+def test_chunking_over_positions_and_chains_does_not_change_the_result(rows):
     n, d = 6, 8
     X = rows(2, n, d, dtype=torch.float64)
     for name in ("rf", "raf"):
@@ -223,8 +223,8 @@ def test_determinism_by_seed(rows):
     a, b = word_sensitivity(fm, X, seed=3), word_sensitivity(fm, X, seed=3)
     assert torch.equal(a.ws, b.ws) and torch.equal(a.delta, b.delta)
     # one random start only (no power iteration): the seed picks the start, so the path changes
-    c = word_sensitivity(fm, X, seed=3, restarts=1, power_iters=0, max_steps=5, tol=0.0)
-    e = word_sensitivity(fm, X, seed=4, restarts=1, power_iters=0, max_steps=5, tol=0.0)
+    c = word_sensitivity(fm, X, seed=3, chains_per_round=1, power_iters=0, max_steps=5, tol=0.0)
+    e = word_sensitivity(fm, X, seed=4, chains_per_round=1, power_iters=0, max_steps=5, tol=0.0)
     assert not torch.allclose(c.delta, e.delta)
     # the global RNG plays no part
     torch.manual_seed(0)
@@ -312,7 +312,7 @@ def test_at_least_the_authors_fixed_step_estimate(rows):
         ({"positions": []}, r"positions must be"),
         ({"radius": 0.0}, r"radius must be a finite number > 0, got 0.0"),
         ({"radius": -1}, r"radius must be a finite number > 0, got -1"),
-        ({"restarts": 0}, r"restarts must be a positive integer, got 0"),
+        ({"chains_per_round": 0}, r"chains_per_round must be a positive integer, got 0"),
         ({"max_steps": 0}, r"max_steps must be a positive integer, got 0"),
         ({"lr": 0}, r"lr must be a finite number > 0, got 0"),
         ({"tol": -1e-3}, r"tol must be a finite number >= 0, got -0.001"),
@@ -377,3 +377,38 @@ def test_result_carries_the_rf_operator_norm_bound(rows):
     ref = ws_bound_rf(fm, X, res.position, res.delta_norm, res.phi_norm)
     assert torch.allclose(res.bound, ref, rtol=1e-10) and bool((res.ws <= res.bound).all())
     assert word_sensitivity(make_map("raf", 5, 6), X.float(), max_steps=5).bound is None
+
+
+def test_a_call_at_its_defaults_searches_with_the_map_familys_settings(monkeypatch):
+    """`word_sensitivity(map, X)` resolves unset settings from the map's family (a built map, a list of them, or
+    FreshMaps drawn from the law: RF), else the generic defaults; the call's own changes win."""
+    from wslight.search import ascent
+    from wslight.search.settings import GENERIC_DEFAULTS
+
+    seen = []
+    real = ascent.Search.checked
+
+    def spy(d, n, positions, radius, settings):
+        seen.append(settings)
+        return real(d, n, positions, radius, settings)
+
+    monkeypatch.setattr(ascent.Search, "checked", staticmethod(spy))
+
+    class Plain(torch.nn.Module):  # a user's module: no family
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner, self.d, self.n = package_make_map("raf", 4, 8), 8, 4
+
+        def forward(self, X):
+            return self.inner(X)
+
+    X = torch.randn(2, 4, 8)
+    word_sensitivity(package_make_map("rf", 4, 8), X, max_steps=2)
+    word_sensitivity(FreshMaps("rf", [1, 2]), X[:, None], seed=[1, 2], max_steps=2)
+    word_sensitivity(FreshMaps("raf", [1, 2]), X[:, None], seed=[1, 2], max_steps=2)
+    word_sensitivity(Plain(), X, max_steps=2, chains_per_round=3)
+    rf, fresh_rf, raf, plain = seen
+    assert (rf.chains_per_round, rf.max_chains, rf.tol, rf.window) == (4, 4, 1e-3, 10)
+    assert fresh_rf == rf  # drawn from the law: the class's defaults too
+    assert (raf.chains_per_round, raf.max_chains) == (6, 64) and raf.max_steps == 2  # the call's change wins
+    assert plain.chains_per_round == 3 and plain.max_chains == GENERIC_DEFAULTS["max_chains"]

@@ -4,10 +4,10 @@ Configs go through `evaluate.py`'s entry point (`main([...], evaluate=True)`): L
 while parsing, so a bad value ends in a ValueError from the sweep's constructor (inside jsonargparse's report) or, for
 a value of the wrong type or outside a Literal, in SystemExit with the report on stderr; both come before any Trainer,
 log folder, results.jsonl or cache file exists. Pure functions and modules raise the ValueError directly.
-Not repeated here: missing or corrupt cache files are rebuilt with a warning (tests/test_data.py:
+Not repeated here: missing or corrupt cache files are rebuilt with a warning (tests/data/test_data.py:
 test_truncated_cache_is_rebuilt_with_a_warning, test_corrupt_bytes_are_detected_by_the_checksum,
-test_edited_manifest_is_a_mismatch_and_rebuilt, test_data_without_manifest_is_rebuilt) and the data module's bad
-input (tests/test_data.py::test_bad_input_raises_before_the_encoder, test_more_samples_than_the_filtered_source_holds).
+test_edited_manifest_is_a_mismatch_and_rebuilt, test_data_without_manifest_is_rebuilt) and the data module's bad input
+(tests/data/test_data.py::test_bad_input_raises_before_the_encoder, test_more_samples_than_the_filtered_source_holds).
 """
 
 import errno
@@ -27,7 +27,16 @@ from wslight.search.sensitivity import word_sensitivity
 from wslight.tasks.classifier import FeatureMapClassifier
 
 # The tiny test settings (tests/conf) of the shipped configs, with what these tests need: one cell, texts of 16 tokens.
-WS = ("ws/rf", {"d_values": [8], "n_values": [4], "restarts": 2, "max_steps": 10, "embeddings.max_length": 16})
+WS = (
+    "ws/rf",
+    {
+        "d_values": [8],
+        "n_values": [4],
+        "search.chains_per_round": 2,
+        "search.max_steps": 10,
+        "embeddings.max_length": 16,
+    },
+)
 ATTACK = (
     "attack/fig4",
     {"cases": [{"map": "raf", "n": 6}], "N_values": [10], "losses": ["err"], "steps": 10, "embeddings.max_length": 16},
@@ -91,8 +100,8 @@ CLI_CASES = [
     ("ws", {"n_values": "[4, 4]"}, [r"model\.init_args\.n_values must not repeat a value, got \[4, 4\] \(4 twice\)"]),
     ("ws", {"d_values": "[8, 4, 8, 8]"}, [r"d_values must not repeat a value, got \[8, 4, 8, 8\] \(8 3 times\)"]),
     ("ws", {"depths": "[2, 3, 2]"}, [r"depths must not repeat a value, got \[2, 3, 2\] \(2 twice\)"]),
-    ("ws", {"radius_scale": 0}, ["radius_scale must be a finite number > 0, got 0"]),
-    ("ws", {"radius_scale": -1.5}, ["radius_scale must be a finite number > 0, got -1.5"]),
+    ("ws", {"search.radius_scale": 0}, ["radius_scale must be a finite number > 0, got 0"]),
+    ("ws", {"search.radius_scale": -1.5}, ["radius_scale must be a finite number > 0, got -1.5"]),
     ("ws", {"trials": 0}, ["trials must be a positive integer, got 0"]),
     ("ws", {"positions": "[99]"}, [r"positions: every position must be an int in \[0, 3\], got 99"]),
     # attack sweep
@@ -199,7 +208,10 @@ def test_bad_probe_fails_before_any_forward_and_writes_no_results(
         (lambda: RandomAttentionFeatures(8)(torch.zeros(4, 8)), r"X must be a tensor of shape .* got \(4, 8\)"),
         (lambda: word_sensitivity(RandomFeatures(4, 8), torch.zeros(1, 4, 8), radius=0.0), "radius must be"),
         (lambda: word_sensitivity(RandomFeatures(4, 8), torch.zeros(1, 4, 8), positions=[4]), r"\[0, 3\], got 4"),
-        (lambda: word_sensitivity(RandomAttentionFeatures(8), torch.zeros(1, 4, 8), restarts=0), "restarts must"),
+        (
+            lambda: word_sensitivity(RandomAttentionFeatures(8), torch.zeros(1, 4, 8), chains_per_round=0),
+            "chains_per_round must",
+        ),
     ],
 )
 def test_bad_feature_map_or_estimator_argument(build, pattern):

@@ -19,7 +19,7 @@ from wslight.tasks import EmbeddingDataModule
 from wslight.tasks.attack_callback import DeltaAttack
 from wslight.tasks.classifier import FeatureMapClassifier
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ATTACK_FIELDS = results.ATTACK_FIELDS | {"sample_id"}
 FAST = {"steps": 40, "restarts": 2}
 

@@ -21,7 +21,7 @@ from wslight.app.placement import available_cores, every_core
 from wslight.base.numerics import sum_last
 from wslight.records.results import without_timing
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # The tiny test settings (tests/conf) of the shipped configs, with each test's grid and seed; one trial a step.
 WS_CONFIG = (
@@ -31,8 +31,8 @@ WS_CONFIG = (
         "d_values": [8],
         "n_values": [5],
         "trials": 2,
-        "restarts": 3,
-        "max_steps": 40,
+        "search.chains_per_round": 3,
+        "search.max_steps": 40,
         "seed": 3,
         "embeddings.max_length": 16,
     },
@@ -53,7 +53,7 @@ WIDE_ATTACK_CONFIG = (
         "cases": [{"map": "raf", "n": 100}],
         "d": 384,
         "steps": 30,
-        "restarts": 2,
+        "search.chains_per_round": 2,
         "embeddings.synthetic_dim": 384,
         "embeddings.num_samples": 12,
         "embeddings.max_length": 100,

@@ -226,7 +226,7 @@ def test_tiny_zoo_writes_the_figure_and_the_slope_table(tmp_path):
 
     from wslight.app.cli import main
 
-    conf = Path(__file__).resolve().parent / "conf" / "ws" / "zoo.yaml"
+    conf = Path(__file__).resolve().parents[1] / "conf" / "ws" / "zoo.yaml"
     args = ["test", "--config", str(conf), "--trainer.logger.init_args.save_dir", str(tmp_path)]
     cli = main([*args, "--trainer.enable_progress_bar", "false"], evaluate=True)
     recs = [json.loads(x) for x in Path(cli.model.results_path).read_text().splitlines()]

@@ -19,7 +19,7 @@ import pytest
 from wslight.app.cli import main
 from wslight.records.results import without_timing
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRIALS = 16  # 2 maps x 2 n x 4 trials
 
 
@@ -29,8 +29,8 @@ WS = {
     "d_values": [8],
     "n_values": [4, 8],
     "trials": 4,
-    "restarts": 4,
-    "max_steps": 40,
+    "search.chains_per_round": 4,
+    "search.max_steps": 40,
     "seed": 5,
     "embeddings.max_length": 16,
 }
