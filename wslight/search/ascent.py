@@ -1,5 +1,8 @@
-"""The search behind the word-sensitivity estimate: monotone projected ascent of ||phi(X^i(Delta)) - phi(X)||^2 for
-every (trial, sample, position, restart) chain at once, its starting points, and its result (docs/theory.md §4)."""
+"""The search behind the word-sensitivity estimate (docs/theory.md §4).
+
+Monotone projected ascent of ||phi(X^i(Delta)) - phi(X)||^2 for every (trial, sample, position, restart) chain at once,
+its starting points, and its result.
+"""
 
 from __future__ import annotations
 
@@ -47,6 +50,63 @@ class _ClosedForm(Protocol):
     def value_and_grad(self, delta: Tensor) -> tuple[Tensor, Tensor]: ...
 
 
+@dataclass
+class _Kept:
+    """The best chains of one chunk's rounds so far, per (trial, sample), and what the next round is decided on."""
+
+    f: Tensor  # (T, B, K) float64 the FINAL_CANDIDATES best chains' objectives, best first
+    x: Tensor  # (T, B, K, d) float64 their Delta
+    j: Tensor  # (T, B, K) their positions' indices
+    s: Tensor  # (T, B, K, d) float64 where those chains started
+    steps: Tensor  # (T, B) most steps of a chain
+    values: list[Tensor]  # per round, (T, B, P R) every chain's best objective (-inf: not run)
+    chains: int = 0  # per (sample, position), of the trials still running
+    near: Tensor | None = None  # (T, B) chains within NEAR_BEST of the best, after the last round merged
+
+    @classmethod
+    def empty(cls, T: int, B: int, d: int) -> _Kept:
+        """No chain kept yet for T trials x B samples of dimension d."""
+        K = FINAL_CANDIDATES
+        return cls(
+            f=torch.full((T, B, K), -math.inf, dtype=torch.float64),
+            x=torch.zeros(T, B, K, d, dtype=torch.float64),
+            j=torch.zeros(T, B, K, dtype=torch.long),
+            s=torch.zeros(T, B, K, d, dtype=torch.float64),
+            steps=torch.zeros(T, B, dtype=torch.long),
+            values=[],
+        )
+
+    def merge(self, f_k: Tensor, x_k: Tensor, steps_k: Tensor, st_k: Tensor, sub_k: Tensor) -> Tensor:
+        """Merge a round's chains of the trials sub_k into the kept ones; returns each sample's gain of S, (T, B).
+
+        f_k (T', B, P, R) the chains' best objectives, x_k (T', B, P, R, d) their points, steps_k their steps, st_k
+        their starts. The first round gains on nothing (before = -inf), so a second round always follows.
+        """
+        T, B, K = self.f.shape
+        d = self.x.shape[-1]
+        P, R = f_k.shape[2], f_k.shape[-1]
+        f_round = torch.full((T, B, P * R), -math.inf, dtype=torch.float64)
+        f_round[sub_k] = f_k.reshape(len(sub_k), B, P * R)
+        self.values.append(f_round)
+        before = self.f[..., 0].clone()
+        # merge this round's best chains into the kept ones
+        f_new, i_new = f_round[sub_k].topk(min(K, P * R), dim=-1)  # (T', B, k)
+        x_flat = x_k.reshape(len(sub_k), B, P * R, d)
+        pick = i_new[..., None].expand(-1, -1, -1, d).to(x_flat.device)
+        x_new = x_flat.gather(2, pick).cpu().to(torch.float64)
+        s_new = st_k.reshape(len(sub_k), B, P * R, d).gather(2, pick).cpu().to(torch.float64)
+        f_all = torch.cat([self.f[sub_k], f_new], dim=-1)
+        self.f[sub_k], order = f_all.topk(K, dim=-1)
+        self.x[sub_k] = torch.cat([self.x[sub_k], x_new], dim=2).gather(2, order[..., None].expand(-1, -1, -1, d))
+        self.s[sub_k] = torch.cat([self.s[sub_k], s_new], dim=2).gather(2, order[..., None].expand(-1, -1, -1, d))
+        self.j[sub_k] = torch.cat([self.j[sub_k], i_new // R], dim=-1).gather(2, order)
+        self.steps[sub_k] = torch.maximum(self.steps[sub_k], steps_k.reshape(len(sub_k), B, -1).max(dim=-1).values)
+        self.chains += R
+        self.near = near_best(torch.cat(self.values, dim=-1), self.f[..., 0], squared=True)
+        # on S, not S^2
+        return (self.f[..., 0].clamp_min(0) / before.clamp_min(1e-300)).sqrt() - 1
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Public API
 # ----------------------------------------------------------------------------------------------------------------------
@@ -70,9 +130,11 @@ class Search:
 
     @classmethod
     def checked(cls, d: int, n: int, positions: Any, radius: float | None, settings: SearchSettings) -> Search:
-        """The search of resolved `settings` (no field None) for samples of n tokens of dimension d, at `positions`;
-        `radius` None: settings.radius_scale * sqrt(d). The positions and radius are checked here (a ValueError
-        naming them), the settings were when they were made."""
+        """The search of resolved `settings` (no field None) for samples of n tokens of dimension d, at `positions`.
+
+        `radius` None: settings.radius_scale * sqrt(d). The positions and radius are checked here (a ValueError naming
+        them), the settings were when they were made.
+        """
         s = settings
         radius = s.radius_scale * math.sqrt(d) if radius is None else radius  # type: ignore[operator]
         chains = cast(int, s.chains_per_round)
@@ -101,8 +163,9 @@ class Search:
         per_pos: int,
         one_chunk: bool = False,
     ) -> WSResult:
-        """Ascend every (trial, sample, position, chain) in rounds until each sample's best is tight; positions (then
-        chains) chunked for memory.
+        """Ascend every (trial, sample, position, chain) in rounds until each sample's best is tight.
+
+        Positions (then chains) are chunked for memory.
 
         Args:
             build: positions -> the token-move algebra of the T trials for them.
@@ -186,12 +249,14 @@ class Search:
     def _starts(
         self, token: TokenMove, pos: list[int], seeds: list[int], dt: torch.dtype, X: Tensor, chain_chunk: int = 64
     ) -> Tensor:
-        """The first round's starting points on the sphere, (T, B, P, chains_per_round, d): +- the top curvature
-        direction, the map's own constructions, then random ones; on the generic path, after these, every direction
-        of the module's `search_starts`, the row starts (`GenericMove.row_starts`), the homotopy starts and
-        (GENERIC_FIRST_ROUND - 1) x chains_per_round more random ones. One stream per trial and position (a chain
+        """The first round's starting points on the sphere, (T, B, P, chains_per_round, d).
+
+        +- the top curvature direction, the map's own constructions, then random ones; on the generic path, after these,
+        every direction of the module's `search_starts`, the row starts (`GenericMove.row_starts`), the homotopy starts
+        and (GENERIC_FIRST_ROUND - 1) x chains_per_round more random ones. One stream per trial and position (a chain
         does not depend on the chunking or the other trials). X (T, B, n, d) the samples; chain_chunk: chains run
-        together by the homotopy starts."""
+        together by the homotopy starts.
+        """
         B, d = X.shape[1], X.shape[3]
         draws = seeded_draws(seeds, pos, B, self.chains_per_round + 1, d).to(
             device=X.device, dtype=dt
@@ -228,8 +293,10 @@ class Search:
     def _homotopy_starts(
         self, token: TokenMove, pos: list[int], seeds: list[int], dt: torch.dtype, X: Tensor, chain_chunk: int
     ) -> Tensor:
-        """Unit directions (T, B, P, len(HOMOTOPY_SCALES), d): for each scale s, the best point of HOMOTOPY_CHAINS
-        random chains climbing the objective on the ball of radius s r (plain steps), scaled to norm 1.
+        """Unit directions (T, B, P, len(HOMOTOPY_SCALES), d) from chains on smaller balls.
+
+        For each scale s, the best point of HOMOTOPY_CHAINS random chains climbing the objective on the ball of radius s
+        r (plain steps), scaled to norm 1.
 
         A measured heuristic, not a guarantee: in high dimension random chains on the ball of radius r rarely reach
         the basins that the attention maps' own starts aim at (the attracting direction, docs/theory.md §3.5), and
@@ -248,10 +315,11 @@ class Search:
     def _search(
         self, token: TokenMove, starts: Tensor, pos: list[int], seeds: list[int], dt: torch.dtype, chain_chunk: int
     ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """Rounds of chains for the positions of one chunk: the first from `starts`, then `chains_per_round` random
-        ones at a time for the trials whose best is not yet tight (`more_chains`), then one confirmation round for the
-        trials with a best that no second chain came within 1% of (chains started CONFIRM_JITTER x the radius from
-        where that best chain started).
+        """Rounds of chains for the positions of one chunk.
+
+        The first from `starts`, then `chains_per_round` random ones at a time for the trials whose best is not yet
+        tight (`more_chains`), then one confirmation round for the trials with a best that no second chain came within
+        1% of (chains started CONFIRM_JITTER x the radius from where that best chain started).
 
         Returns:
             f (T, B, K) float64 the FINAL_CANDIDATES best chains' objectives (best first), delta (T, B, K, d)
@@ -260,109 +328,143 @@ class Search:
         """
         T, B, P, _, d = starts.shape
         device = starts.device
-        K = FINAL_CANDIDATES
-        f_top = torch.full((T, B, K), -math.inf, dtype=torch.float64)  # the best chains so far, best first
-        x_top = torch.zeros(T, B, K, d, dtype=torch.float64)
-        j_top = torch.zeros(T, B, K, dtype=torch.long)
-        s_top = torch.zeros(T, B, K, d, dtype=torch.float64)  # where those chains started
-        steps = torch.zeros(T, B, dtype=torch.long)
-        values: list[Tensor] = []
+        kept = _Kept.empty(T, B, d)
         run = torch.arange(T)  # the trials of this round
-        chains = 0  # per (sample, position), of the trials still running
-        confirming = False  # a round of chains started near the start of a best that stands alone
-        # the generic path's last round: chains started next to the best point found (its ridge steps end a
-        # little short of a kinked maximum; docs/theory.md §4.3)
-        polishing = False
+        # "search": rounds until each best is tight; "confirm": a round of chains started near the start of a best
+        # that stands alone; "polish": the generic path's last round, chains started next to the best point found
+        # (its ridge steps end a little short of a kinked maximum; docs/theory.md §4.3)
+        phase = "search"
         round_ = 0
         while True:
-            ahead = 0  # chains of the next round run together with this one (see below)
-            if polishing:
-                draws = unit(seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.chains_per_round, d, "polish"))
-                best = x_top[run][:, :, None, None, 0]  # (T', B, 1, 1, d): the best Delta, tried at every position
-                starts = project_ball(best + POLISH_JITTER * self.radius * draws, self.radius).to(
-                    device=device, dtype=dt
-                )
-            elif confirming:
-                draws = unit(
-                    seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.chains_per_round, d, "confirm")
-                )
-                near_start = s_top[run][:, :, None, None, 0] + CONFIRM_JITTER * self.radius * draws  # (T', B, P, R, d)
-                starts = unit(near_start).to(device=device, dtype=dt) * self.radius
-            elif round_ > 0:
-                draws = seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.chains_per_round, d, round_)
-                starts = unit(draws).to(device=device, dtype=dt) * self.radius
-            if round_ == 0 and starts.shape[3] < self.max_chains:
-                # the first round gains on nothing, so a second round always follows, and its random starts do not
-                # depend on the first: its chains run in the same batch (half the sequential steps, same chains)
-                draws = seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.chains_per_round, d, 1)
-                ahead = self.chains_per_round
-                starts = torch.cat([starts, unit(draws).to(device=device, dtype=dt) * self.radius], dim=3)
-            tok = token if len(run) == T else token.select_trials(run.to(device))
-            sub = run if tok is not None else torch.arange(T)  # a family that cannot restrict runs every trial
-            tok = tok if tok is not None else token
-            if len(sub) > len(run):  # the other trials' chains are run but not counted: a trial's result is its own
-                full = torch.zeros(T, *starts.shape[1:], dtype=starts.dtype, device=device)
-                full[run] = starts
-                starts = full
-            f_r, x_r, steps_r = self._round(tok, starts, chain_chunk)  # (T', B, P, R) ...
-            keep = torch.isin(sub, run)
-            f_r, x_r, steps_r, st_r, sub = f_r[keep], x_r[keep], steps_r[keep], starts[keep.to(device)], sub[keep]
-            split = f_r.shape[-1] - ahead
-            parts = [slice(0, split)] + ([slice(split, None)] if ahead else [])  # this round, the round run ahead
-            for k, part in enumerate(parts):
-                f_k, x_k, steps_k, st_k, sub_k = (
-                    f_r[..., part],
-                    x_r[..., part, :],
-                    steps_r[..., part],
-                    st_r[..., part, :],
-                    sub,
-                )
-                if k > 0:  # the chains run ahead count only for the trials the first round sends on
-                    on = torch.isin(sub_k, run)
-                    f_k, x_k, steps_k, st_k, sub_k = f_k[on], x_k[on], steps_k[on], st_k[on.to(device)], sub_k[on]
-                    if len(sub_k) == 0:
-                        break
-                    round_ += 1
-                R = f_k.shape[-1]
-                f_round = torch.full((T, B, P * R), -math.inf, dtype=torch.float64)
-                f_round[sub_k] = f_k.reshape(len(sub_k), B, P * R)
-                values.append(f_round)
-                before = f_top[..., 0].clone()
-                # merge this round's best chains into the kept ones
-                f_new, i_new = f_round[sub_k].topk(min(K, P * R), dim=-1)  # (T', B, k)
-                x_flat = x_k.reshape(len(sub_k), B, P * R, d)
-                pick = i_new[..., None].expand(-1, -1, -1, d).to(x_flat.device)
-                x_new = x_flat.gather(2, pick).cpu().to(torch.float64)
-                s_new = st_k.reshape(len(sub_k), B, P * R, d).gather(2, pick).cpu().to(torch.float64)
-                f_all = torch.cat([f_top[sub_k], f_new], dim=-1)
-                f_top[sub_k], order = f_all.topk(K, dim=-1)
-                x_top[sub_k] = torch.cat([x_top[sub_k], x_new], dim=2).gather(2, order[..., None].expand(-1, -1, -1, d))
-                s_top[sub_k] = torch.cat([s_top[sub_k], s_new], dim=2).gather(2, order[..., None].expand(-1, -1, -1, d))
-                j_top[sub_k] = torch.cat([j_top[sub_k], i_new // R], dim=-1).gather(2, order)
-                steps[sub_k] = torch.maximum(steps[sub_k], steps_k.reshape(len(sub_k), B, -1).max(dim=-1).values)
-                chains += R
-                # on S, not S^2; the first round gains on nothing (before = -inf), so a second round always follows
-                gain = (f_top[..., 0].clamp_min(0) / before.clamp_min(1e-300)).sqrt() - 1
-                near = near_best(torch.cat(values, dim=-1), f_top[..., 0], squared=True)
-                more = more_chains(gain, near, torch.full_like(near, chains), self.gain_tol, self.max_chains)  # (T, B)
-                run = run[more[run].any(dim=1)]
+            ahead = 0  # chains of the next round run together with this one (see `_with_round_ahead`)
+            if round_ > 0:
+                starts = self._later_starts(phase, run, pos, seeds, round_, kept, device, dt)
+            elif starts.shape[3] < self.max_chains:
+                starts, ahead = self._with_round_ahead(starts, run, pos, seeds, dt)
+            f_r, x_r, steps_r, st_r, sub = self._run_round(token, run, starts, chain_chunk, T, device)
+            run, round_ = self._take_round(kept, (f_r, x_r, steps_r, st_r, sub), ahead, run, round_, device)
             round_ += 1
             if len(run) == 0:
-                if polishing:
+                after = self._after_rounds(token, phase, kept, T)
+                if after is None:
                     break
-                if not confirming:
-                    # a best no second chain came within 1% of gets one round started near its own start: a chain
-                    # from elsewhere that ends there says the maximum is no accident of one starting point (§4.3)
-                    lone = (near < 2) & f_top[..., 0].isfinite()  # (T, B)
-                    run = lone.any(dim=1).nonzero()[:, 0]
-                    if len(run) > 0:
-                        confirming = True
-                        continue
-                if self._polishes(token):
-                    polishing, run = True, torch.arange(T)
-                    continue
-                break
-        return f_top, x_top, j_top, steps, torch.cat(values, dim=-1)
+                phase, run = after
+        return kept.f, kept.x, kept.j, kept.steps, torch.cat(kept.values, dim=-1)
+
+    def _later_starts(
+        self,
+        phase: str,
+        run: Tensor,
+        pos: list[int],
+        seeds: list[int],
+        round_: int,
+        kept: _Kept,
+        device: torch.device,
+        dt: torch.dtype,
+    ) -> Tensor:
+        """The starts (T', B, P, chains_per_round, d) of a round after the first, for the trials `run`.
+
+        Next to the best point found (polish), CONFIRM_JITTER x the radius from where a lone best chain started
+        (confirm), else random points on the sphere.
+        """
+        B, d = kept.x.shape[1], kept.x.shape[-1]
+        if phase == "polish":
+            draws = unit(seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.chains_per_round, d, "polish"))
+            best = kept.x[run][:, :, None, None, 0]  # (T', B, 1, 1, d): the best Delta, tried at every position
+            return project_ball(best + POLISH_JITTER * self.radius * draws, self.radius).to(device=device, dtype=dt)
+        if phase == "confirm":
+            draws = unit(seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.chains_per_round, d, "confirm"))
+            near_start = kept.s[run][:, :, None, None, 0] + CONFIRM_JITTER * self.radius * draws  # (T', B, P, R, d)
+            return unit(near_start).to(device=device, dtype=dt) * self.radius
+        draws = seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.chains_per_round, d, round_)
+        return unit(draws).to(device=device, dtype=dt) * self.radius
+
+    def _with_round_ahead(
+        self, starts: Tensor, run: Tensor, pos: list[int], seeds: list[int], dt: torch.dtype
+    ) -> tuple[Tensor, int]:
+        """The first round's starts followed by the second round's random ones, and how many those are.
+
+        The first round gains on nothing, so a second round always follows, and its random starts do not depend on
+        the first: its chains run in the same batch (half the sequential steps, same chains).
+        """
+        B, d = starts.shape[1], starts.shape[-1]
+        draws = seeded_draws([seeds[t] for t in run.tolist()], pos, B, self.chains_per_round, d, 1)
+        ahead = self.chains_per_round
+        return torch.cat([starts, unit(draws).to(device=starts.device, dtype=dt) * self.radius], dim=3), ahead
+
+    def _run_round(
+        self, token: TokenMove, run: Tensor, starts: Tensor, chain_chunk: int, T: int, device: torch.device
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """Run the chains of `starts` for the trials `run`; their best values, points, steps, starts and trials.
+
+        A family that cannot restrict its algebra to some trials runs every trial; the other trials' chains are run
+        but not counted, so a trial's result is its own.
+        """
+        tok = token if len(run) == T else token.select_trials(run.to(device))
+        sub = run if tok is not None else torch.arange(T)  # a family that cannot restrict runs every trial
+        tok = tok if tok is not None else token
+        if len(sub) > len(run):  # the other trials' chains are run but not counted: a trial's result is its own
+            full = torch.zeros(T, *starts.shape[1:], dtype=starts.dtype, device=device)
+            full[run] = starts
+            starts = full
+        f_r, x_r, steps_r = self._round(tok, starts, chain_chunk)  # (T', B, P, R) ...
+        keep = torch.isin(sub, run)
+        return f_r[keep], x_r[keep], steps_r[keep], starts[keep.to(device)], sub[keep]
+
+    def _take_round(
+        self,
+        kept: _Kept,
+        ran: tuple[Tensor, Tensor, Tensor, Tensor, Tensor],
+        ahead: int,
+        run: Tensor,
+        round_: int,
+        device: torch.device,
+    ) -> tuple[Tensor, int]:
+        """Merge a round's chains (and those of the round run ahead) into `kept`; the trials to run on, the round.
+
+        A trial runs on while `more_chains` says its best is not yet tight; the chains run ahead count only for the
+        trials the first round sends on.
+        """
+        f_r, x_r, steps_r, st_r, sub = ran
+        split = f_r.shape[-1] - ahead
+        parts = [slice(0, split)] + ([slice(split, None)] if ahead else [])  # this round, the round run ahead
+        for k, part in enumerate(parts):
+            f_k, x_k, steps_k, st_k, sub_k = (
+                f_r[..., part],
+                x_r[..., part, :],
+                steps_r[..., part],
+                st_r[..., part, :],
+                sub,
+            )
+            if k > 0:  # the chains run ahead count only for the trials the first round sends on
+                on = torch.isin(sub_k, run)
+                f_k, x_k, steps_k, st_k, sub_k = f_k[on], x_k[on], steps_k[on], st_k[on.to(device)], sub_k[on]
+                if len(sub_k) == 0:
+                    break
+                round_ += 1
+            gain = kept.merge(f_k, x_k, steps_k, st_k, sub_k)
+            near = cast(Tensor, kept.near)
+            more = more_chains(gain, near, torch.full_like(near, kept.chains), self.gain_tol, self.max_chains)  # (T, B)
+            run = run[more[run].any(dim=1)]
+        return run, round_
+
+    def _after_rounds(self, token: TokenMove, phase: str, kept: _Kept, T: int) -> tuple[str, Tensor] | None:
+        """The next phase and its trials once no trial needs another round; None when the chunk is done.
+
+        After the search, a best no second chain came within 1% of gets one round started near its own start: a
+        chain from elsewhere that ends there says the maximum is no accident of one starting point (§4.3). Then the
+        generic path polishes every trial's best; after polishing the chunk is done.
+        """
+        if phase == "polish":
+            return None
+        if phase == "search":
+            lone = (cast(Tensor, kept.near) < 2) & kept.f[..., 0].isfinite()  # (T, B)
+            run = lone.any(dim=1).nonzero()[:, 0]
+            if len(run) > 0:
+                return "confirm", run
+        if self._polishes(token):
+            return "polish", torch.arange(T)
+        return None
 
     @staticmethod
     def _polishes(token: TokenMove) -> bool:
@@ -372,8 +474,9 @@ class Search:
     def _round(
         self, token: TokenMove, starts: Tensor, chain_chunk: int, radius: float | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """One round: every chain of `starts` (T, B, P, R, d) run to convergence, `chain_chunk` chains at a time, on
-        the ball of radius `radius` (None: the search's own; another one, for the homotopy starts, with plain steps).
+        """One round: every chain of `starts` (T, B, P, R, d) run to convergence, `chain_chunk` chains at a time.
+
+        On the ball of radius `radius` (None: the search's own; another one, for the homotopy starts, with plain steps).
 
         Returns:
             f (T, B, P, R) float64 on the CPU, each chain's best objective; x (T, B, P, R, d) its point; steps.
@@ -408,8 +511,11 @@ class Search:
         )
 
     def _final_value(self, exact, X: Tensor, position: Tensor, delta: Tensor) -> tuple[Tensor, Tensor]:
-        """S and ||phi(X)|| of every candidate with the full maps in float64, the clean samples and all the candidates'
-        perturbed ones in one pass per trial: position (T, B, K), delta (T, B, K, d) -> (T, B, K) twice."""
+        """S and ||phi(X)|| of every candidate with the full maps in float64.
+
+        The clean samples and all the candidates' perturbed ones in one pass per trial: position (T, B, K), delta (T, B,
+        K, d) -> (T, B, K) twice.
+        """
         assert exact is not None  # only algebras with an exact64 (which fills S) come without it
         T, B, K = position.shape
         X64 = X.to(torch.float64)

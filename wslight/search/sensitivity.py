@@ -87,10 +87,7 @@ def word_sensitivity(
     fresh = feature_map if isinstance(feature_map, FreshMaps) else None
     trials = fresh is not None or isinstance(feature_map, (list, tuple, nn.ModuleList))
     if trials:
-        T = len(cast(Sized, feature_map))  # FreshMaps or a list of maps
-        if not isinstance(X, Tensor) or X.dim() != 4 or X.shape[0] != T:
-            shape = tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__
-            raise ValueError(f"X: {T} maps (one per trial) take X of shape ({T}, B, n, d), got {shape}")
+        _check_trial_samples(feature_map, X)
     if fresh is not None and not (fresh.drawn_from_law and positions != "all"):
         feature_map, fresh = fresh.maps(X.shape[2], X.shape[3]), None  # built in full
     if fresh is not None:
@@ -98,17 +95,7 @@ def word_sensitivity(
         dt = fresh.working_dtype
         X4 = X.to(fresh.device or X.device)
     else:
-        # a list of maps (given, or FreshMaps built in full), else one map
-        maps = list(cast(Iterable[nn.Module], feature_map)) if trials else [cast(nn.Module, feature_map)]
-        if not maps:
-            raise ValueError("feature_map: expected a map or a non-empty list of maps, got an empty list")
-        d, n_map = map_dims(maps[0])
-        for m in maps[1:]:
-            if map_dims(m) != (d, n_map):
-                raise ValueError(f"feature_map: every map of a list must have the same d and n, got {map_dims(m)}")
-        dt = working_dtype(maps[0], dtype)
-        X4 = X if trials else X[None] if isinstance(X, Tensor) else X
-        X4 = X4.to(_device(maps[0])) if isinstance(X4, Tensor) else X4
+        maps, d, n_map, dt, X4 = _maps_and_samples(feature_map, X, trials, dtype)
     if not isinstance(X4, Tensor) or X4.dim() != 4:
         validate.samples("X", X, d, n_map)  # the error names the shape received
     X4 = validate.samples("X", X4.flatten(0, 1), d, n_map).reshape(X4.shape)
@@ -116,9 +103,7 @@ def word_sensitivity(
     settings = (search or SearchSettings()).replace(**changes).resolved(family)
     search_ = Search.checked(d, X4.shape[2], positions, radius, settings)
     T, B, n = X4.shape[:3]
-    seeds = cast(list[int], list(seed) if isinstance(seed, (list, tuple)) else [seed] * T)
-    if len(seeds) != T:
-        raise ValueError(f"seed: expected one seed or {T} (one per trial), got {len(seeds)}")
+    seeds = _trial_seeds(seed, T)
     if fresh is not None:
         per_chain, per_pos = fresh.chain_elements(B, n, d)
         return search_.run(lambda pos: fresh.token(X4, pos), None, X4, seeds, dt, per_chain, per_pos, True)
@@ -132,6 +117,44 @@ def word_sensitivity(
         return res
     first: dict[str, Any] = {k: None if v is None else v[0] for k, v in vars(res).items()}  # the one trial's (B,)
     return WSResult(**first)
+
+
+def _check_trial_samples(feature_map: Any, X: Any) -> None:
+    """Refuse samples X that are not (T, B, n, d) for T maps (a list of maps or `FreshMaps`, one per trial)."""
+    T = len(cast(Sized, feature_map))  # FreshMaps or a list of maps
+    if not isinstance(X, Tensor) or X.dim() != 4 or X.shape[0] != T:
+        shape = tuple(X.shape) if isinstance(X, Tensor) else type(X).__name__
+        raise ValueError(f"X: {T} maps (one per trial) take X of shape ({T}, B, n, d), got {shape}")
+
+
+def _maps_and_samples(
+    feature_map: Any, X: Tensor, trials: bool, dtype: object
+) -> tuple[list[nn.Module], int, int | None, torch.dtype, Tensor]:
+    """The maps of a search over built maps, their d and n, the working dtype and the samples (T, B, n, d).
+
+    A list of maps (given, or FreshMaps built in full) must share d and n; one map is one trial. The samples move to
+    the first map's device; they are checked afterwards.
+    """
+    # a list of maps (given, or FreshMaps built in full), else one map
+    maps = list(cast(Iterable[nn.Module], feature_map)) if trials else [cast(nn.Module, feature_map)]
+    if not maps:
+        raise ValueError("feature_map: expected a map or a non-empty list of maps, got an empty list")
+    d, n_map = map_dims(maps[0])
+    for m in maps[1:]:
+        if map_dims(m) != (d, n_map):
+            raise ValueError(f"feature_map: every map of a list must have the same d and n, got {map_dims(m)}")
+    dt = working_dtype(maps[0], dtype)
+    X4 = X if trials else X[None] if isinstance(X, Tensor) else X
+    X4 = X4.to(_device(maps[0])) if isinstance(X4, Tensor) else X4
+    return maps, d, n_map, dt, X4
+
+
+def _trial_seeds(seed: int | Sequence[int], T: int) -> list[int]:
+    """One seed per trial: the given list (one per trial), or the one seed repeated."""
+    seeds = cast(list[int], list(seed) if isinstance(seed, (list, tuple)) else [seed] * T)
+    if len(seeds) != T:
+        raise ValueError(f"seed: expected one seed or {T} (one per trial), got {len(seeds)}")
+    return seeds
 
 
 def moved_token_objective(

@@ -110,7 +110,9 @@ def _check(name: str, value: Any) -> Any:
 
 
 def family_defaults(feature_map: Any) -> dict[str, Any]:
-    """The search defaults of a map's family, given the map or its class: the class's `search_defaults` ({} for a
-    map without them)."""
+    """The search defaults of a map's family, given the map or its class.
+
+    The class's `search_defaults` ({} for a map without them).
+    """
     cls = feature_map if isinstance(feature_map, type) else type(feature_map)
     return dict(getattr(cls, "search_defaults", {}) or {})

@@ -1,5 +1,6 @@
-"""The exact one-word substitution: of all the real words that could stand at position i, which moves phi(X) most,
-and which flip a linear head (docs/theory.md §13).
+"""The exact one-word substitution (docs/theory.md §13).
+
+Of all the real words that could stand at position i, which moves phi(X) most, and which flip a linear head.
 
 A map of this package reads layer-0 token embeddings, where replacing the word at position i changes row i only:
 x_i -> h_w, the embedding of word w at position i (LayerNorm(E_w + P_i + T), at the rows' norm). So every
@@ -34,8 +35,9 @@ from .settings import DEFAULT_CHUNK_ELEMENTS
 
 @dataclass
 class SubstitutionResult:
-    """The exact best word per sample and position (all tensors on the CPU; a leading trial axis T for a list of
-    maps, none for one map).
+    """The exact best word per sample and position.
+
+    All tensors on the CPU; a leading trial axis T for a list of maps, none for one map.
 
     Attributes:
         ws: (B, P) float64, the discrete word sensitivity S_words (NaN where no word is admissible).
@@ -67,8 +69,9 @@ def word_substitution(
     dtype: Literal["float32", "float64"] | torch.dtype = "float64",
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
 ) -> SubstitutionResult:
-    """For each sample and position, the exact maximum over admissible words of the relative change of phi(X), the
-    word that attains it, its distance, and (given heads) how many words flip each head (docs/theory.md §13).
+    """For each sample and position, the exact maximum over admissible words of the relative change of phi(X).
+
+    Also the word that attains it, its distance, and (given heads) how many words flip each head (docs/theory.md §13).
 
     Args:
         feature_map: one map, or a list of T maps (one per trial, X then (T, B, n, d)).
