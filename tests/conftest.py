@@ -1,5 +1,6 @@
 """Shared fixtures: token rows, the one CPU trainer of every test config, the tiny test settings of tests/conf with a
-test's own settings, and one torch thread for tiny tensors."""
+test's own settings, and one torch thread for tiny tensors.
+"""
 
 import json
 import os
@@ -22,7 +23,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per cor
 @pytest.fixture(scope="session", autouse=True)
 def no_home_cache(tmp_path_factory):
     """Embedding caches default to ~/.cache/wslight; tests pass cache_dir, and anything that falls back to the
-    default writes under pytest's temporary folder instead (a WSLIGHT_CACHE set by the user is kept)."""
+    default writes under pytest's temporary folder instead (a WSLIGHT_CACHE set by the user is kept).
+    """
     if not os.environ.get("WSLIGHT_CACHE"):
         os.environ["WSLIGHT_CACHE"] = str(tmp_path_factory.mktemp("wslight-cache"))
     yield
@@ -115,7 +117,8 @@ CONF = Path(__file__).resolve().parent / "conf"
 def tiny_config(name: str, settings: dict | None = None, prefix: str = "model.init_args.") -> list[str]:
     """`--config tests/conf/<name>.yaml`, the tiny test setting of the shipped config `<name>` (an overlay of it), then
     `--<prefix><key> <value>` for each setting: what one test changes, without a config file of its own. A string is
-    given as it is (YAML text such as "[4, 8]"), any other value as JSON (which YAML reads)."""
+    given as it is (YAML text such as "[4, 8]"), any other value as JSON (which YAML reads).
+    """
     out = ["--config", str(CONF / f"{name}.yaml")]
     for key, value in (settings or {}).items():
         out += [f"--{prefix}{key}", value if isinstance(value, str) else json.dumps(value)]
@@ -131,7 +134,8 @@ def tiny():
 @pytest.fixture
 def cli_fails(capsys):
     """`cli_fails(args, evaluate=False)`: run `wslight.app.cli.main(args)`, expect exit status 2 and one short block on
-    stderr (the message and the line saying how to see the traceback, no traceback, no value dump); returns stderr."""
+    stderr (the message and the line saying how to see the traceback, no traceback, no value dump); returns stderr.
+    """
     from wslight.app.cli import main
 
     def run(args: list[str], evaluate: bool = False) -> str:
@@ -158,7 +162,8 @@ model:
 @pytest.fixture
 def squares(tmp_path, cpu_trainer):
     """squares(trials=4, sleep=0.0, name="squares", **init_args): the tiny evaluation of tests/dummy_evaluation.py
-    with the CPU trainer logging under tmp_path/logs; returns the config's path."""
+    with the CPU trainer logging under tmp_path/logs; returns the config's path.
+    """
 
     def write(trials=4, sleep=0.0, name="squares", **init_args):
         cfg = tmp_path / f"{name}.yaml"

@@ -24,7 +24,8 @@ def bash_blocks(path: Path) -> list[str]:
 
 def commands(path: Path) -> list[list[str]]:
     """Each command of the file's bash blocks as its words: continuation lines joined, comments dropped, and
-    `a && b`, `a; b`, `a | b` split into their commands."""
+    `a && b`, `a; b`, `a | b` split into their commands.
+    """
     out = []
     for block in bash_blocks(path):
         for line in block.replace("\\\n", " ").splitlines():

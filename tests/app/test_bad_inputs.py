@@ -49,7 +49,8 @@ TEXT = {"embeddings.source": "imdb_offline", "embeddings.encoder": "bundled-mini
 @pytest.fixture
 def command(tmp_path, cpu_trainer, tiny):
     """command(setting, settings=None): evaluate.py's arguments for a tiny test setting and its changes, then
-    `settings`, on the CPU trainer with logs (and caches) under tmp_path."""
+    `settings`, on the CPU trainer with logs (and caches) under tmp_path.
+    """
 
     def args(setting, settings=None):
         name, changes = setting
@@ -168,7 +169,8 @@ def test_bad_probe_fails_before_any_forward_and_writes_no_results(
     tmp_path, capsys, monkeypatch, command, settings, pattern
 ):
     """Probe keys that need the tokenised text or the encoder's sizes are checked before any forward pass; the CLI
-    reports the ValueError as one block naming the key (exit status 2)."""
+    reports the ValueError as one block naming the key (exit status 2).
+    """
     import wslight.probes.attention as attention_mod
 
     def no_forward(*a, **k):

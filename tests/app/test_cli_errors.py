@@ -250,7 +250,8 @@ def test_a_negative_map_seed_is_refused_like_the_sweeps_do(cli_fails, config):
 
 def test_a_saved_config_with_the_old_class_paths_says_what_to_write(tmp_path, cli_fails):
     """A config saved before the Lightning classes moved to wslight.tasks: one block listing each old path, where it is
-    and what to write instead, before anything runs."""
+    and what to write instead, before anything runs.
+    """
     evaluation = tmp_path / "saved_ws.yaml"
     text = (ROOT / "configs" / "ws" / "raf.yaml").read_text()
     evaluation.write_text(
@@ -274,7 +275,8 @@ def test_a_saved_config_with_the_old_class_paths_says_what_to_write(tmp_path, cl
 
 def test_a_search_setting_at_its_old_place_names_the_new_key(tmp_path, cli_fails):
     """`restarts` (and the other search settings) of a word-sensitivity sweep moved into one `search:` block, and
-    `restarts` is `chains_per_round`: a saved config or an override that writes them the old way is one block."""
+    `restarts` is `chains_per_round`: a saved config or an override that writes them the old way is one block.
+    """
     saved = tmp_path / "saved_ws.yaml"
     text = (ROOT / "configs" / "ws" / "raf.yaml").read_text()
     saved.write_text(text.replace("    seed: 0\n", "    restarts: 6\n    max_steps: 60\n    seed: 0\n", 1))

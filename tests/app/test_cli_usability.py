@@ -73,7 +73,8 @@ def test_a_hub_encoder_offline_still_says_the_hub_is_unreachable(cli_fails, monk
 # -------------------------------------------------------------------------------------------------- TensorBoard
 def hparams_tab(log_dir: Path) -> tuple[set[str], set[str]]:
     """(hparam names, metric tags) of the HPARAMS tab of `tensorboard --logdir log_dir`, as TensorBoard's own
-    hparams backend computes them (the handler of its GetExperiment request)."""
+    hparams backend computes them (the handler of its GetExperiment request).
+    """
     from tensorboard.backend.event_processing.data_provider import MultiplexerDataProvider
     from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
     from tensorboard.context import RequestContext
@@ -106,7 +107,8 @@ def tensorboard(log_dir: Path) -> tuple[dict, set[str], dict, str]:
 
 def test_training_and_evaluation_runs_in_one_log_folder_share_the_hparams_tab(tmp_path):
     """TensorBoard shows the one experiment summary it finds in any run (that run's columns only); without one it
-    takes the union of every run's hparams and scalars."""
+    takes the union of every run's hparams and scalars.
+    """
     from types import SimpleNamespace
 
     from lightning.pytorch.loggers import TensorBoardLogger

@@ -1,6 +1,7 @@
 """The command as users run it: exit statuses of the installed `wslight` and `python -m wslight`, one writer per run
 folder, where a run without a log folder writes, the run key of settings that change numbers, Lightning's refusals
-and missing files as one block, and `--ckpt_path last`."""
+and missing files as one block, and `--ckpt_path last`.
+"""
 
 import json
 import os
@@ -237,7 +238,8 @@ def test_ckpt_path_last_resumes_the_newest_last_checkpoint_or_says_there_is_none
 def test_finished_ddp_runs_exit_0_every_time(tmp_path, squares):
     """A 2-process fit with the attack callback and a 2-process evaluation, three times each, through the console's
     verb table: every run exits 0 and no process aborts at exit (`terminate called ...`, a process group or a
-    communication thread outliving the interpreter)."""
+    communication thread outliving the interpreter).
+    """
     from test_callbacks import tiny_args
 
     ddp = ["--trainer.devices", "2", "--trainer.strategy", "ddp", "--trainer.accelerator", "cpu"]

@@ -41,7 +41,8 @@ RESTATED = {
 
 def resolved(config: Path | str, *more: str) -> dict:
     """The config that `--config <config>` (an overlay composed with its bases) resolves to, as the CLI prints it
-    (`--print_config`: parsed and checked by jsonargparse, no class built, nothing run)."""
+    (`--print_config`: parsed and checked by jsonargparse, no class built, nothing run).
+    """
     base = yaml.safe_load(overlay_chain(Path(config))[0].read_text())
     evaluate = "data" not in base
     out = io.StringIO()
@@ -80,7 +81,8 @@ def get(tree, key):
 @pytest.mark.parametrize("name", SHIPPED + [f"tests/conf/{t}" for t in TINY])
 def test_every_config_resolves_and_its_files_win_in_order(name):
     """Each shipped name and each tiny test setting parses through the CLI; every value its files write is the
-    resolved one unless a later file (the overlay) writes it again, and an overlay writes only what differs."""
+    resolved one unless a later file (the overlay) writes it again, and an overlay writes only what differs.
+    """
     path = CONF / f"{name.removeprefix('tests/conf/')}.yaml" if name.startswith("tests/conf/") else find_config(name)
     chain = overlay_chain(path)
     config = resolved(path)
@@ -205,7 +207,8 @@ def test_ws_tiny_setting_writes_the_contract(tmp_path, capsys, name):
 
 def test_words_tiny_setting_writes_the_contract_and_the_exact_best_words(tmp_path):
     """Every record's best word is the brute force's: the full forward of the trial's map on the review with each
-    admissible vocabulary word at the position (the whole vocabulary, through `nn.Module.forward`)."""
+    admissible vocabulary word at the position (the whole vocabulary, through `nn.Module.forward`).
+    """
     import torch
 
     cli = run("words/raf.yaml", tmp_path)

@@ -1,6 +1,7 @@
 """Data layer: offline IMDb source, the encoder's description, embedding cache (key, hits, rebuilds, atomic writes),
 preprocessing, synthetic data, the DataModule (nested spec, splits, DDP sharding, workers), the build command and bad
-input."""
+input.
+"""
 
 import dataclasses
 import json

@@ -1,5 +1,6 @@
 """The paper's protocol, a fresh map per trial, batched: trials searched together equal trials searched alone, and the
-RF / DeepRF maps drawn from the law of (z, V^(i)) give the word sensitivity of dense fresh maps."""
+RF / DeepRF maps drawn from the law of (z, V^(i)) give the word sensitivity of dense fresh maps.
+"""
 
 import pytest
 import torch

@@ -1,5 +1,6 @@
 """A user's own map in a sweep config: `maps: [module.Class]` and `{class_path, init_args}`, as a training config's
-`class_path`; the records name it, its numbers are the map's own, and a bad entry is one clear error before any work."""
+`class_path`; the records name it, its numbers are the map's own, and a bad entry is one clear error before any work.
+"""
 
 import itertools
 import json
@@ -78,7 +79,8 @@ _count = itertools.count()
 @pytest.fixture
 def user_module(tmp_path, monkeypatch):
     """The name of a fresh user module (TanhMean, Registered, Unregistered, Plain, helper) importable from tmp_path;
-    its registered name is `<module>_tanh`. The module and its registry entry are removed afterwards."""
+    its registered name is `<module>_tanh`. The module and its registry entry are removed afterwards.
+    """
     name = f"user_maps_{os.getpid()}_{next(_count)}"
     registered = f"{name}_tanh"
     (tmp_path / f"{name}.py").write_text(USER_MODULE.replace("{registered}", registered))

@@ -1,5 +1,6 @@
 """The radius shared out among the blocks of a separable change (multi-head RAF): the dynamic programme is exact on
-its grid, and the start it gives holds that split, inside the ball, at least as good as the best one-block start."""
+its grid, and the start it gives holds that split, inside the ball, at least as good as the best one-block start.
+"""
 
 import itertools
 
@@ -35,7 +36,8 @@ def test_share_out_is_the_best_split_of_the_levels_by_brute_force():
 
 def test_allocated_start_is_in_the_ball_and_beats_every_one_head_start(rows):
     """The start (its blocks at their allocated radii) lies in the ball; its change is at least that of every start
-    putting the whole radius in one head along that head's own directions (the programme may choose those)."""
+    putting the whole radius in one head along that head's own directions (the programme may choose those).
+    """
     X = rows(3, 6, 24)[None].double()  # (T = 1, B = 3, n, d)
     fmap = make_map("raf_mh", 6, 24, seed=4)  # H = 4 heads of d_h = 6
     token = token_move([fmap], X, [0], torch.float64)

@@ -1,5 +1,6 @@
 """Word sensitivity: structured paths against the full map, the scaling laws of docs/theory.md §1.4 / §8, optimiser
-sanity, determinism, bad input, and the S-against-n figure."""
+sanity, determinism, bad input, and the S-against-n figure.
+"""
 
 import math
 
@@ -248,7 +249,8 @@ def test_float32_and_float64_agree_on_rf(rows):
 
 def test_estimate_beats_the_attention_attracting_construction(rows):
     """docs/theory.md §3.5: Delta = sqrt(d) W^T xbar / ||W^T xbar|| alone gives order-1 S; the search only adds to
-    it."""
+    it.
+    """
     n, d = 16, 32
     X = rows(4, n, d, dtype=torch.float64)
     fm = make_map("raf", n, d, dtype="float64")
@@ -267,7 +269,8 @@ def test_estimate_beats_the_attention_attracting_construction(rows):
 
 def authors_estimate(fm, X, lr, steps, seed):
     """The authors' procedure (docs/theory.md §4.1) on one sample: fixed-step projected GD on -RMSE, noisy-start
-    centre."""
+    centre.
+    """
     g = torch.Generator().manual_seed(seed)
     d = X.shape[-1]
     xt = X[0] + 0.1 * torch.randn(d, generator=g, dtype=X.dtype)
@@ -381,7 +384,8 @@ def test_result_carries_the_rf_operator_norm_bound(rows):
 
 def test_a_call_at_its_defaults_searches_with_the_map_familys_settings(monkeypatch):
     """`word_sensitivity(map, X)` resolves unset settings from the map's family (a built map, a list of them, or
-    FreshMaps drawn from the law: RF), else the generic defaults; the call's own changes win."""
+    FreshMaps drawn from the law: RF), else the generic defaults; the call's own changes win.
+    """
     from wslight.search import ascent
     from wslight.search.settings import GENERIC_DEFAULTS
 

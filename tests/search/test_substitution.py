@@ -1,5 +1,6 @@
 """The exact one-word substitution (docs/theory.md §13): for every map family the maximum over the words equals a
-brute-force loop through the full forward, and so do the best word, its distance and the heads' flip counts."""
+brute-force loop through the full forward, and so do the best word, its distance and the heads' flip counts.
+"""
 
 import pytest
 import torch
@@ -77,7 +78,8 @@ def test_equals_brute_force_through_the_full_forward(kind):
 
 def test_trials_shared_rows_and_the_best_flipping_word():
     """T maps with their own heads, the same rows at every position: each trial's result is its map's alone, and the
-    best flipping word has the largest opposite output among the flipping ones."""
+    best flipping word has the largest opposite output among the flipping ones.
+    """
     maps = [build("raf", seed=s) for s in (1, 2)]
     X = unit_rows(2 * B, N, D, seed=4, dtype=torch.float64).reshape(2, B, N, D)
     g = torch.Generator().manual_seed(6)
