@@ -1,5 +1,7 @@
-"""The grid both word-sensitivity sweeps walk: maps x d x n (x depth L), `trials` trials a cell, and the settings of
-the word-sensitivity search they run in each trial (one `SearchSettings`, taken whole)."""
+"""The grid both word-sensitivity sweeps walk: maps x d x n (x depth L), `trials` trials a cell.
+
+And the settings of the word-sensitivity search they run in each trial (one `SearchSettings`, taken whole).
+"""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ from .evaluation import EmbeddingsEvaluation
 
 
 class MapGridEvaluation(EmbeddingsEvaluation):
-    """An evaluation over the cells (map, d, n, L), each with `trials` trials keyed `<map>/d<d>/n<n>/L<L>/t<trial>`;
-    a step batches trials of one cell. Subclasses call `set_grid` and `set_search` from their constructor."""
+    """An evaluation over the cells (map, d, n, L), each with `trials` trials keyed `<map>/d<d>/n<n>/L<L>/t<trial>`.
+
+    A step batches trials of one cell. Subclasses call `set_grid` and `set_search` from their constructor.
+    """
 
     def set_grid(
         self,
@@ -56,6 +60,7 @@ class MapGridEvaluation(EmbeddingsEvaluation):
         return out
 
     def trial_specs(self) -> list[dict]:
+        """Every trial of the grid, cell by cell, keyed `<map>/d<d>/n<n>/L<L>/t<trial>`."""
         return [
             {"trial_key": f"{m}/d{d}/n{n}/L{L}/t{t}", "map": m, "d": d, "n": n, "L": L, "trial": t}
             for (m, d, n, L) in self.cells()

@@ -1,5 +1,7 @@
-"""The one-word substitution sweep run by `evaluate.py`: the exact best real word against the continuous Delta, and
-the heads it flips, over map x d x n (docs/theory.md §13)."""
+"""The one-word substitution sweep run by `evaluate.py` (docs/theory.md §13).
+
+The exact best real word against the continuous Delta, and the heads it flips, over map x d x n.
+"""
 
 from __future__ import annotations
 
@@ -125,8 +127,10 @@ class WordSubstitutionSweep(MapGridEvaluation):
         return self._words
 
     def review_index(self, trial: int) -> int:
-        """The review of trial `trial` (the same in every cell): the trial-th distinct review, in a seeded order,
-        whose token at `position` is a word (not [SEP] or padding)."""
+        """The review of trial `trial` (the same in every cell).
+
+        The trial-th distinct review, in a seeded order, whose token at `position` is a word (not [SEP] or padding).
+        """
         if self._reviews is None:
             order = torch.randperm(len(self.store), generator=generator(self.seed, "words.reviews")).tolist()
             first = self.store.first_copies()
@@ -142,9 +146,12 @@ class WordSubstitutionSweep(MapGridEvaluation):
         return self._reviews[trial]
 
     def training_index(self, trial_seed: int, context: int, n: int) -> list[int]:
-        """N reviews drawn by the trial's seed (the heads' training set) whose first n tokens differ from each other's
-        and from the trial's own review: two equal samples would make the Gram singular (docs/theory.md §8.8), and
-        at small n distinct reviews often share their first tokens ("i saw this movie ...")."""
+        """N reviews drawn by the trial's seed (the heads' training set), distinct in their first n tokens.
+
+        Their first n tokens differ from each other's and from the trial's own review: two equal samples would make the
+        Gram singular (docs/theory.md §8.8), and at small n distinct reviews often share their first tokens ("i saw this
+        movie ...").
+        """
         order = torch.randperm(len(self.store), generator=generator(trial_seed, "words.train")).tolist()
         prefixes = self.store.input_ids(order)[:, :n]
         seen = {tuple(self.store.input_ids([context])[0, :n].tolist())}
@@ -252,6 +259,10 @@ class WordSubstitutionSweep(MapGridEvaluation):
 
     # --- the summary ------------------------------------------------------------------------------------------------
     def summarize(self, records: list[dict], out_dir: Path) -> None:
+        """Log S_words, S and flip rates against n; on rank 0 write summary.md and the figures.
+
+        summary.md holds the table, the slopes and the words.
+        """
         from ..plots.words import plot_flip_rates, plot_words_vs_n
         from ..records.words import top_words_markdown, words_slopes, words_table
 

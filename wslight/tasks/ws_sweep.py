@@ -105,8 +105,10 @@ class WordSensitivitySweep(MapGridEvaluation):
         return self._last_map[1]
 
     def run_trials(self, specs: list[dict]) -> list[dict]:
-        """One search for the step's trials (one cell): a fresh map per trial (FreshMaps for a registered map), or the
-        cell's shared map."""
+        """One search for the step's trials (one cell).
+
+        A fresh map per trial (FreshMaps for a registered map), or the cell's shared map.
+        """
         start = time.perf_counter()
         m, d, n, L = self.batch_key(specs[0])
         index = [self.sample_index(s["trial"]) for s in specs]
@@ -161,6 +163,10 @@ class WordSensitivitySweep(MapGridEvaluation):
 
     # --- the summary ------------------------------------------------------------------------------------------------
     def summarize(self, records: list[dict], out_dir: Path) -> None:
+        """Log S against n per map and d; on rank 0 write summary.md and the figures.
+
+        With two maps or more, also every map on one figure and slopes.md.
+        """
         from ..plots.ws import embeddings_label, plot_ws_curves, plot_ws_maps
         from ..records.summary import evidence_note, slope_table
 
