@@ -108,7 +108,7 @@ def test_sigterm_mid_sweep_then_resume_equals_uninterrupted(tmp_path, write_conf
     assert all(json.loads(x)["value"] == json.loads(x)["trial"] ** 2 for x in lines)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # evaluate.py in a subprocess of two DDP processes (gloo, CPU)
 def test_two_process_ddp_gives_the_same_records(tmp_path, write_config):
     cfg = write_config(tmp_path, trials=7)
     one = Path(evaluate(cfg).model.results_path)

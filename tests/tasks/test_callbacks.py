@@ -231,7 +231,7 @@ def tiny_args(cache: Path, logs: Path) -> list[str]:
     return [*out, "false", "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir", str(logs)]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a fit and its attack in subprocesses, one and two DDP processes (gloo, CPU)
 def test_ddp_two_processes_give_the_records_of_one(tmp_path):
     script = tmp_path / "run.py"
     lines = ["import sys, torch", "torch.set_num_threads(1)", "from wslight.app.cli import main", "main(sys.argv[1:])"]

@@ -32,7 +32,7 @@ class RecordIds(LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.0)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # two spawned CPU DDP processes (gloo), each opening the cache
 def test_ddp_two_ranks_get_distinct_samples(tmp_path):
     dm = EmbeddingDataModule(
         EmbeddingSpec(num_samples=16, cache_dir=str(tmp_path / "cache")),

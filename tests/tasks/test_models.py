@@ -183,7 +183,7 @@ def test_checkpoint_with_the_datamodule_loads_weights_only(tmp_path):
     assert again.spec == dm.spec and (again.n, again.d, again.seed) == (dm.n, dm.d, dm.seed)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a fit in a subprocess of two DDP processes (gloo, CPU)
 def test_ddp_two_processes_gives_the_same_closed_form_head(tmp_path):
     import subprocess
     import sys
@@ -251,7 +251,7 @@ def test_one_epoch_gradient_fit_warns(tmp_path):
         trainer(tmp_path, max_epochs=1).fit(model, datamodule=synthetic_dm(tmp_path))
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a fit in a subprocess of three DDP processes (gloo, CPU)
 def test_ddp_three_processes_count_each_held_out_sample_once(tmp_path):
     """3 CPU processes on a test split of 10 samples (padded to 12 by the sampler): the 1-process test metrics."""
     import json

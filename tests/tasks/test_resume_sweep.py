@@ -36,7 +36,7 @@ WS = {
 }
 
 # Subprocesses that are sent signals: under the `slow` marker (make test-slow), out of the fast suite.
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # evaluate.py in subprocesses, stopped by signals, then resumed
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,7 @@ def _run(cmd: list[str], save_dir: Path, *extra: str) -> Path:
     return Path(last.removeprefix("results: "))
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # evaluate.py in subprocesses: one process, then two through torchrun (gloo)
 def test_torchrun_two_processes_give_the_records_of_one(tmp_path):
     one = _run([sys.executable], tmp_path / "one", "--trainer.devices", "1")
     two = _run(
