@@ -51,15 +51,19 @@ def _with_restart_dim(heads: Heads) -> Heads:
 
 
 def _trials(heads: HeadScalars, idx: Tensor) -> HeadScalars:
-    """The per-sample scalars of the heads of the trials idx only, all the objective reads; the large matrices
-    (Phi, chol, theta*, phi, P phi) are left out rather than copied."""
+    """The per-sample scalars of the heads of the trials idx only, all the objective reads.
+
+    The large matrices (Phi, chol, theta*, phi, P phi) are left out rather than copied.
+    """
     return HeadScalars(**{f.name: getattr(heads, f.name)[idx] for f in fields(HeadScalars)})
 
 
 def _chain_objectives(s: Tensor, a: Tensor, ap: Tensor, hR: HeadScalars, attacks, objective: Tensor) -> Tensor:
-    """Each chain's own objective: attacks[objective[t, b, c]] of the chain's inner products s, a, ap (T, B, W), hR's
-    per-sample scalars broadcast over the chains; (T, B, W). Each objective is computed on its own chains only, so one
-    objective's infinities (e.g. align on phi(X) = 0) never reach another's gradient."""
+    """Each chain's own objective attacks[objective[t, b, c]] of its inner products s, a, ap (T, B, W); (T, B, W).
+
+    hR's per-sample scalars are broadcast over the chains. Each objective is computed on its own chains only, so one
+    objective's infinities (e.g. align on phi(X) = 0) never reach another's gradient.
+    """
     if len(attacks) == 1:
         return attack_objective(s, a, ap, hR, *attacks[0])
     out = torch.zeros_like(s)
@@ -92,8 +96,10 @@ def delta_attack(
     penalty: float = 0.0,
     **options,
 ) -> dict[str, Tensor]:
-    """The attack under one objective (training, loss, penalty): `delta_attacks` with that one; see it for the
-    arguments and the output."""
+    """The attack under one objective (training, loss, penalty): `delta_attacks` with that one.
+
+    See it for the arguments and the output.
+    """
     return delta_attacks(feature_map, X_train, Y, X_ctx, y_ctx, [(training, loss, penalty)], **options)[0]
 
 
@@ -118,8 +124,9 @@ def delta_attacks(
     return_delta: bool = False,
     cache: dict | None = None,
 ) -> list[dict[str, Tensor]]:
-    """Optimise Delta on one token of each context sample and report the closed-form heads' outputs
-    (docs/theory.md §6.5).
+    """Optimise Delta on one token of each context sample and report the closed-form heads' outputs.
+
+    The method is that of docs/theory.md §6.5.
 
     Batched over B context samples sharing one training set, R restarts, and optionally T trials with their own
     training sets and maps (pass 4-d X_train / X_ctx and a list of T maps, or one map shared by all trials). Any
@@ -232,8 +239,11 @@ def delta_attacks(
 
 
 def _prepare(at: AttackInputs, feature_map, dtype: torch.dtype, cache: dict | None) -> tuple[Heads, TokenMove, Tensor]:
-    """The closed-form heads, float64 (docs/theory.md §5.2), the contexts' token-move algebra and hv (T, B, p, 3), the
-    three vectors the losses read; from `cache` when it holds them for the same samples, maps and position."""
+    """The closed-form heads, float64 (docs/theory.md §5.2), the contexts' token-move algebra and hv (T, B, p, 3).
+
+    hv holds the three vectors the losses read; all come from `cache` when it holds them for the same samples, maps and
+    position.
+    """
     X_train, Y, X_ctx = at.X_train, at.Y, at.X_ctx
     # ---- closed-form heads, float64 (docs/theory.md §5.2), and the contexts' token-move algebra
     key = (
@@ -268,8 +278,10 @@ def _head_vectors(heads: Heads) -> Tensor:
 
 
 def _starts(seeds, per_trial_seeds, T, B, R, d, radius, dtype, device) -> Tensor:
-    """(T, B, R, d): the first restart at the clean token, the others uniform in the ball, one stream for all
-    trials or one per trial (then a trial's draws do not depend on its batch)."""
+    """(T, B, R, d): the first restart at the clean token, the others uniform in the ball.
+
+    One stream for all trials or one per trial (then a trial's draws do not depend on its batch).
+    """
     delta = torch.zeros(T, B, R, d, dtype=dtype, device=device)
     if R > 1:
         draws = [_in_ball(s, 1 if per_trial_seeds else T, R - 1, B, d, radius) for s in seeds]  # (T, R - 1, B, d)
@@ -281,10 +293,17 @@ def _report(attacks, heads: Heads, inner, loss: Tensor, delta: Tensor, taken: Te
     """Keep the best restart per sample and objective and report the heads' outputs there in float64.
 
     Args:
-        loss, taken: (T, B, n_obj R) each chain's loss and steps; delta: (T, B, n_obj R, d) its point, float64.
+        attacks: the checked (training, loss, penalty) objectives, in the order of the chains' blocks.
+        heads: the closed-form heads, float64.
         inner: the float64 read-out (T, B, K, d) -> (T, B, K, 3); the kept points are projected onto the ball in
             float64 first (a point of a float32 chain may sit outside it by a rounding), and the objective is
             recomputed there.
+        loss: (T, B, n_obj R) each chain's loss.
+        delta: (T, B, n_obj R, d) each chain's point, float64.
+        taken: (T, B, n_obj R) each chain's steps.
+        radius: the ball's radius.
+        return_delta: whether each output holds the kept Delta (T, B, d).
+        batched: whether the caller gave a trial axis (else the outputs drop it).
     """
     T, B = loss.shape[:2]
     d, n_obj = delta.shape[-1], len(attacks)

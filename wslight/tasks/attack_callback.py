@@ -125,10 +125,12 @@ class DeltaAttack(Callback):
 
     # --- hooks ----------------------------------------------------------------------------------------------------
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Run the attack on the fitted model when `hook` is "fit_end"."""
         if self.hook == "fit_end":
             self.run(trainer, pl_module)
 
     def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """Run the attack after testing when `hook` is "test_end"."""
         if self.hook == "test_end":
             self.run(trainer, pl_module)
 

@@ -209,6 +209,7 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
         self.seed = validate.integer("seed", seed, low=0)
 
     def trial_specs(self) -> list[dict]:
+        """Every trial of the sweep, case by case and N by N, keyed `<map>/n<n>/L<L>/N<N>/t<trial>`."""
         return [
             {
                 "trial_key": f"{m}/n{c.n}/L{c.depth}/N{N}/t{t}",
@@ -288,6 +289,7 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
         return [{**r, "seconds": seconds} for r in records]
 
     def summarize(self, records: list[dict], out_dir: Path) -> None:
+        """Log the attack's scalars; on rank 0 write summary.md (one row per cell) and the figures."""
         records = trusted(records, "attack", ATTACK_REQUIRED)
         for name, value in attack_scalars(records, self.trainings).items():
             self.log_scalar(name, value)
