@@ -1,7 +1,7 @@
-"""The theory's TeX as MathML, written into the pages when the site is built (a mkdocs hook, mkdocs.yml `hooks:`).
+r"""The theory's TeX as MathML, written into the pages when the site is built (a mkdocs hook, mkdocs.yml `hooks:`).
 
-pymdownx.arithmatex keeps every `$...$` and `$$...$$` whole, as `<span class="arithmatex">\\(...\\)</span>` and
-`<div class="arithmatex">\\[...\\]</div>`; this hook converts each into MathML with latex2mathml (pure Python), which
+pymdownx.arithmatex keeps every `$...$` and `$$...$$` whole, as `<span class="arithmatex">\(...\)</span>` and
+`<div class="arithmatex">\[...\]</div>`; this hook converts each into MathML with latex2mathml (pure Python), which
 browsers render themselves. So the site needs no script from elsewhere (MathJax, KaTeX) and reads offline. A formula
 latex2mathml cannot convert is a warning (so `mkdocs build --strict` fails) and stays as TeX.
 """
@@ -29,4 +29,5 @@ def _mathml(match: re.Match, where: str) -> str:
 
 
 def on_page_content(content: str, page, **kwargs) -> str:
+    """The page's HTML with every arithmatex formula converted to MathML (mkdocs' `on_page_content` event)."""
     return MATH.sub(lambda m: _mathml(m, page.file.src_uri), content)
