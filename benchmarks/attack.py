@@ -48,9 +48,11 @@ REVIEW_POOL = 1000
 
 
 def trial_data(t: int, n: int, d: int, N: int, seed: int, data: str = "imdb") -> tuple[torch.Tensor, ...]:
-    """One trial, float64, rows of norm sqrt(d): N + 1 distinct bundled reviews (MiniLM layer-0 token embeddings,
-    their labels), drawn from the pool by the trial's own permutation; or (`data="synthetic"`) aniso rows
-    (docs/theory.md §11), 0.7 u + sqrt(0.51) g / sqrt(d) renormalised, with random +-1 labels.
+    """One trial, float64, rows of norm sqrt(d): N + 1 distinct bundled reviews, or synthetic rows.
+
+    The reviews (MiniLM layer-0 token embeddings, their labels) are drawn from the pool by the trial's own permutation;
+    or (`data="synthetic"`) aniso rows (docs/theory.md §11), 0.7 u + sqrt(0.51) g / sqrt(d) renormalised, with random
+    +-1 labels.
 
     Returns X_train (N, n, d), Y (N,), X_ctx (1, n, d), y (1,): N + 1 distinct samples, the first is the context.
     """

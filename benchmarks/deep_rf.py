@@ -1,6 +1,7 @@
-"""DeepRF word sensitivity: the closed form (hand-written backpropagation, the curvature product J^T J v, the exact
-top curvature from one Jacobian pass, finished trials leaving the batch) against the autograd path it replaced, side
-by side on the same reviews and maps.
+"""DeepRF word sensitivity: the closed form against the autograd path it replaced.
+
+The closed form (hand-written backpropagation, the curvature product J^T J v, the exact top curvature from one Jacobian
+pass, finished trials leaving the batch) and the autograd path, side by side on the same reviews and maps.
 
 Both sides run `word_sensitivity(FreshMaps("deep_rf", seeds, depth=L), X, ...)` with the search settings the shipped
 DeepRF config runs with (configs/ws/deep_rf.yaml: DeepRF's family defaults, one round of 4 chains) on `trials`

@@ -121,8 +121,9 @@ def fmt(v, digits: int = 3) -> str:
 
 
 def missing_requirements() -> list[str]:
-    """The command-line extras this python lacks (a bare CUDA image may hold torch and Lightning without them): the
-    `train.py` / `evaluate.py` tests need them and fail with ModuleNotFoundError otherwise.
+    """The command-line extras this python lacks (a bare CUDA image may hold torch and Lightning without them).
+
+    The `train.py` / `evaluate.py` tests need them and fail with ModuleNotFoundError otherwise.
     """
     from lightning.pytorch.cli import _JSONARGPARSE_SIGNATURES_AVAILABLE as signatures
 
@@ -151,8 +152,9 @@ def run_pytest(timeout: float) -> dict:
 
 
 def timed_row(row: dict, gpu_s: float, cpu_s: float, cpu_trials: int, peak: float | None, note: str) -> dict:
-    """A part's table row: GPU and CPU seconds for all its trials (the CPU's extrapolated from `cpu_trials`), their
-    ratio, the GPU's peak memory and a note.
+    """A part's table row: GPU and CPU seconds for all its trials, their ratio, the GPU's peak memory and a note.
+
+    The CPU's seconds are extrapolated from `cpu_trials`.
     """
     return {
         **row,
@@ -167,8 +169,9 @@ def timed_row(row: dict, gpu_s: float, cpu_s: float, cpu_trials: int, peak: floa
 
 
 def ws_trials(name: str, n: int, d: int, trials: int, device: str, seed: int) -> tuple[float, list[float]]:
-    """`trials` independent trials (a fresh map and sample each, the paper's protocol) searched together on `device`
-    (`FreshMaps`: RF drawn from the law of (z, V^(i)), attention maps built): (seconds including the draws, S).
+    """`trials` independent trials (a fresh map and sample each, the paper's protocol) searched together on `device`.
+
+    `FreshMaps`: RF drawn from the law of (z, V^(i)), attention maps built. Returns (seconds including the draws, S).
     """
     seeds = [derive_seed(seed, "gpu_check.map", name, n, t) for t in range(trials)]
     X = torch.stack([tokens(1, n, d, seed, f"gpu_check.ws.{n}.{t}") for t in range(trials)]).to(device)
@@ -273,8 +276,9 @@ def part_ws_rf(args, budget: Budget, gpu: str) -> list[dict]:
 
 
 def deep_rf_grid(args) -> tuple[int, list[int], list[int], SearchSettings]:
-    """The DeepRF grid of DEEP_RF_CONFIG (d, n values, depths) and its search: SEARCH with what the file's own
-    `search:` block changes (--cpu-smoke: tiny sizes, 40 steps).
+    """The DeepRF grid of DEEP_RF_CONFIG (d, n values, depths) and its search.
+
+    SEARCH with what the file's own `search:` block changes (--cpu-smoke: tiny sizes, 40 steps).
     """
     cfg = yaml.safe_load(DEEP_RF_CONFIG.read_text())["model"]["init_args"]
     search = SEARCH.replace(**(cfg.get("search") or {}))

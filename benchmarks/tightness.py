@@ -59,8 +59,9 @@ COLUMNS += ["mean ratio", "before: within 1% / mean ratio", "s/trial before", "s
 
 
 def shipped_settings(name: str) -> SearchSettings:
-    """The search settings the map's shipped config runs with (configs/ws/<map>.yaml; the zoo maps:
-    configs/ws/zoo.yaml), every field filled.
+    """The search settings the map's shipped config runs with, every field filled.
+
+    configs/ws/<map>.yaml; the zoo maps: configs/ws/zoo.yaml.
     """
     path = CONFIGS / f"{name}.yaml"
     return shipped_search(name, path if path.exists() else CONFIGS / "zoo.yaml")
@@ -85,9 +86,10 @@ class Plain(nn.Module):
 
 
 class WithStarts(Plain):
-    """A user's map that also names its own starting directions (`search_starts`, docs/theory.md §4.3), as one who
-    knows its structure would: the attracting direction W^T xbar, the steering directions W x_m (m != i) and, for
-    ReLU-RAF, mixes m x_i / ||x_i|| + (1 - m) a of the token and the unit attracting direction a, m = 1, 0.7, 0.4
+    """A user's map that also names its own starting directions (`search_starts`, docs/theory.md §4.3).
+
+    As one who knows its structure would: the attracting direction W^T xbar, the steering directions W x_m (m != i) and,
+    for ReLU-RAF, mixes m x_i / ||x_i|| + (1 - m) a of the token and the unit attracting direction a, m = 1, 0.7, 0.4
     (docs/theory.md §3.5). Only forwards otherwise: the search still takes the generic path.
     """
 
@@ -107,8 +109,9 @@ class WithStarts(Plain):
 
 
 def maps_for(name: str, n: int, d: int, seeds: list[int], generic: bool, own_starts: bool = False):
-    """The T trial maps: FreshMaps, or (--generic, attention maps) a list of plain modules with the same weights
-    (--own-starts: that also name their starts); the zoo's maps as built by make_map.
+    """The T trial maps: FreshMaps, or (--generic, attention maps) a list of plain modules with the same weights.
+
+    With --own-starts, modules that also name their starts; the zoo's maps as built by make_map.
     """
     if generic and name in ATTENTION or name not in GRID:  # the zoo's maps are built in full
         maps = [make_map(name, n, d, s) for s in seeds]
@@ -169,8 +172,9 @@ def row(name: str, d: int, n: int, a) -> list[str]:
 
 
 def warm_up(name: str, d: int, generic: bool) -> None:
-    """One tiny estimate (4 tokens, the row's d: some maps take only their own d, or one their heads divide), so
-    torch's first-call costs do not land in the first timed row.
+    """One tiny estimate, so torch's first-call costs do not land in the first timed row.
+
+    4 tokens, the row's d: some maps take only their own d, or one their heads divide.
     """
     X = torch.randn(2, 1, 4, d)
     X = X * d**0.5 / X.norm(dim=-1, keepdim=True)

@@ -1,5 +1,6 @@
-"""The exact one-word substitution on a real review: every admissible vocabulary word at one position, per map, against
-a brute-force loop through the full forward, side by side in one run.
+"""The exact one-word substitution on a real review against a brute-force loop through the full forward.
+
+Every admissible vocabulary word at one position, per map, side by side in one run.
 
 The review is the first bundled IMDb review of at least n WordPiece tokens (MiniLM layer-0 embeddings, rows rescaled
 to norm sqrt(d), as every sweep reads them); the words are the whole bundled MiniLM vocabulary placed at that

@@ -190,8 +190,10 @@ def peak_since_reset_gib() -> float | None:
 
 
 def warm_up(map_: str) -> None:
-    """One tiny estimate (other maps, other data) before the timed call: torch's first calls of each kernel and
-    allocation pattern cost a few tenths of a second once per process, which a sweep pays once, not per cell.
+    """One tiny estimate (other maps, other data) before the timed call.
+
+    torch's first calls of each kernel and allocation pattern cost a few tenths of a second once per process, which a
+    sweep pays once, not per cell.
     """
     X = torch.randn(2, 1, 4, 8, generator=generator(99991, "bench.ws.warmup"))
     word_sensitivity(FreshMaps(map_, [99991, 99992]), X * 8**0.5 / X.norm(dim=-1, keepdim=True), seed=[99991, 99992])
@@ -412,9 +414,10 @@ def compare_cell(name: str, map_: str, d: int, n: int, a, common: list[str], sea
 
 
 def shipped_search(map_: str, config: Path | None = None) -> SearchSettings:
-    """The search settings a shipped sweep runs `map_` with, every field filled: those its config states (the
-    `search:` block of `config`, default configs/ws/<map>.yaml), the rest the map family's defaults (docs/theory.md
-    §4.3).
+    """The search settings a shipped sweep runs `map_` with, every field filled.
+
+    Those its config states (the `search:` block of `config`, default configs/ws/<map>.yaml), the rest the map family's
+    defaults (docs/theory.md §4.3).
     """
     args = yaml.safe_load((config or CONFIGS / f"{map_}.yaml").read_text())["model"]["init_args"]
     return SearchSettings(**(args.get("search") or {})).resolved(family_defaults(MAPS[map_]))
