@@ -1,5 +1,7 @@
-"""Shared fixtures: token rows, the one CPU trainer of every test config, the tiny test settings of tests/conf with a
-test's own settings, and one torch thread for tiny tensors.
+"""Shared fixtures.
+
+Token rows, the one CPU trainer of every test config, the tiny test settings of tests/conf with a test's own settings,
+and one torch thread for tiny tensors.
 """
 
 import json
@@ -22,8 +24,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per cor
 
 @pytest.fixture(scope="session", autouse=True)
 def no_home_cache(tmp_path_factory):
-    """Embedding caches default to ~/.cache/wslight; tests pass cache_dir, and anything that falls back to the
-    default writes under pytest's temporary folder instead (a WSLIGHT_CACHE set by the user is kept).
+    """Keep the tests' embedding caches out of ~/.cache/wslight.
+
+    Embedding caches default to ~/.cache/wslight; tests pass cache_dir, and anything that falls back to the default
+    writes under pytest's temporary folder instead (a WSLIGHT_CACHE set by the user is kept).
     """
     if not os.environ.get("WSLIGHT_CACHE"):
         os.environ["WSLIGHT_CACHE"] = str(tmp_path_factory.mktemp("wslight-cache"))
@@ -65,7 +69,10 @@ def one_thread():
 
 @pytest.fixture
 def threads():
-    """`with threads(n): ...` runs a block with n torch threads."""
+    """A context manager running a block with n torch threads.
+
+    Used as `with threads(n): ...`.
+    """
     return num_threads
 
 
@@ -115,9 +122,11 @@ CONF = Path(__file__).resolve().parent / "conf"
 
 
 def tiny_config(name: str, settings: dict | None = None, prefix: str = "model.init_args.") -> list[str]:
-    """`--config tests/conf/<name>.yaml`, the tiny test setting of the shipped config `<name>` (an overlay of it), then
-    `--<prefix><key> <value>` for each setting: what one test changes, without a config file of its own. A string is
-    given as it is (YAML text such as "[4, 8]"), any other value as JSON (which YAML reads).
+    """`--config tests/conf/<name>.yaml`, the tiny test setting of the shipped config `<name>`, then the settings.
+
+    The setting is an overlay of the shipped config; then comes `--<prefix><key> <value>` for each setting: what one
+    test changes, without a config file of its own. A string is given as it is (YAML text such as "[4, 8]"), any other
+    value as JSON (which YAML reads).
     """
     out = ["--config", str(CONF / f"{name}.yaml")]
     for key, value in (settings or {}).items():
@@ -133,8 +142,10 @@ def tiny():
 
 @pytest.fixture
 def cli_fails(capsys):
-    """`cli_fails(args, evaluate=False)`: run `wslight.app.cli.main(args)`, expect exit status 2 and one short block on
-    stderr (the message and the line saying how to see the traceback, no traceback, no value dump); returns stderr.
+    """A function of (args, evaluate=False) that runs `wslight.app.cli.main(args)` and expects one short block.
+
+    It expects exit status 2 and one short block on stderr (the message and the line saying how to see the traceback, no
+    traceback, no value dump); returns stderr.
     """
     from wslight.app.cli import main
 
@@ -161,8 +172,10 @@ model:
 
 @pytest.fixture
 def squares(tmp_path, cpu_trainer):
-    """squares(trials=4, sleep=0.0, name="squares", **init_args): the tiny evaluation of tests/dummy_evaluation.py
-    with the CPU trainer logging under tmp_path/logs; returns the config's path.
+    """A function of (trials=4, sleep=0.0, name="squares", **init_args) writing the squares evaluation's config.
+
+    The tiny evaluation of tests/dummy_evaluation.py with the CPU trainer logging under tmp_path/logs; returns the
+    config's path.
     """
 
     def write(trials=4, sleep=0.0, name="squares", **init_args):

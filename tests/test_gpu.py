@@ -275,8 +275,9 @@ def _sort_key(record: dict) -> str:
 
 
 def _close_records(gpu: list[dict], cpu: list[dict], rtol: float, atol: float = 1e-9, paths: bool = True) -> None:
-    """Record for record, the same identifying fields, floats within rtol (or atol) and, with `paths`, the same
-    path counts.
+    """Record for record, the same identifying fields and floats within rtol (or atol).
+
+    With `paths`, also the same path counts.
     """
     gpu = sorted((_comparable(r) for r in gpu), key=_sort_key)
     cpu = sorted((_comparable(r) for r in cpu), key=_sort_key)

@@ -85,34 +85,40 @@ def test_no_import_goes_up_a_floor():
 
 def test_no_import_circle():
     """Tarjan's strongly connected components of the module graph: every one is a single module."""
+    circles = [component for component in components(GRAPH) if len(component) > 1]
+    assert not circles, circles
+
+
+def components(graph) -> list[list[str]]:
+    """Tarjan's strongly connected components of `graph` (module -> the modules it imports), each sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
-    circles = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in GRAPH[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                circles.append(sorted(component))
-
-    for v in sorted(GRAPH):
+    found: list[list[str]] = []
+    for v in sorted(graph):
         if v not in index:
-            visit(v)
-    assert not circles, circles
+            _visit(graph, v, index, low, stack, found)
+    return found
+
+
+def _visit(graph, v: str, index: dict[str, int], low: dict[str, int], stack: list[str], found: list[list[str]]) -> None:
+    """Tarjan's depth-first step from v: the components closed below v are appended to `found`."""
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    for w in graph[v]:
+        if w not in index:
+            _visit(graph, w, index, low, stack, found)
+            low[v] = min(low[v], low[w])
+        elif w in stack:
+            low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+        component = []
+        while True:
+            w = stack.pop()
+            component.append(w)
+            if w == v:
+                break
+        found.append(sorted(component))
 
 
 def test_every_module_has_a_floor():

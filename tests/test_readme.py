@@ -1,6 +1,8 @@
-"""The README is a manual whose commands run as written: every config, `make` target and `wslight` verb named in its
-bash blocks exists (and those of the getting-started and task pages of the documentation site), every relative link
-points at a file, and it stays short (at most 250 lines) with no dated measurement in it (those live in docs/results/).
+"""The README is a manual whose commands run as written.
+
+Every config, `make` target and `wslight` verb named in its bash blocks exists (and those of the getting-started and
+task pages of the documentation site), every relative link points at a file, and it stays short (at most 250 lines) with
+no dated measurement in it (those live in docs/results/).
 """
 
 import re
@@ -23,8 +25,9 @@ def bash_blocks(path: Path) -> list[str]:
 
 
 def commands(path: Path) -> list[list[str]]:
-    """Each command of the file's bash blocks as its words: continuation lines joined, comments dropped, and
-    `a && b`, `a; b`, `a | b` split into their commands.
+    """Each command of the file's bash blocks as its words.
+
+    Continuation lines joined, comments dropped, and `a && b`, `a; b`, `a | b` split into their commands.
     """
     out = []
     for block in bash_blocks(path):

@@ -48,8 +48,9 @@ TEXT = {"embeddings.source": "imdb_offline", "embeddings.encoder": "bundled-mini
 
 @pytest.fixture
 def command(tmp_path, cpu_trainer, tiny):
-    """command(setting, settings=None): evaluate.py's arguments for a tiny test setting and its changes, then
-    `settings`, on the CPU trainer with logs (and caches) under tmp_path.
+    """A function of (setting, settings=None) giving evaluate.py's arguments for a tiny test setting.
+
+    Its changes, then `settings`, on the CPU trainer with logs (and caches) under tmp_path.
     """
 
     def args(setting, settings=None):
@@ -168,8 +169,9 @@ PROBE_CASES = [
 def test_bad_probe_fails_before_any_forward_and_writes_no_results(
     tmp_path, capsys, monkeypatch, command, settings, pattern
 ):
-    """Probe keys that need the tokenised text or the encoder's sizes are checked before any forward pass; the CLI
-    reports the ValueError as one block naming the key (exit status 2).
+    """Probe keys that need the tokenised text or the encoder's sizes are checked before any forward pass.
+
+    The CLI reports the ValueError as one block naming the key (exit status 2).
     """
     import wslight.probes.attention as attention_mod
 

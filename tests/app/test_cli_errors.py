@@ -249,8 +249,9 @@ def test_a_negative_map_seed_is_refused_like_the_sweeps_do(cli_fails, config):
 
 
 def test_a_saved_config_with_the_old_class_paths_says_what_to_write(tmp_path, cli_fails):
-    """A config saved before the Lightning classes moved to wslight.tasks: one block listing each old path, where it is
-    and what to write instead, before anything runs.
+    """A config saved before the Lightning classes moved to wslight.tasks: one block saying what to write.
+
+    The block lists each old path, where it is and what to write instead, before anything runs.
     """
     evaluation = tmp_path / "saved_ws.yaml"
     text = (ROOT / "configs" / "ws" / "raf.yaml").read_text()
@@ -274,8 +275,10 @@ def test_a_saved_config_with_the_old_class_paths_says_what_to_write(tmp_path, cl
 
 
 def test_a_search_setting_at_its_old_place_names_the_new_key(tmp_path, cli_fails):
-    """`restarts` (and the other search settings) of a word-sensitivity sweep moved into one `search:` block, and
-    `restarts` is `chains_per_round`: a saved config or an override that writes them the old way is one block.
+    """A search setting of a word-sensitivity sweep written at its old place is one block naming the new key.
+
+    `restarts` (and the other search settings) moved into one `search:` block, and `restarts` is `chains_per_round`: a
+    saved config or an override that writes them the old way is one block.
     """
     saved = tmp_path / "saved_ws.yaml"
     text = (ROOT / "configs" / "ws" / "raf.yaml").read_text()

@@ -26,7 +26,10 @@ model:
 
 @pytest.fixture(scope="module")
 def write_config(cpu_trainer):
-    """write_config(tmp_path, trials=5, sleep=0.0): the squares evaluation with the CPU trainer; returns its path."""
+    """A function of (tmp_path, trials=5, sleep=0.0) writing the squares evaluation with the CPU trainer.
+
+    It returns the config's path.
+    """
 
     def write(tmp_path, trials=5, sleep=0.0):
         cfg = tmp_path / "squares.yaml"

@@ -1,5 +1,7 @@
-"""What a Lightning user expects of the command line beyond error blocks: no abbreviated keys, messages for an
-unwritable log folder and a misspelled encoder, and TensorBoard runs with hparams and the config as text.
+"""What a Lightning user expects of the command line beyond error blocks.
+
+No abbreviated keys, messages for an unwritable log folder and a misspelled encoder, and TensorBoard runs with hparams
+and the config as text.
 
 Runs go through `main([...])` on the tiny test settings of tests/conf (synthetic tokens, seconds each).
 """
@@ -72,8 +74,9 @@ def test_a_hub_encoder_offline_still_says_the_hub_is_unreachable(cli_fails, monk
 
 # -------------------------------------------------------------------------------------------------- TensorBoard
 def hparams_tab(log_dir: Path) -> tuple[set[str], set[str]]:
-    """(hparam names, metric tags) of the HPARAMS tab of `tensorboard --logdir log_dir`, as TensorBoard's own
-    hparams backend computes them (the handler of its GetExperiment request).
+    """(hparam names, metric tags) of the HPARAMS tab of `tensorboard --logdir log_dir`.
+
+    As TensorBoard's own hparams backend computes them (the handler of its GetExperiment request).
     """
     from tensorboard.backend.event_processing.data_provider import MultiplexerDataProvider
     from tensorboard.backend.event_processing.plugin_event_multiplexer import EventMultiplexer
@@ -106,8 +109,9 @@ def tensorboard(log_dir: Path) -> tuple[dict, set[str], dict, str]:
 
 
 def test_training_and_evaluation_runs_in_one_log_folder_share_the_hparams_tab(tmp_path):
-    """TensorBoard shows the one experiment summary it finds in any run (that run's columns only); without one it
-    takes the union of every run's hparams and scalars.
+    """TensorBoard shows the one experiment summary it finds in any run (that run's columns only).
+
+    Without one it takes the union of every run's hparams and scalars.
     """
     from types import SimpleNamespace
 

@@ -1,6 +1,8 @@
-"""The command as users run it: exit statuses of the installed `wslight` and `python -m wslight`, one writer per run
-folder, where a run without a log folder writes, the run key of settings that change numbers, Lightning's refusals
-and missing files as one block, and `--ckpt_path last`.
+"""The command as users run it.
+
+Exit statuses of the installed `wslight` and `python -m wslight`, one writer per run folder, where a run without a log
+folder writes, the run key of settings that change numbers, Lightning's refusals and missing files as one block, and
+`--ckpt_path last`.
 """
 
 import json
@@ -236,9 +238,10 @@ def test_ckpt_path_last_resumes_the_newest_last_checkpoint_or_says_there_is_none
 
 @pytest.mark.slow  # six 2-process runs: about a minute and a half on 2 cores
 def test_finished_ddp_runs_exit_0_every_time(tmp_path, squares):
-    """A 2-process fit with the attack callback and a 2-process evaluation, three times each, through the console's
-    verb table: every run exits 0 and no process aborts at exit (`terminate called ...`, a process group or a
-    communication thread outliving the interpreter).
+    """A 2-process fit with the attack callback and a 2-process evaluation, three times each, exit 0 every time.
+
+    They run through the console's verb table: every run exits 0 and no process aborts at exit (`terminate called ...`,
+    a process group or a communication thread outliving the interpreter).
     """
     from test_callbacks import tiny_args
 

@@ -1,5 +1,6 @@
-"""Every shipped config name resolves through the CLI, an overlay holds only what differs from its base, and evaluate.py
-honours the results.jsonl contract on the tiny test settings.
+"""Every shipped config name resolves through the CLI, and an overlay holds only what differs from its base.
+
+And evaluate.py honours the results.jsonl contract on the tiny test settings.
 
 A shipped name is a whole config (`ws/raf`) or an overlay (`paper/ws/raf`, `reproduce/ws_raf`: first line
 `# overlay of: <name>`), which `--config` reads on top of its base. The tiny test settings in tests/conf/ are overlays
@@ -40,8 +41,9 @@ RESTATED = {
 
 
 def resolved(config: Path | str, *more: str) -> dict:
-    """The config that `--config <config>` (an overlay composed with its bases) resolves to, as the CLI prints it
-    (`--print_config`: parsed and checked by jsonargparse, no class built, nothing run).
+    """The config that `--config <config>` (an overlay composed with its bases) resolves to, as the CLI prints it.
+
+    `--print_config`: parsed and checked by jsonargparse, no class built, nothing run.
     """
     base = yaml.safe_load(overlay_chain(Path(config))[0].read_text())
     evaluate = "data" not in base
@@ -80,8 +82,10 @@ def get(tree, key):
 
 @pytest.mark.parametrize("name", SHIPPED + [f"tests/conf/{t}" for t in TINY])
 def test_every_config_resolves_and_its_files_win_in_order(name):
-    """Each shipped name and each tiny test setting parses through the CLI; every value its files write is the
-    resolved one unless a later file (the overlay) writes it again, and an overlay writes only what differs.
+    """Each shipped name and each tiny test setting parses through the CLI, its files winning in order.
+
+    Every value its files write is the resolved one unless a later file (the overlay) writes it again, and an overlay
+    writes only what differs.
     """
     path = CONF / f"{name.removeprefix('tests/conf/')}.yaml" if name.startswith("tests/conf/") else find_config(name)
     chain = overlay_chain(path)
@@ -206,8 +210,10 @@ def test_ws_tiny_setting_writes_the_contract(tmp_path, capsys, name):
 
 
 def test_words_tiny_setting_writes_the_contract_and_the_exact_best_words(tmp_path):
-    """Every record's best word is the brute force's: the full forward of the trial's map on the review with each
-    admissible vocabulary word at the position (the whole vocabulary, through `nn.Module.forward`).
+    """Every record's best word is the brute force's.
+
+    The brute force is the full forward of the trial's map on the review with each admissible vocabulary word at the
+    position (the whole vocabulary, through `nn.Module.forward`).
     """
     import torch
 

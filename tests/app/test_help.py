@@ -1,5 +1,6 @@
-"""`wslight evaluate --help`: the evaluation's own options first, Lightning's whole help behind `--help-all`, and
-`--model.help` by short class name.
+"""`wslight evaluate --help`: the evaluation's own options first.
+
+Lightning's whole help behind `--help-all`, and `--model.help` by short class name.
 """
 
 import os

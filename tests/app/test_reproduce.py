@@ -282,8 +282,10 @@ sys.exit(main(["reproduce", "--reports", sys.argv[1], "--plan", sys.argv[2]]))
 @pytest.mark.slow  # a subprocess stopped by a signal
 @pytest.mark.parametrize(("sig", "to_group"), [(signal.SIGINT, False), (signal.SIGINT, True), (signal.SIGTERM, True)])
 def test_a_signal_to_reproduce_reaches_its_stage_once_and_stops_it(tmp_path, sig, to_group):
-    """SIGINT or SIGTERM to `wslight reproduce` alone, or to its whole process group (Ctrl-C, a scheduler), reaches
-    the running stage exactly once; reproduce exits 128 + the signal's number after one line saying how to resume.
+    """SIGINT or SIGTERM to `wslight reproduce` reaches the running stage exactly once.
+
+    To reproduce alone, or to its whole process group (Ctrl-C, a scheduler); reproduce exits 128 + the signal's number
+    after one line saying how to resume.
     """
     plan = tmp_path / "plan.yaml"
     plan.write_text(TWO_STAGES)

@@ -112,8 +112,9 @@ def test_words_flip_rate_figure_draws_no_line_on_top_of_another():
 
 # ------------------------------------------------------------------------------- scalars computed on every rank
 def test_attack_sweep_under_a_process_group_logs_its_scalars_without_a_sync_dist_warning(tmp_path, recwarn):
-    """Under DDP (here one process) the attack's scalars, computed identically on every rank, draw no Lightning
-    `sync_dist` warning, and are logged as computed.
+    """Under DDP (here one process) the attack's scalars draw no Lightning `sync_dist` warning.
+
+    They are computed identically on every rank, and are logged as computed.
     """
     import json
 

@@ -1,5 +1,7 @@
-"""How a run stops: the exit status of every way it ends, each message printed once by one process, a failing map or
-an unusable results file as one block, and the run folder checked before any worker process starts.
+"""How a run stops.
+
+The exit status of every way it ends, each message printed once by one process, a failing map or an unusable results
+file as one block, and the run folder checked before any worker process starts.
 """
 
 import json

@@ -125,8 +125,9 @@ def test_raf_flips_relu_raf_in_between(sim_data):
 
 
 def test_penalty_keeps_pretrained_output_small(sim_data):
-    """The penalized loss keeps |D0| = |phi(X')^T theta*| small, which plain err does not for RAF
-    (docs/theory.md §11).
+    """The penalized loss keeps |D0| = |phi(X')^T theta*| small.
+
+    Plain err does not for RAF (docs/theory.md §11).
     """
     X_tr, Y, X_cx, y = sim_data[0]
     maps = [RandomAttentionFeatures(32, seed=s) for s in range(T_SIM)]
@@ -257,8 +258,9 @@ def test_cache_shares_heads_across_objectives_and_not_across_samples(rows):
 
 @pytest.mark.parametrize("kind", ["rf", "raf"])
 def test_objectives_searched_together_equal_each_searched_alone(rows, kind):
-    """delta_attacks runs every objective's chains in one loop (one map evaluation per step for all of them); each
-    objective's result is the one it gets alone, on 3 trials with their own fresh maps and training sets.
+    """delta_attacks runs every objective's chains in one loop (one map evaluation per step for all of them).
+
+    Each objective's result is the one it gets alone, on 3 trials with their own fresh maps and training sets.
     """
     X = rows(3 * 14, 5, 6, seed=3, dtype=torch.float64).reshape(3, 14, 5, 6)
     y = torch.tensor([1.0, -1.0] * 7, dtype=torch.float64).repeat(3, 1)
@@ -280,9 +282,11 @@ def test_objectives_searched_together_equal_each_searched_alone(rows, kind):
 
 @pytest.mark.parametrize("kind", ["rf", "raf", "relu_raf"])
 def test_float32_chains_report_float64_values_at_their_delta(rows, kind):
-    """The chains run in float32 by default; every reported value is the float64 one at the kept Delta: the heads'
-    outputs equal the float64 algebra of the same maps (RF: drawn from its law, rebuilt from the same draw) read out
-    at the returned Delta, to float64 rounding, the Delta lies in the ball, and the objective is recomputed there.
+    """The chains run in float32 by default; every reported value is the float64 one at the kept Delta.
+
+    The heads' outputs equal the float64 algebra of the same maps (RF: drawn from its law, rebuilt from the same draw)
+    read out at the returned Delta, to float64 rounding, the Delta lies in the ball, and the objective is recomputed
+    there.
     """
     X = rows(3 * 14, 5, 6, seed=3, dtype=torch.float64).reshape(3, 14, 5, 6)
     y = torch.tensor([1.0, -1.0] * 7, dtype=torch.float64).repeat(3, 1)

@@ -128,8 +128,9 @@ def test_bad_input():
 
 @pytest.mark.parametrize("N", [5, 8, 13, 24])
 def test_gram_from_the_lower_blocks_is_the_symmetric_full_product(N):
-    """`gram` computes only the row blocks up to the diagonal: it equals Phi Phi^T to rounding, for N below, at and
-    past a multiple of the block, with trial axes, and is symmetric to the last bit.
+    """`gram` computes only the row blocks up to the diagonal, and equals Phi Phi^T to rounding.
+
+    For N below, at and past a multiple of the block, with trial axes, and it is symmetric to the last bit.
     """
     Phi = torch.randn(2, 3, N, 40, generator=torch.Generator().manual_seed(N), dtype=torch.float64)
     G = gram(Phi, block=4)

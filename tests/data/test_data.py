@@ -1,6 +1,7 @@
-"""Data layer: offline IMDb source, the encoder's description, embedding cache (key, hits, rebuilds, atomic writes),
-preprocessing, synthetic data, the DataModule (nested spec, splits, DDP sharding, workers), the build command and bad
-input.
+"""Data layer: the offline IMDb source, the encoder's description, the embedding cache, preprocessing and the rest.
+
+The embedding cache (key, hits, rebuilds, atomic writes), preprocessing, synthetic data, the DataModule (nested spec,
+splits, DDP sharding, workers), the build command and bad input.
 """
 
 import dataclasses

@@ -1,6 +1,7 @@
-"""The encoder's vocabulary as the maps read it (wslight.data.vocabulary, docs/theory.md §13): the rows of a review's
-own tokens are its stored rows, and the admissible words are exactly those whose edited review survives the tokenizer's
-round trip.
+"""The encoder's vocabulary as the maps read it (wslight.data.vocabulary, docs/theory.md §13).
+
+The rows of a review's own tokens are its stored rows, and the admissible words are exactly those whose edited review
+survives the tokenizer's round trip.
 """
 
 import pytest
@@ -60,8 +61,10 @@ def test_positions_that_are_not_words_are_refused(words, reviews):
 
 
 def test_round_trips_are_shared_by_words_with_the_same_neighbours(words):
-    """The round trip of a word depends only on the other pieces of its word: two reviews whose first word is one
-    piece share it (one tokenizer pass), and each review's mask is still its own (its original word left out).
+    """The round trip of a word depends only on the other pieces of its word.
+
+    Two reviews whose first word is one piece share it (one tokenizer pass), and each review's mask is still its own
+    (its original word left out).
     """
     fresh = EncoderWords("bundled-minilm")
     first = torch.tensor(fresh.tokenizer("great movie")["input_ids"])

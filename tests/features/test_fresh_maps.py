@@ -1,5 +1,7 @@
-"""The paper's protocol, a fresh map per trial, batched: trials searched together equal trials searched alone, and the
-RF / DeepRF maps drawn from the law of (z, V^(i)) give the word sensitivity of dense fresh maps.
+"""The paper's protocol, a fresh map per trial, batched.
+
+Trials searched together equal trials searched alone, and the RF / DeepRF maps drawn from the law of (z, V^(i)) give the
+word sensitivity of dense fresh maps.
 """
 
 import pytest

@@ -1,5 +1,6 @@
-"""The token-move engine: every map family's closed form equals the generic autograd path and the full forward, and
-any plain module works in the estimator and the attack.
+"""The token-move engine: every map family's closed form equals the generic autograd path and the full forward.
+
+And any plain module works in the estimator and the attack.
 """
 
 import re
@@ -86,8 +87,9 @@ def _autograd_value_and_grad(token, delta):
 @pytest.mark.parametrize("kind", ["rf", "deep_rf", "raf", "relu_raf"])
 @pytest.mark.parametrize("scores", ["plain", "all_negative"])
 def test_hand_written_value_and_grad_equal_the_generic_path(case, kind, scores):
-    """The ascent's closed-form value and gradient (no autograd) against autograd through the full forward; with
-    scores all negative every ReLU-RAF row is a zero row (the authors' divisor 1).
+    """The ascent's closed-form value and gradient (no autograd) against autograd through the full forward.
+
+    With scores all negative every ReLU-RAF row is a zero row (the authors' divisor 1).
     """
     maps, X, positions, delta = case(kind)
     if scores == "all_negative":
@@ -123,9 +125,10 @@ def test_closed_form_curvature_product_is_the_hessian_at_zero(case, kind, n):
 
 
 def test_deep_rf_top_curvature_is_the_top_eigenvector_of_the_hessian(case):
-    """DeepRF's one-pass Jacobian start: the top eigenvector of the d x d Hessian assembled from the curvature product
-    (itself checked against double backward above), signed to agree with the start vector, after a search has left
-    a trial out too.
+    """DeepRF's one-pass Jacobian start: the top eigenvector of the d x d Hessian.
+
+    The Hessian is assembled from the curvature product (itself checked against double backward above); the start is
+    signed to agree with the start vector, after a search has left a trial out too.
     """
     maps, X, positions, delta = case("deep_rf", T=3)
     token = token_move(maps, X, positions, torch.float64)

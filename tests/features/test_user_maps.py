@@ -1,5 +1,7 @@
-"""A user's own map in a sweep config: `maps: [module.Class]` and `{class_path, init_args}`, as a training config's
-`class_path`; the records name it, its numbers are the map's own, and a bad entry is one clear error before any work.
+"""A user's own map in a sweep config: `maps: [module.Class]` and `{class_path, init_args}`.
+
+As a training config's `class_path`; the records name it, its numbers are the map's own, and a bad entry is one clear
+error before any work.
 """
 
 import itertools
@@ -78,8 +80,9 @@ _count = itertools.count()
 
 @pytest.fixture
 def user_module(tmp_path, monkeypatch):
-    """The name of a fresh user module (TanhMean, Registered, Unregistered, Plain, helper) importable from tmp_path;
-    its registered name is `<module>_tanh`. The module and its registry entry are removed afterwards.
+    """The name of a fresh user module (TanhMean, Registered, Unregistered, Plain, helper) importable from tmp_path.
+
+    Its registered name is `<module>_tanh`. The module and its registry entry are removed afterwards.
     """
     name = f"user_maps_{os.getpid()}_{next(_count)}"
     registered = f"{name}_tanh"

@@ -1,6 +1,8 @@
-"""The maps beyond the paper (multi-head RAF, linear and sigmoid attention, a random transformer block, a pre-trained
-attention layer): shapes, seeds, fast paths against the generic path, the reductions they promise, bad arguments, and
-the slope table and figure of the zoo sweep.
+"""The maps beyond the paper.
+
+Multi-head RAF, linear and sigmoid attention, a random transformer block, a pre-trained attention layer: shapes, seeds,
+fast paths against the generic path, the reductions they promise, bad arguments, and the slope table and figure of the
+zoo sweep.
 """
 
 import math
@@ -87,8 +89,10 @@ def test_fast_path_equals_generic_path(rows, name):
 
 
 def test_multi_head_starts_put_the_whole_radius_in_one_head_best_first(rows):
-    """MultiHeadMove's first H starts: one head block each (the others zero), ordered by the change that head gives
-    alone with the whole radius (largest first); then the starts with every head along its own direction.
+    """MultiHeadMove's first H starts: one head block each (the others zero), the best head first.
+
+    They are ordered by the change that head gives alone with the whole radius (largest first); then come the starts
+    with every head along its own direction.
     """
     X = rows(3, 6, 24)
     fmap = make_map("raf_mh", 6, 24, seed=4)  # H = 4 heads of d_h = 6
@@ -242,9 +246,11 @@ def test_tiny_zoo_writes_the_figure_and_the_slope_table(tmp_path):
 
 
 def test_sigmoid_switch_start_turns_on_every_weight_it_controls(rows):
-    """Sigmoid attention's first start moves token i so that key i's weight in every row and every weight of row i
-    (its own included) is on, sigmoid > 1/2, where random directions leave most of them off; the second turns on the
-    column alone. Both are unit directions; linear attention has no such starts.
+    """Sigmoid attention's first start turns on every weight it controls; the second the column alone.
+
+    The first moves token i so that key i's weight in every row and every weight of row i (its own included) is on,
+    sigmoid > 1/2, where random directions leave most of them off; the second turns on the column alone. Both are unit
+    directions; linear attention has no such starts.
     """
     n, d = 6, 192  # Gaussian tokens: at small d the 2n - 1 half-spaces need not meet inside the ball
     X = rows(4, n, d)[None].double()

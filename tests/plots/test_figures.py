@@ -1,6 +1,8 @@
-"""Figures legible at column width: legends >= 8 pt, no pale markers, log error axes where values span decades, probe
-titles that name the configured (0-based) layer and head, S(n) figures that say what their band is, legends that
-cover no point, and PNGs sharp enough to zoom.
+"""Figures legible at column width.
+
+Legends >= 8 pt, no pale markers, log error axes where values span decades, probe titles that name the configured
+(0-based) layer and head, S(n) figures that say what their band is, legends that cover no point, and PNGs sharp enough
+to zoom.
 """
 
 import matplotlib.colors as mcolors

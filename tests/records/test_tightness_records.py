@@ -1,5 +1,7 @@
-"""The search's evidence in the summaries and the checks: `chains` (ascent chains run) and `near_best` (chains that
-ended within 1% of the best; >= 2: the best was confirmed by a second chain) per record.
+"""The search's evidence in the summaries and the checks.
+
+`chains` (ascent chains run) and `near_best` (chains that ended within 1% of the best; >= 2: the best was confirmed by a
+second chain) per record.
 """
 
 import pytest

@@ -1,5 +1,7 @@
-"""The radius shared out among the blocks of a separable change (multi-head RAF): the dynamic programme is exact on
-its grid, and the start it gives holds that split, inside the ball, at least as good as the best one-block start.
+"""The radius shared out among the blocks of a separable change (multi-head RAF).
+
+The dynamic programme is exact on its grid, and the start it gives holds that split, inside the ball, at least as good
+as the best one-block start.
 """
 
 import itertools
@@ -35,8 +37,10 @@ def test_share_out_is_the_best_split_of_the_levels_by_brute_force():
 
 
 def test_allocated_start_is_in_the_ball_and_beats_every_one_head_start(rows):
-    """The start (its blocks at their allocated radii) lies in the ball; its change is at least that of every start
-    putting the whole radius in one head along that head's own directions (the programme may choose those).
+    """The allocated start lies in the ball and beats every one-head start.
+
+    The start has its blocks at their allocated radii; its change is at least that of every start putting the whole
+    radius in one head along that head's own directions (the programme may choose those).
     """
     X = rows(3, 6, 24)[None].double()  # (T = 1, B = 3, n, d)
     fmap = make_map("raf_mh", 6, 24, seed=4)  # H = 4 heads of d_h = 6

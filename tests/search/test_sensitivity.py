@@ -1,5 +1,6 @@
-"""Word sensitivity: structured paths against the full map, the scaling laws of docs/theory.md §1.4 / §8, optimiser
-sanity, determinism, bad input, and the S-against-n figure.
+"""Word sensitivity: structured paths against the full map, the scaling laws of docs/theory.md §1.4 / §8, and more.
+
+Optimiser sanity, determinism, bad input, and the S-against-n figure.
 """
 
 import math
@@ -61,7 +62,7 @@ def test_structured_objective_equals_full_map(rows, name):
 
 
 def test_attention_structured_path_edge_cases():
-    """n = 1, and ReLU rows whose scores are all <= 0 (the authors' divisor 1: a zero attention row)."""
+    """Edge cases: n = 1, and ReLU rows whose scores are all <= 0 (the authors' divisor 1: a zero attention row)."""
     for cls in (RandomAttentionFeatures, ReLUAttentionFeatures):
         fm = cls(4, seed=0, dtype="float64")
         X = torch.randn(2, 1, 4, dtype=torch.float64)
@@ -248,8 +249,9 @@ def test_float32_and_float64_agree_on_rf(rows):
 
 
 def test_estimate_beats_the_attention_attracting_construction(rows):
-    """docs/theory.md §3.5: Delta = sqrt(d) W^T xbar / ||W^T xbar|| alone gives order-1 S; the search only adds to
-    it.
+    """docs/theory.md §3.5: Delta = sqrt(d) W^T xbar / ||W^T xbar|| alone gives order-1 S.
+
+    The search only adds to it.
     """
     n, d = 16, 32
     X = rows(4, n, d, dtype=torch.float64)
@@ -268,8 +270,9 @@ def test_estimate_beats_the_attention_attracting_construction(rows):
 
 
 def authors_estimate(fm, X, lr, steps, seed):
-    """The authors' procedure (docs/theory.md §4.1) on one sample: fixed-step projected GD on -RMSE, noisy-start
-    centre.
+    """The authors' procedure (docs/theory.md §4.1) on one sample.
+
+    Fixed-step projected GD on -RMSE, noisy-start centre.
     """
     g = torch.Generator().manual_seed(seed)
     d = X.shape[-1]
@@ -383,8 +386,9 @@ def test_result_carries_the_rf_operator_norm_bound(rows):
 
 
 def test_a_call_at_its_defaults_searches_with_the_map_familys_settings(monkeypatch):
-    """`word_sensitivity(map, X)` resolves unset settings from the map's family (a built map, a list of them, or
-    FreshMaps drawn from the law: RF), else the generic defaults; the call's own changes win.
+    """`word_sensitivity(map, X)` resolves unset settings from the map's family, else the generic defaults.
+
+    The family of a built map, a list of them, or FreshMaps drawn from the law (RF); the call's own changes win.
     """
     from wslight.search import ascent
     from wslight.search.settings import GENERIC_DEFAULTS

@@ -1,5 +1,7 @@
-"""The exact one-word substitution (docs/theory.md §13): for every map family the maximum over the words equals a
-brute-force loop through the full forward, and so do the best word, its distance and the heads' flip counts.
+"""The exact one-word substitution (docs/theory.md §13) against a brute-force loop through the full forward.
+
+For every map family the maximum over the words equals the brute force, and so do the best word, its distance and the
+heads' flip counts.
 """
 
 import pytest
@@ -77,8 +79,9 @@ def test_equals_brute_force_through_the_full_forward(kind):
 
 
 def test_trials_shared_rows_and_the_best_flipping_word():
-    """T maps with their own heads, the same rows at every position: each trial's result is its map's alone, and the
-    best flipping word has the largest opposite output among the flipping ones.
+    """T maps with their own heads, the same rows at every position: each trial's result is its map's alone.
+
+    And the best flipping word has the largest opposite output among the flipping ones.
     """
     maps = [build("raf", seed=s) for s in (1, 2)]
     X = unit_rows(2 * B, N, D, seed=4, dtype=torch.float64).reshape(2, B, N, D)
@@ -102,7 +105,10 @@ def test_trials_shared_rows_and_the_best_flipping_word():
 
 
 def test_a_mask_per_trial_is_each_trials_own():
-    """allowed (T, B, P, V): trial t's maximum runs over its own words only (a review per trial has its own)."""
+    """A mask `allowed` (T, B, P, V) per trial: trial t's maximum runs over its own words only.
+
+    A review per trial has its own.
+    """
     maps = [build("raf", seed=s) for s in (1, 2)]
     X = unit_rows(2 * B, N, D, seed=4, dtype=torch.float64).reshape(2, B, N, D)
     rows = torch.randn(V, D, generator=torch.Generator().manual_seed(7), dtype=torch.float64)

@@ -41,7 +41,7 @@ pytestmark = pytest.mark.slow  # evaluate.py in subprocesses, stopped by signals
 
 @pytest.fixture(scope="module")
 def command(cpu_trainer, tiny):
-    """command(save_dir): evaluate.py's arguments: the sweep on the CPU trainer, logging under save_dir."""
+    """A function of save_dir giving evaluate.py's arguments: the sweep on the CPU trainer, logging under save_dir."""
 
     def args(save_dir: Path) -> list[str]:
         logs = ["--trainer.logger.init_args.save_dir", str(save_dir), "--trainer.logger.init_args.name", "ws"]

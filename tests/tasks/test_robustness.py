@@ -242,8 +242,9 @@ ATTACK = (
 
 @pytest.fixture
 def config_args(tmp_path, cpu_trainer, tiny):
-    """config_args(setting): the arguments of a tiny test setting and its changes (texts of 16 tokens), on the CPU
-    trainer with logs under tmp_path.
+    """A function of a setting (name, changes) giving the arguments of that tiny test setting and its changes.
+
+    Texts of 16 tokens, on the CPU trainer with logs under tmp_path.
     """
 
     def args(setting):
