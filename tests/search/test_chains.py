@@ -1,5 +1,8 @@
-"""The chain engine and the tightness rule (docs/theory.md §4.3): rounds only ever raise S, every sample ends
-confirmed or at the cap, the evidence fields count what ran, and ReLU-RAF's self-capture starts do what they say."""
+"""The chain engine and the tightness rule (docs/theory.md §4.3).
+
+Rounds only ever raise S, every sample ends confirmed or at the cap, the evidence fields count what ran, and ReLU-RAF's
+self-capture starts do what they say.
+"""
 
 from pathlib import Path
 
@@ -121,8 +124,11 @@ def test_relu_raf_self_capture_starts_leave_query_i_attending_to_itself_alone():
 
 
 def test_reported_s_is_the_best_float64_value_of_the_best_chains(monkeypatch):
-    """The float32 objective can be wrong at ReLU-RAF's discontinuity (a row whose only positive score is ~0): the
-    reported S is the largest float64 value among the FINAL_CANDIDATES best chains, never below the best of them."""
+    """The reported S is the largest float64 value among the FINAL_CANDIDATES best chains.
+
+    The float32 objective can be wrong at ReLU-RAF's discontinuity (a row whose only positive score is ~0): the reported
+    S is never below the best of those chains.
+    """
     B, n, d = 6, 12, 32
     X = unit_rows(B, n, d, seed=3)
     fmap = make_map("relu_raf", n, d, seed=2)
@@ -140,9 +146,12 @@ def test_reported_s_is_the_best_float64_value_of_the_best_chains(monkeypatch):
 
 @pytest.mark.slow  # 20 reviews at d = 384, n = 50, and a reference of at least 256 chains each
 def test_relu_raf_at_d384_n50_is_within_one_percent_of_a_16x_reference_on_the_bundled_reviews():
-    """The shipped ReLU-RAF settings (configs/ws/relu_raf.yaml) on 20 bundled reviews, a fresh map each (seeds the
-    settings were not chosen on), against one round of 16 x their mean chains (at least 256), the best of both as the
-    reference: >= 95% of the samples within 1% of it and the mean S within 0.5% (docs/theory.md §4.3)."""
+    """The shipped ReLU-RAF settings (configs/ws/relu_raf.yaml) are within 1% of a 16x reference on the bundled reviews.
+
+    On 20 bundled reviews, a fresh map each (seeds the settings were not chosen on), against one round of 16 x their
+    mean chains (at least 256), the best of both as the reference: >= 95% of the samples within 1% of it and the mean S
+    within 0.5% (docs/theory.md §4.3).
+    """
     settings = shipped_search(ReLUAttentionFeatures)  # what configs/ws/relu_raf.yaml runs with: the family's defaults
     T, n, d = 20, 50, 384
     X, _ = load_token_embeddings(EmbeddingSpec(num_samples=T)).samples(list(range(T)), n, d)
@@ -158,8 +167,11 @@ def test_relu_raf_at_d384_n50_is_within_one_percent_of_a_16x_reference_on_the_bu
 
 
 def test_ridge_steps_walk_along_a_kink_where_plain_steps_stall():
-    """f(x) = x_2 - 3 |x_1| in the unit ball has its maximum 1 at (0, 1, 0), on the ridge x_1 = 0: plain normalised
-    steps zig-zag across the ridge and stop short, the ridge rule (`MonotoneAscent(ridge=True)`) reaches it."""
+    """The ridge rule (`MonotoneAscent(ridge=True)`) walks along a kink where plain steps stall.
+
+    f(x) = x_2 - 3 |x_1| in the unit ball has its maximum 1 at (0, 1, 0), on the ridge x_1 = 0: plain normalised steps
+    zig-zag across the ridge and stop short, the ridge rule reaches it.
+    """
 
     def ridge(x):
         return x[..., 1] - 3 * x[..., 0].abs()
@@ -186,9 +198,11 @@ class _Plain(torch.nn.Module):
 
 
 def test_generic_path_first_round_runs_more_random_chains_after_the_usual_starts():
-    """A map without structured starts runs GENERIC_FIRST_ROUND x chains_per_round chains in its first round, besides
-    the homotopy starts: the usual `chains_per_round` starts first (the same as with one round's worth), then the
-    homotopy starts, then random ones from their own stream; a map with its own algebra keeps `chains_per_round`."""
+    """A map without structured starts runs GENERIC_FIRST_ROUND x chains_per_round chains in its first round.
+
+    Besides the homotopy starts: the usual `chains_per_round` starts first (the same as with one round's worth), then
+    the homotopy starts, then random ones from their own stream; a map with its own algebra keeps `chains_per_round`.
+    """
     B, n, d = 4, 10, 24
     X = unit_rows(B, n, d, seed=7)
     inner = make_map("relu_raf", n, d, seed=3)
@@ -218,8 +232,10 @@ def test_generic_path_first_round_runs_more_random_chains_after_the_usual_starts
 
 
 def test_homotopy_starts_are_the_best_points_of_the_larger_balls_brought_back_to_the_radius():
-    """Each homotopy start is the direction of the best point that HOMOTOPY_CHAINS chains reached on the ball of
-    radius s r: that point lies on (or in) its ball and beats the chains' own starting points there."""
+    """Each homotopy start is the direction of the best point of HOMOTOPY_CHAINS chains on the ball of radius s r.
+
+    That point lies on (or in) its ball and beats the chains' own starting points there.
+    """
     B, n, d = 2, 8, 16
     X = unit_rows(B, n, d, seed=3)
     plain = _Plain(make_map("raf", n, d, seed=4))
@@ -244,9 +260,12 @@ def test_homotopy_starts_are_the_best_points_of_the_larger_balls_brought_back_to
 
 
 def test_homotopy_starts_reach_the_maxima_that_random_starts_miss(monkeypatch):
-    """RAF as a plain module at d = 128: without the homotopy starts (and the row starts) the generic path stops
-    short of the closed form's S on some samples (random starts miss the attracting basins); with its shipped
-    starts (homotopy and row starts) it reaches the closed form on every one."""
+    """RAF as a plain module at d = 128 reaches the closed form's S only with the homotopy and row starts.
+
+    Without the homotopy starts (and the row starts) the generic path stops short of the closed form's S on some samples
+    (random starts miss the attracting basins); with its shipped starts (homotopy and row starts) it reaches the closed
+    form on every one.
+    """
     B, n, d = 6, 8, 128
     X = unit_rows(B, n, d, seed=1)
     raf = make_map("raf", n, d, seed=1)
@@ -261,8 +280,10 @@ def test_homotopy_starts_reach_the_maxima_that_random_starts_miss(monkeypatch):
 
 
 class _Hinted(_Plain):
-    """A user's RAF-like map that also names its own starts (docs/theory.md §3.5): the attracting direction W^T xbar,
-    then the steering directions W x_m, m != i."""
+    """A user's RAF-like map that also names its own starts (docs/theory.md §3.5).
+
+    The attracting direction W^T xbar, then the steering directions W x_m, m != i.
+    """
 
     def search_starts(self, X: torch.Tensor, positions: list[int]) -> torch.Tensor:
         attract = X.mean(dim=1) @ self.inner.W  # (B, d) = (W^T xbar)^T
@@ -273,10 +294,12 @@ class _Hinted(_Plain):
 
 @pytest.mark.slow  # four searches of 20 reviews at d = 384, three of them on the generic path
 def test_row_starts_and_search_starts_bring_a_plain_raf_at_d384_to_the_best_value_on_the_bundled_reviews(monkeypatch):
-    """RAF as a plain module at d = 384, n = 10 with the RAF config's search, 20 bundled reviews, a map each: without
-    its row starts the generic path stops more than 2% short of the best value found on some review; with them
-    (the shipped generic path) it is within 1% of it on every one, and so is the module that names its attracting
-    and steering directions (`search_starts`), within 0.5%."""
+    """RAF as a plain module at d = 384, n = 10 reaches the best value with its row starts or its own starts.
+
+    With the RAF config's search, 20 bundled reviews, a map each: without its row starts the generic path stops more
+    than 2% short of the best value found on some review; with them (the shipped generic path) it is within 1% of it on
+    every one, and so is the module that names its attracting and steering directions (`search_starts`), within 0.5%.
+    """
     settings = shipped_search(RandomAttentionFeatures)  # what configs/ws/raf.yaml runs with: the family's defaults
     T, n, d = 20, 10, 384
     X, _ = load_token_embeddings(EmbeddingSpec(num_samples=T)).samples(list(range(T)), n, d)
@@ -296,9 +319,11 @@ def test_row_starts_and_search_starts_bring_a_plain_raf_at_d384_to_the_best_valu
 
 @pytest.mark.slow  # a plain module on the generic path at n = 250, d = 384
 def test_row_starts_bring_a_plain_relu_raf_at_n250_to_the_closed_forms_value_on_the_bundled_reviews():
-    """ReLU-RAF as a plain module at d = 384, n = 250 with the ReLU-RAF config's search, 2 bundled reviews: its best
-    values lie where the moved query attends to itself alone, which the closed form enters with its capture steps
-    and the generic path with the captured row starts; the plain module is within 1% of the closed form's S."""
+    """ReLU-RAF as a plain module at d = 384, n = 250 is within 1% of the closed form's S.
+
+    With the ReLU-RAF config's search, 2 bundled reviews: its best values lie where the moved query attends to itself
+    alone, which the closed form enters with its capture steps and the generic path with the captured row starts.
+    """
     settings = shipped_search(ReLUAttentionFeatures)  # what configs/ws/relu_raf.yaml runs with: the family's defaults
     T, n, d = 2, 250, 384
     X, _ = load_token_embeddings(EmbeddingSpec(num_samples=40)).samples(list(range(T)), n, d)
@@ -312,9 +337,11 @@ def test_row_starts_bring_a_plain_relu_raf_at_n250_to_the_closed_forms_value_on_
 
 @pytest.mark.parametrize("name", ["raf", "relu_raf"])
 def test_row_directions_are_the_key_directions_of_an_attention_map(name):
-    """Row k != i of RAF / ReLU-RAF moves with Delta only through the score of key i, x_k^T W (x_i + Delta): its
-    direction is W^T x_k, signed towards a larger score (the row moves more that way). Row i's own entry, read
-    through a copy of token i, is W^T x_i. ReLU rows with a negative score are read with the token reflected."""
+    """Row k != i of RAF / ReLU-RAF moves with Delta only through the score of key i, x_k^T W (x_i + Delta).
+
+    Its direction is W^T x_k, signed towards a larger score (the row moves more that way). Row i's own entry, read
+    through a copy of token i, is W^T x_i. ReLU rows with a negative score are read with the token reflected.
+    """
     B, n, d, i = 3, 7, 128, 2
     X = unit_rows(B, n, d, seed=4, dtype=torch.float64)
     m = make_map(name, n, d, seed=6, dtype="float64")
@@ -338,9 +365,11 @@ def test_read_rows_keep_the_own_row_first_and_at_most_row_limit_others():
 
 
 def test_row_starts_mix_the_token_with_the_attracting_direction_and_need_one_row_per_token():
-    """The generic path's row starts for RAF as a plain module: the attracting direction (cosine above 0.97 with the
-    closed form's W^T xbar) and its mixes with x_i, then the points captured from them; a map whose output is not
-    one d-row per token gets none."""
+    """The generic path's row starts for RAF as a plain module, and none for a map without d-rows.
+
+    The attracting direction (cosine above 0.97 with the closed form's W^T xbar) and its mixes with x_i, then the points
+    captured from them; a map whose output is not one d-row per token gets none.
+    """
     B, n, d = 2, 9, 128
     X = unit_rows(B, n, d, seed=8, dtype=torch.float64)
     raf = make_map("raf", n, d, seed=9, dtype="float64")
@@ -392,8 +421,10 @@ def test_removal_mixes_fall_back_to_the_removed_token_where_a_direction_has_no_p
 
 
 class _Linear(torch.nn.Module):
-    """Output row k = M_k x_i + the other tokens' sum: d row_k / d x_i = M_k, with singular values 8, 4, 2, 1, ...
-    (a ratio of 1/2 between neighbours) and known right-singular vectors."""
+    """Output row k = M_k x_i + the other tokens' sum: d row_k / d x_i = M_k.
+
+    M_k has singular values 8, 4, 2, 1, ... (a ratio of 1/2 between neighbours) and known right-singular vectors.
+    """
 
     def __init__(self, n: int, d: int, i: int):
         super().__init__()
@@ -410,9 +441,12 @@ class _Linear(torch.nn.Module):
 
 
 def test_row_subspaces_are_the_top_right_singular_vectors_of_each_rows_jacobian():
-    """Subspace iteration from random starts: for every row read (the own row through a copy of the token), the
-    REMOVAL_SINGULAR vectors are each row's top right-singular vectors, in order, orthonormal (a singular value ratio
-    of 1/2 between neighbours: REMOVAL_POWER_STEPS steps leave a part of about 4^-steps of the next vector)."""
+    """Subspace iteration from random starts finds each row's top right-singular vectors, in order, orthonormal.
+
+    For every row read (the own row through a copy of the token), the REMOVAL_SINGULAR vectors are each row's top
+    right-singular vectors (a singular value ratio of 1/2 between neighbours: REMOVAL_POWER_STEPS steps leave a part of
+    about 4^-steps of the next vector).
+    """
     B, n, d, i = 2, 5, 12, 2
     X = unit_rows(B, n, d, seed=5, dtype=torch.float64)
     m = _Linear(n, d, i)
@@ -431,9 +465,12 @@ def test_row_subspaces_are_the_top_right_singular_vectors_of_each_rows_jacobian(
 
 @pytest.mark.slow  # the pre-trained layer at d = 384 on the generic path, searched twice
 def test_removal_starts_find_the_pre_trained_layers_higher_maxima_on_the_bundled_reviews(monkeypatch):
-    """The pre-trained attention layer at n = 8 with the zoo config's search, 3 bundled reviews: its highest values
-    lie on a path through the nearly removed word, leaning toward a top singular vector of a row's Jacobian, which
-    random, attracting and captured starts miss; the removal starts raise S by more than 4% on every one."""
+    """The removal starts raise the pre-trained layer's S by more than 4% on the bundled reviews.
+
+    The pre-trained attention layer at n = 8 with the zoo config's search, 3 bundled reviews: its highest values lie on
+    a path through the nearly removed word, leaning toward a top singular vector of a row's Jacobian, which random,
+    attracting and captured starts miss.
+    """
     settings = yaml.safe_load((CONFIGS / "ws" / "zoo.yaml").read_text())["model"]["init_args"]["search"]
     T, n, d = 3, 8, 384
     X, _ = load_token_embeddings(EmbeddingSpec(num_samples=20)).samples(list(range(T)), n, d)
@@ -447,8 +484,11 @@ def test_removal_starts_find_the_pre_trained_layers_higher_maxima_on_the_bundled
 
 
 def test_captured_points_make_the_moved_query_attend_to_itself_alone():
-    """ReLU-RAF: from the token mixes, the capture descent ends where output row i is the moved token itself (the
-    self-capture region: every other score of row i <= 0), on the sphere; RAF's softmax row only comes closer."""
+    """ReLU-RAF: the capture descent from the token mixes ends where output row i is the moved token itself.
+
+    That is the self-capture region (every other score of row i <= 0), on the sphere; RAF's softmax row only comes
+    closer.
+    """
     B, n, d, i = 4, 8, 32, 3
     X = unit_rows(B, n, d, seed=12, dtype=torch.float64)
     r = d**0.5
@@ -476,8 +516,11 @@ def test_captured_points_make_the_moved_query_attend_to_itself_alone():
 
 
 def test_search_starts_come_after_the_usual_starts_at_the_radius():
-    """The first round of a module with `search_starts`: the usual `chains_per_round` starts, then its directions scaled
-    to the radius, then the homotopy and extra random starts as without them."""
+    """The first round of a module with `search_starts`: the usual starts, then its directions at the radius.
+
+    The usual `chains_per_round` starts, then its directions scaled to the radius, then the homotopy and extra random
+    starts as without them.
+    """
     B, n, d = 3, 8, 16
     X = unit_rows(B, n, d, seed=2)
     raf = make_map("raf", n, d, seed=2)
@@ -514,8 +557,11 @@ def test_search_starts_of_the_wrong_shape_are_refused():
 
 
 def test_generic_path_polishing_round_only_adds_chains(monkeypatch):
-    """The generic path ends with a round started next to the best point: the rounds before it are the same as
-    without it, so S is never lower and more chains are counted; a closed-form map has no such round."""
+    """The generic path ends with a round started next to the best point, which only adds chains.
+
+    The rounds before it are the same as without it, so S is never lower and more chains are counted; a closed-form map
+    has no such round.
+    """
     B, n, d = 4, 10, 24
     X = unit_rows(B, n, d, seed=11)
     plain = _Plain(make_map("relu_raf", n, d, seed=5))
@@ -529,10 +575,12 @@ def test_generic_path_polishing_round_only_adds_chains(monkeypatch):
 
 
 def test_narrowing_to_the_moving_chains_keeps_every_path_and_saves_evaluations():
-    """run_chains with `restrict` evaluates only the trials and chains still moving, yet every chain ends where it
-    ends without it (same best point, value and steps, bit for bit, on an elementwise objective), and the stopped
-    chains' evaluations are saved. Chain c of a row climbs a quadratic of condition number 10^(3c/5), so the chains
-    of a row stop at very different steps."""
+    """run_chains with `restrict` evaluates only the trials and chains still moving, and every chain ends as without it.
+
+    Same best point, value and steps, bit for bit, on an elementwise objective, and the stopped chains' evaluations are
+    saved. Chain c of a row climbs a quadratic of condition number 10^(3c/5), so the chains of a row stop at very
+    different steps.
+    """
     T, B, C, d = 3, 2, 6, 4
     target = torch.randn(T, B, C, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     target = 0.5 * target / target.norm(dim=-1, keepdim=True)

@@ -200,8 +200,10 @@ def test_the_attack_shows_progress_per_context_unless_the_trainer_shows_none(tmp
 
 
 def test_rf_keeps_its_sign(tmp_path):
-    """Paper (docs/theory.md §6): RF has low word sensitivity, so one token (of n = 24) cannot flip its heads'
-    decisions."""
+    """Paper (docs/theory.md §6): RF has low word sensitivity.
+
+    So one token (of n = 24) cannot flip its heads' decisions.
+    """
     rf = DeltaAttack(num_contexts=4, **FAST)
     fit(tmp_path, RandomFeatures(24, 8, 400, seed=0), rf, n=24)
     yD1 = [r["y"] * r["D1"] for r in rf.records]

@@ -63,7 +63,7 @@ WIDE_ATTACK_CONFIG = (
 
 @pytest.fixture
 def config_args(cpu_trainer, tiny):
-    """config_args(setting): the arguments of a tiny test setting and its changes, on the CPU trainer."""
+    """A function of a setting (name, changes) giving that tiny test setting's arguments, on the CPU trainer."""
 
     def args(setting):
         name, changes = setting
@@ -112,8 +112,10 @@ def test_sum_last_is_thread_count_invariant_and_accurate(threads):
 
 
 def test_every_core_only_for_a_cpu_evaluation_left_on_auto(monkeypatch):
-    """`devices: auto` on the CPU becomes one DDP process per available core; a count the config or the command line
-    gives, or another accelerator, is kept."""
+    """`devices: auto` on the CPU becomes one DDP process per available core.
+
+    A count the config or the command line gives, or another accelerator, is kept.
+    """
     monkeypatch.setattr("wslight.app.placement.available_cores", lambda: 3)
     trainer = {"accelerator": "cpu", "devices": "auto", "strategy": "auto"}
     assert every_core(trainer) == 3 and trainer == {"accelerator": "cpu", "devices": 3, "strategy": "ddp"}
@@ -126,9 +128,11 @@ def test_every_core_only_for_a_cpu_evaluation_left_on_auto(monkeypatch):
 
 
 def test_evaluations_compute_on_one_thread(threads):
-    """On some CPUs a matrix product with a long reduction (the heads' N x N Gram of p features, the gradient of
-    z + V^(i) Delta over k neurons) sums in another order with 1 and 2 threads; the evaluations therefore compute on
-    one thread per process, so that 1 and 2 devices give the same bits (the slow test below)."""
+    """The evaluations compute on one thread per process, so that 1 and 2 devices give the same bits.
+
+    On some CPUs a matrix product with a long reduction (the heads' N x N Gram of p features, the gradient of z + V^(i)
+    Delta over k neurons) sums in another order with 1 and 2 threads (the slow test below compares the devices).
+    """
     from wslight.tasks.evaluation import one_cpu_thread
 
     with threads(2):
@@ -183,8 +187,10 @@ def test_one_and_two_devices_give_identical_records(tmp_path, config_args, body)
 @pytest.mark.slow  # evaluate.py in subprocesses: one process, then one DDP process per core
 @pytest.mark.skipif(available_cores() < 2, reason="one core: nothing to spread")
 def test_the_command_line_runs_a_cpu_evaluation_on_every_core_with_the_same_records(tmp_path, config_args, capfd):
-    """`devices: auto` (the shipped configs) on the command line: one DDP process per core, the same records as one
-    process, and rank 0 says how the steps are spread."""
+    """`devices: auto` (the shipped configs) on the command line: one DDP process per core.
+
+    The same records as one process, and rank 0 says how the steps are spread.
+    """
     cfg = config_args(WS_CONFIG)
     one = _evaluate_subprocess(cfg, tmp_path / "one", "--trainer.devices", "1")
     every = _evaluate_subprocess(cfg, tmp_path / "every", "--trainer.devices", "auto")

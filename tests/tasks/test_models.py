@@ -1,5 +1,8 @@
-"""FeatureMapClassifier: gradient descent reaches the closed-form min-norm head, checkpoints, size checks, bad
-arguments, and the training CLI run on the tiny test settings of the shipped configs (tests/conf/, overlays of them)."""
+"""FeatureMapClassifier: gradient descent reaches the closed-form min-norm head, and more.
+
+Checkpoints, size checks, bad arguments, and the training CLI run on the tiny test settings of the shipped configs
+(tests/conf/, overlays of them).
+"""
 
 from pathlib import Path
 
@@ -120,8 +123,10 @@ def test_bad_arguments_name_the_key_the_range_and_the_value(kw, pattern):
 
 @pytest.mark.parametrize("name", MAPS)
 def test_tiny_setting_stays_tiny(tmp_path, name):
-    """tests/conf/<map>.yaml is read on top of configs/<map>.yaml: synthetic tokens, a CPU, nothing written but the
-    logs; the model is the shipped config's."""
+    """tests/conf/<map>.yaml is read on top of configs/<map>.yaml and stays tiny.
+
+    Synthetic tokens, a CPU, nothing written but the logs; the model is the shipped config's.
+    """
     args = ["--config", str(ROOT / "tests" / "conf" / f"{name}.yaml")]
     config = main([*args, "--trainer.logger.init_args.save_dir", str(tmp_path)], run=False).config
     shipped = yaml.safe_load((ROOT / "configs" / f"{name}.yaml").read_text())
@@ -156,7 +161,7 @@ def test_train_cli_links_sizes_and_logs_scalars(tmp_path, name):
 
 
 def test_train_cli_sizes_come_from_the_data_only(tmp_path):
-    """n and d are written once, under data: the link sets them on the map and the head."""
+    """The sizes n and d are written once, under data: the link sets them on the map and the head."""
     cli = fit_tiny(tmp_path, "raf", "--data.init_args.d", "12", "--data.init_args.n", "7")
     assert (cli.model.feature_map.d, cli.model.n, cli.model.p) == (12, 7, 7 * 12)
 
