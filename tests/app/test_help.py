@@ -48,7 +48,8 @@ def test_evaluate_help_lists_the_evaluations_their_configs_and_the_way_to_their_
 
 
 def test_evaluate_help_with_a_config_shows_its_class_options_and_values(capsys):
-    assert run_verb("evaluate", ["--config", "ws/raf", "--model.trials", "3", "--help"], prog="evaluate.py") == 0
+    args = ["--config", "ws/raf", "--model.trials", "3", "--model.search.max_steps", "30", "--help"]
+    assert run_verb("evaluate", args, prog="evaluate.py") == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: evaluate.py --config ws/raf ")
     assert "runs WordSensitivitySweep (wslight.tasks.WordSensitivitySweep)" in out
@@ -56,7 +57,10 @@ def test_evaluate_help_with_a_config_shows_its_class_options_and_values(capsys):
     n_values = lines.index("  --model.n_values  list[int], required; given: [10, 20, 50, 100, 150, 200, 250]")
     assert lines[n_values + 1].strip() == "context lengths (the first n tokens)."  # the docstring's line
     assert "  --model.trials  int, default 10; given: 3" in lines  # the command line's value wins over the config's
-    assert "  --model.window  int, default 20" in lines  # documented together with tol in the docstring
+    # the settings dataclass is shown field by field, with the field's own docstring
+    steps = lines.index("  --model.search.max_steps  int | None, default null; given: 30")
+    assert lines[steps + 1].strip() == "most ascent steps per chain."
+    assert "  --model.search.chains_per_round  int | None, default null" in lines
     assert "  --model.trials_per_step  int, default 1; given: 10" in lines
     assert "--optimizer" not in out and "--ckpt_path" not in out
     assert lines[-1].endswith("evaluate.py --config ws/raf --help-all")

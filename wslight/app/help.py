@@ -13,10 +13,12 @@ class name to its dotted path for the second, before LightningCLI sees the comma
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import re
 import textwrap
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -276,23 +278,45 @@ def _wrap(text: str, indent: int) -> list[str]:
     return textwrap.wrap(text, WIDTH, initial_indent=" " * indent, subsequent_indent=" " * indent)
 
 
-def option_lines(cls: type, given: dict[str, Any]) -> list[str]:
+def option_lines(cls: type, given: dict[str, Any], prefix: str = "--model.") -> list[str]:
     """Two or more lines per constructor argument.
 
-    `--model.<name>  <type>, default <value>[; given: <value>]`, then the first sentence of its docstring.
+    `--model.<name>  <type>, default <value>[; given: <value>]`, then the first sentence of its docstring; an
+    argument that is a settings dataclass (`search: SearchSettings`) is followed by one such entry per field.
     """
     docs = _class_arg_docs(cls)
+    hints = _type_hints(cls)
     lines: list[str] = []
     for p in inspect.signature(cls).parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
         kind = p.annotation if isinstance(p.annotation, str) else inspect.formatannotation(p.annotation)
-        head = f"  --model.{p.name}  {kind}, " if p.annotation is not p.empty else f"  --model.{p.name}  "
+        head = f"  {prefix}{p.name}  {kind}, " if p.annotation is not p.empty else f"  {prefix}{p.name}  "
         head += "required" if p.default is p.empty else f"default {_show(p.default)}"
         if p.name in given:
             head += f"; given: {_show(given[p.name])}"
         lines += [head, *_wrap(first_sentence(docs.get(p.name, "(no docstring)")), 6)]
+        settings = _dataclass_of(hints.get(p.name))
+        if settings is not None:
+            value = given.get(p.name)
+            lines += option_lines(settings, value if isinstance(value, dict) else {}, f"{prefix}{p.name}.")
     return lines
+
+
+def _type_hints(cls: type) -> dict[str, Any]:
+    """The resolved annotations of a class's constructor ({} where they cannot be resolved)."""
+    try:
+        return typing.get_type_hints(cls.__init__)
+    except Exception:  # an annotation naming something not importable here: shown as written, not expanded
+        return {}
+
+
+def _dataclass_of(hint: Any) -> type | None:
+    """The dataclass a type hint names (`SearchSettings | None` -> SearchSettings), or None."""
+    for t in (hint, *typing.get_args(hint)):
+        if isinstance(t, type) and dataclasses.is_dataclass(t):
+            return t
+    return None
 
 
 def _usage(prog: str, config: str) -> str:
