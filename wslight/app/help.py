@@ -306,7 +306,7 @@ def option_lines(cls: type, given: dict[str, Any], prefix: str = "--model.") -> 
 def _type_hints(cls: type) -> dict[str, Any]:
     """The resolved annotations of a class's constructor ({} where they cannot be resolved)."""
     try:
-        return typing.get_type_hints(cls.__init__)
+        return typing.get_type_hints(getattr(cls, "__init__"))  # noqa: B009  (mypy refuses the attribute on a type)
     except Exception:  # an annotation naming something not importable here: shown as written, not expanded
         return {}
 
