@@ -1,8 +1,17 @@
-"""The checks table is computed from records: flat S*sqrt(n) passes, a faster decay fails, and so on."""
+"""The checks table is computed from records: flat S*sqrt(n) passes, a faster decay fails, and so on.
+
+The paper's claims read PASS / FAIL; the hypotheses this package tests beyond the paper read supported / not supported,
+in a part of the report of their own.
+"""
 
 import math
 
+import pytest
+
 from wslight.records.paper_checks import (
+    CLAIM,
+    HYPOTHESIS,
+    Check,
     all_checks,
     check_closed_forms,
     check_raf_flat,
@@ -11,6 +20,8 @@ from wslight.records.paper_checks import (
     check_rf_sqrt_n_flat,
     check_words_raf,
     check_words_rf,
+    checks_report,
+    tally,
 )
 
 
@@ -60,10 +71,13 @@ def test_closed_form_check_reads_t1_against_y():
     assert flagged.status == "PASS" and "1 with an ill-conditioned Gram left out" in flagged.measured
 
 
-def test_without_records_every_check_is_not_applicable():
+def test_each_check_declares_its_kind_and_without_records_none_is_measured():
+    """Checks 1-15 are the paper's claims (N/A without records); 16-17 the package's hypotheses (not measured)."""
     rows = all_checks([], [], [], [])
-    assert {r.status for r in rows} == {"N/A"}
     assert [r.id for r in rows] == [str(i) for i in range(1, 18)]
+    assert [r.kind for r in rows] == [CLAIM] * 15 + [HYPOTHESIS] * 2
+    assert {r.status for r in rows if r.kind == CLAIM} == {"N/A"}
+    assert {r.status for r in rows if r.kind == HYPOTHESIS} == {"not measured"}
 
 
 def att_rec(N, d, D1, y=1.0, n=40, loss="err"):
@@ -108,19 +122,75 @@ def words_rec(m, n, ws_words, ws, flipped, d=384, N=40):
     }
 
 
-def test_one_real_word_checks_read_order_one_and_flip_rates():
-    flat = [words_rec("raf", n, 0.9, 3.4, t < 5) for n in (10, 100) for t in range(10)]
-    assert check_words_raf(flat).status == "PASS"
-    decaying = [words_rec("raf", n, 0.9 * (10 / n) ** 0.5, 3.4, t < 5) for n in (10, 100) for t in range(10)]
-    row = check_words_raf(decaying)
-    assert row.status == "FAIL" and "ratio 0.32" in row.measured
+def raf_words(decay):
+    """RAF's one-word records at n = 10 and 100 whose S_words falls as (10 / n) ** decay; half the reviews flip."""
+    return [words_rec("raf", n, 0.9 * (10 / n) ** decay, 3.4, t < 5) for n in (10, 100) for t in range(10)]
+
+
+def test_one_real_word_hypotheses_read_order_one_and_flip_rates_as_findings():
+    """Checks 16-17 are hypotheses: their verdict is supported / not supported (not measured without records)."""
+    flat = raf_words(0)
+    assert check_words_raf(flat).status == "supported"
+    row = check_words_raf(raf_words(0.5))
+    assert row.kind == HYPOTHESIS and row.status == "not supported" and "ratio 0.32" in row.measured
     rare = [words_rec("raf", n, 0.9, 3.4, t < 2) for n in (10, 100) for t in range(10)]  # flip rate 0.2 < 0.25
-    assert check_words_raf(rare).status == "FAIL"
+    assert check_words_raf(rare).status == "not supported"
     like_s = [words_rec("rf", n, 0.3 / n**0.5, 1.0 / n**0.5, False, d=96) for n in (10, 80) for _ in range(3)]
-    assert check_words_rf(like_s).status == "PASS"
+    assert check_words_rf(like_s).status == "supported"
     flips = [words_rec("rf", n, 0.3 / n**0.5, 1.0 / n**0.5, True, d=96) for n in (10, 80) for _ in range(3)]
-    assert check_words_rf(flips).status == "FAIL"
+    row = check_words_rf(flips)
+    assert row.kind == HYPOTHESIS and row.status == "not supported"
     beyond = [words_rec("rf", n, 0.3 / n**0.5, 1.0 / n**0.5, n == 10, d=96, N=200) for n in (10, 80) for _ in range(3)]
     row = check_words_rf(beyond)  # flips where N / D = 0.21 are reported, not tested (as check 9)
-    assert row.status == "PASS" and "(n = 10: N / D beyond 0.042, not tested)" in row.measured
-    assert check_words_rf(flat).status == "N/A" and check_words_raf([]).status == "N/A"
+    assert row.status == "supported" and "(n = 10: N / D beyond 0.042, not tested)" in row.measured
+    assert check_words_rf(flat).status == "not measured" and check_words_raf([]).status == "not measured"
+
+
+def test_a_hypothesis_never_reads_pass_or_fail_and_a_claim_never_reads_as_a_finding():
+    with pytest.raises(ValueError, match="a hypothesis's status is one of"):
+        Check("16", "what", "measured", "expected", "FAIL", HYPOTHESIS)
+    with pytest.raises(ValueError, match="a claim's status is one of"):
+        Check("3", "what", "measured", "expected", "not supported")
+
+
+PAPER_HEADING = "## The paper's claims (docs/theory.md §8)"
+HYPOTHESES_HEADING = "## Beyond the paper: this package's hypotheses (docs/theory.md §13)"
+
+
+def report_parts(rows):
+    """The checks' lines of the report, split at the hypotheses' heading: (the paper's claims, the hypotheses)."""
+    text = "\n".join(checks_report(rows))
+    assert text.count(PAPER_HEADING) == 1 and text.count(HYPOTHESES_HEADING) == 1
+    paper, hypotheses = text.split(HYPOTHESES_HEADING)
+    return paper, HYPOTHESES_HEADING + hypotheses
+
+
+def test_the_report_has_the_papers_claims_then_the_hypotheses_each_under_its_heading():
+    rows = [
+        check_rf_bound([ws_rec("rf", 8, 10, 0.3, bound=0.5)]),  # PASS
+        check_raf_flat([ws_rec("raf", 8, n, 2.5 / math.sqrt(n)) for n in (10, 250)]),  # FAIL
+        check_words_raf(raf_words(0.5)),  # not supported
+        check_words_rf([]),  # not measured
+    ]
+    paper, hypotheses = report_parts(rows)
+    assert paper.startswith(f"{PAPER_HEADING}\n\nWhat the paper claims, and the sanity checks a faithful reproduction")
+    assert "| check | measured | expected | status |" in paper
+    assert "| 3. RF" in paper and "| 5. RAF" in paper and "| 16. " not in paper and "| 17. " not in paper
+    assert "\n1 PASS, 1 FAIL, 0 N/A.\n" in paper  # the paper's FAIL is still counted
+    assert hypotheses.startswith(f"{HYPOTHESES_HEADING}\n\nHypotheses this package tests beyond the paper, each with")
+    assert "| hypothesis | measured | supported when | finding |" in hypotheses
+    row = next(line for line in hypotheses.splitlines() if line.startswith("| 16. One real word, RAF"))
+    assert "ratio 0.32" in row and row.endswith("| **not supported** |")
+    assert next(line for line in hypotheses.splitlines() if line.startswith("| 17. ")).endswith("| **not measured** |")
+    assert "\n0 supported, 1 not supported, 1 not measured." in hypotheses
+    assert "FAIL" not in hypotheses and "PASS" not in hypotheses and "| 3. RF" not in hypotheses
+
+
+def test_a_hypothesis_that_does_not_hold_is_no_fail_of_a_faithful_reproduction():
+    """The paper's claims all pass and check 16 does not hold: 0 FAIL, and the hypothesis reads "not supported"."""
+    rows = [check_rf_bound([ws_rec("rf", 8, 10, 0.3, bound=0.5)]), check_words_raf(raf_words(0.5))]
+    assert tally(rows, CLAIM) == "1 PASS, 0 FAIL, 0 N/A"
+    assert tally(rows, HYPOTHESIS) == "0 supported, 1 not supported, 0 not measured"
+    paper, hypotheses = report_parts(rows)
+    assert "\n1 PASS, 0 FAIL, 0 N/A.\n" in paper and "**FAIL**" not in paper + hypotheses
+    assert "**not supported**" in hypotheses

@@ -8,7 +8,8 @@ its first line: the grid of the reproduction and the log folder, every differenc
 in a log directory named by its run key under `reports/<run-id>/tensorboard/<stage>`, so re-running after an
 interruption resumes from the finished trials. The report (`reports/<run-id>/report.md`) describes every stage of the
 plan whose results are on disk (an `--only` run updates its own stages and keeps the others): figures, per-cell
-tables, the checks of docs/theory.md §8 computed from the results files, and a provenance block.
+tables, the checks computed from the results files in two parts (the paper's claims of docs/theory.md §8, PASS or
+FAIL; this package's hypotheses beyond the paper, each a finding: supported or not), and a provenance block.
 
 `--full 1` runs the plan's `full` list instead: the paper-size configs under configs/paper/ (a GPU machine with hub
 access).
@@ -36,7 +37,7 @@ from typing import NoReturn
 import yaml
 
 from ..base import validate
-from ..records.paper_checks import all_checks, checks_markdown
+from ..records.paper_checks import all_checks, checks_report
 from ..records.results import RESULTS_NAME, read_records
 from .config_files import UnknownConfigError, configs_dir, find_config, overlay_chain, resolve_config_args
 from .errors import EXIT_BUSY, EXIT_FAILED, EXIT_SIGNAL_BASE, EXIT_USAGE, UsageError
@@ -48,9 +49,10 @@ PLANS = ("offline", "full")
 TIMES_FILE = "stage_times.json"  # in reports/<run-id>/: each stage's wall time, summed over resumed runs
 RESULTS_FILE = "stage_results.json"  # in reports/<run-id>/: the results.jsonl each stage's last run wrote
 DESCRIPTION = """Run (or resume) the reproduction plan and write reports/<offline|full>/report.md: the figures, per-cell
-tables, the paper's checks and provenance of every stage whose results are on disk. Each stage is an evaluate.py
-config that also runs alone and writes its results as trials finish: after an interruption, run the same command
-again to resume. `--only <stage> ...` runs those stages; the report keeps the others."""
+tables, the paper's claims checked (PASS/FAIL), this package's hypotheses beyond the paper (supported or not) and
+provenance of every stage whose results are on disk. Each stage is an evaluate.py config that also runs alone and
+writes its results as trials finish: after an interruption, run the same command again to resume. `--only <stage> ...`
+runs those stages; the report keeps the others."""
 
 # Exit statuses, as every wslight command's (wslight.app.errors); a stage's own 2, 75, 130 or 143 is passed on.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -422,7 +424,7 @@ def write_report(
     full: bool,
     plan_path: Path = PLAN,
 ) -> Path:
-    """Write report.md: figures, per-cell summaries, the checks table and provenance.
+    """Write report.md: the checks (the paper's claims, then this package's hypotheses), figures, summaries, provenance.
 
     For every stage of the plan whose results are on disk (`stage_results`: this run's stages and those of earlier
     runs).
@@ -451,14 +453,7 @@ def write_report(
             f"{', '.join(missing)}.",
             "",
         ]
-    lines += [
-        "## Checks (docs/theory.md §8)",
-        "",
-        checks_markdown(checks),
-        f"{sum(c.status == 'PASS' for c in checks)} PASS, {sum(c.status == 'FAIL' for c in checks)} FAIL, "
-        f"{sum(c.status == 'N/A' for c in checks)} N/A.",
-        "",
-    ]
+    lines += checks_report(checks)  # a hypothesis not supported is a finding: no FAIL of the paper's claims
     for stage in plan:
         if stage.name in results:
             lines += stage_section(stage, results[stage.name], len(records[stage.name]), times, report_dir)

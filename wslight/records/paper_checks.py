@@ -1,9 +1,12 @@
-"""The paper's checks (docs/theory.md §8).
+"""The paper's checks (docs/theory.md §8) and this package's hypotheses beyond the paper (docs/theory.md §13).
 
 Computed from the records of a run's results.jsonl files (never written by hand).
 
-Each check returns a `Check` row: what is tested, the measured value, the expectation and PASS / FAIL, or N/A with
-the reason when the run holds no records it could be computed from.
+Each check returns a `Check` row: what is tested, the measured value, the expectation and a status, and declares its
+kind. A claim of the paper (or a sanity check of a faithful reproduction of it) reads PASS / FAIL; a hypothesis this
+package tests beyond the paper reads as a finding, supported / not supported: its being wrong is a result, not a
+failed reproduction. Either reads N/A / not measured, with the reason, when the run holds no records it could be
+computed from. `checks_report` renders the two kinds as two parts of the report.
 """
 
 from __future__ import annotations
@@ -13,28 +16,51 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from .summary import attack_stats, cell_means, confirmed_counts
 from .words import words_table
 
+Kind = Literal["claim", "hypothesis"]
+CLAIM: Kind = "claim"  # a claim of the paper, or a sanity check of a faithful reproduction of it
+HYPOTHESIS: Kind = "hypothesis"  # a hypothesis this package tests beyond the paper
+
+# the statuses of each kind: holds, does not hold, no records to compute it from
+STATUSES: dict[Kind, tuple[str, str, str]] = {
+    CLAIM: ("PASS", "FAIL", "N/A"),
+    HYPOTHESIS: ("supported", "not supported", "not measured"),
+}
+
 
 @dataclass
 class Check:
-    """One row of the checks table."""
+    """One row of the checks: what is tested, the measured value, the expectation and the status.
+
+    `kind` is `CLAIM` (status PASS, FAIL or N/A) or `HYPOTHESIS` (status supported, not supported or not measured:
+    a verdict worded as a finding, never a FAIL).
+    """
 
     id: str
     what: str
     measured: str
     expected: str
-    status: str  # "PASS", "FAIL" or "N/A"
+    status: str
+    kind: Kind = CLAIM
+
+    def __post_init__(self) -> None:
+        """Reject a status that is not one of its kind's (a hypothesis never reads PASS or FAIL)."""
+        if self.status not in STATUSES[self.kind]:
+            raise ValueError(
+                f"check {self.id}: a {self.kind}'s status is one of {STATUSES[self.kind]}, not {self.status!r}"
+            )
 
 
-def _status(ok: bool) -> str:
-    return "PASS" if ok else "FAIL"
+def _status(ok: bool, kind: Kind = CLAIM) -> str:
+    return STATUSES[kind][0 if ok else 1]
 
 
-def _na(id: str, what: str, expected: str, why: str) -> Check:
-    return Check(id, what, why, expected, "N/A")
+def _na(id: str, what: str, expected: str, why: str, kind: Kind = CLAIM) -> Check:
+    return Check(id, what, why, expected, STATUSES[kind][2], kind)
 
 
 def ws_of(records: list[dict], m: str) -> list[dict]:
@@ -345,7 +371,7 @@ def check_tightness(records: list[dict]) -> Check:
     return Check("15", what, measured, expected, _status(confirmed * 100 >= TIGHT_SHARE * total))
 
 
-# --- one real word (docs/theory.md §13; beyond the paper) -------------------------------------------------------------
+# --- one real word (docs/theory.md §13): hypotheses beyond the paper --------------------------------------------------
 WORDS_FLIP_CLEAR = 0.25  # "a clear share" of reviews flipped by one real word
 WORDS_FLIP_RARE = 0.10  # "rarely": the bar of check 9 for the continuous attack on RF
 
@@ -366,7 +392,10 @@ def _words_cells(recs: list[dict]) -> dict[tuple, dict[str, float]]:
 
 
 def check_words_raf(words: list[dict]) -> Check:
-    """Check 16: RAF's best real word keeps order-1 sensitivity in n and flips the re-trained head in a clear share."""
+    """Check 16, a hypothesis: RAF's best real word keeps order-1 sensitivity in n and flips the re-trained head often.
+
+    "Often": in a clear share of the reviews (`WORDS_FLIP_CLEAR`) at every n.
+    """
     what = (
         "16. One real word, RAF: the best real word keeps order-1 sensitivity in n and flips the re-trained head in a "
         "clear share of reviews"
@@ -376,7 +405,7 @@ def check_words_raf(words: list[dict]) -> Check:
     )
     cells = _words_cells(words_of(words, "raf"))
     if len({n for _, n in cells}) < 2:
-        return _na("16", what, expected, "fewer than two RAF context lengths with one-word records")
+        return _na("16", what, expected, "fewer than two RAF context lengths with one-word records", HYPOTHESIS)
     parts, ok = [], True
     for d in sorted({d for d, _ in cells}):
         ns = sorted(n for dd, n in cells if dd == d)
@@ -388,11 +417,11 @@ def check_words_raf(words: list[dict]) -> Check:
             f"d={d}: S_words {first['ws_words']:.2f} (n={ns[0]}) -> {last['ws_words']:.2f} (n={ns[-1]}), ratio "
             f"{ratio:.2f} (S: {first['ws']:.2f} -> {last['ws']:.2f}); flip rate " + ", ".join(f"{f:.1f}" for f in flips)
         )
-    return Check("16", what, "; ".join(parts), expected, _status(ok))
+    return Check("16", what, "; ".join(parts), expected, _status(ok, HYPOTHESIS), HYPOTHESIS)
 
 
 def check_words_rf(words: list[dict]) -> Check:
-    """Check 17: RF's best real word's sensitivity shrinks like S and rarely flips the re-trained head.
+    """Check 17, a hypothesis: RF's best real word's sensitivity shrinks like S and rarely flips the re-trained head.
 
     At the paper's N / D <= 0.042.
     """
@@ -404,7 +433,7 @@ def check_words_rf(words: list[dict]) -> Check:
     every = words_of(words, "rf")
     cells = _words_cells(every)
     if len({n for _, n in cells}) < 2:
-        return _na("17", what, expected, "fewer than two RF context lengths with one-word records")
+        return _na("17", what, expected, "fewer than two RF context lengths with one-word records", HYPOTHESIS)
     # as check 9: the negative result needs N << D, so the flips are tested in the paper's range of N / D only
     in_range = _words_cells([r for r in every if r.get("N", 0) / (r["n"] * r["d"]) <= PAPER_MAX_N_OVER_D + 1e-12])
     parts, ok = [], True
@@ -422,7 +451,7 @@ def check_words_rf(words: list[dict]) -> Check:
         if beyond:
             part += f" (n = {', '.join(map(str, beyond))}: N / D beyond 0.042, not tested)"
         parts.append(part)
-    return Check("17", what, "; ".join(parts), expected, _status(ok))
+    return Check("17", what, "; ".join(parts), expected, _status(ok, HYPOTHESIS), HYPOTHESIS)
 
 
 WS_CHECKS: list[Callable[[list[dict]], Check]] = [
@@ -446,8 +475,8 @@ def all_checks(
 ) -> list[Check]:
     """Every check of docs/theory.md §8 the records allow.
 
-    In the paper's order (13, Llama-2, is never applicable), then the tightness of the ws and attack searches (15) and
-    one real word (16-17, docs/theory.md §13).
+    In the paper's order (13, Llama-2, is never applicable), then the tightness of the ws and attack searches (15):
+    the claims; then the hypotheses beyond the paper, one real word (16-17, docs/theory.md §13).
     """
     rows = [c(ws) for c in WS_CHECKS] + [check_on_boundary(ws, doubled)] + [c(attack) for c in ATTACK_CHECKS]
     rows += [check_attention_edit(probes)]
@@ -465,9 +494,49 @@ def all_checks(
     return rows
 
 
-def checks_markdown(rows: list[Check]) -> str:
-    """The checks table as markdown: check, measured, expected, status."""
-    lines = ["| check | measured | expected | status |", "|---|---|---|---|"]
+CHECK_COLUMNS = ("check", "measured", "expected", "status")
+
+# each kind's part of the report: its heading, the one sentence that says what it is, and its table's columns
+PARTS: dict[Kind, tuple[str, str, tuple[str, str, str, str]]] = {
+    CLAIM: (
+        "The paper's claims (docs/theory.md §8)",
+        "What the paper claims, and the sanity checks a faithful reproduction of it must pass, each computed from "
+        "the results files: PASS or FAIL, N/A where the run holds no records to compute it from.",
+        CHECK_COLUMNS,
+    ),
+    HYPOTHESIS: (
+        "Beyond the paper: this package's hypotheses (docs/theory.md §13)",
+        "Hypotheses this package tests beyond the paper, each with its measured value and what it found: supported "
+        "or not supported (a finding either way, never a failed reproduction), not measured where its stage has no "
+        "results.",
+        ("hypothesis", "measured", "supported when", "finding"),
+    ),
+}
+
+
+def checks_markdown(rows: list[Check], columns: tuple[str, str, str, str] = CHECK_COLUMNS) -> str:
+    """One table of checks as markdown: the check, measured, expected and status columns, headed by `columns`."""
+    lines = ["| " + " | ".join(columns) + " |", "|---|---|---|---|"]
     cell = lambda text: text.replace("|", "\\|")  # noqa: E731  pipes (norms) would split the markdown cell
     lines += [f"| {cell(c.what)} | {cell(c.measured)} | {cell(c.expected)} | **{c.status}** |" for c in rows]
     return "\n".join(lines) + "\n"
+
+
+def tally(rows: list[Check], kind: Kind) -> str:
+    """How many checks of `kind` have each of its statuses, e.g. "15 PASS, 0 FAIL, 1 N/A"."""
+    return ", ".join(f"{sum(c.kind == kind and c.status == s for c in rows)} {s}" for s in STATUSES[kind])
+
+
+def checks_report(rows: list[Check]) -> list[str]:
+    """The report's lines for the checks: the paper's claims, then this package's hypotheses.
+
+    Each part under a heading of its own (level 2, as the report's sections), the one sentence that says what it is,
+    its table and its tally; a part with no rows is left out. A hypothesis that is not supported counts among the
+    hypotheses' findings, never among the claims' FAILs.
+    """
+    lines: list[str] = []
+    for kind, (heading, sentence, columns) in PARTS.items():
+        part = [c for c in rows if c.kind == kind]
+        if part:
+            lines += [f"## {heading}", "", sentence, "", checks_markdown(part, columns), tally(rows, kind) + ".", ""]
+    return lines
