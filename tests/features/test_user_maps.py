@@ -204,7 +204,7 @@ def evaluate(tmp_path, *extra) -> subprocess.CompletedProcess:
     args = [
         "--config", str(cfg), "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"),
         "--trainer.enable_progress_bar", "false", "--model.init_args.d_values", "[8]", "--model.init_args.n_values",
-        "[4]", "--model.init_args.trials", "1", "--model.init_args.max_steps", "20", *extra,
+        "[4]", "--model.init_args.trials", "1", "--model.init_args.search.max_steps", "20", *extra,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'user'}{os.pathsep}{ROOT}"}
     return subprocess.run(

@@ -101,12 +101,12 @@ def test_ws_on_zero_features_is_not_finite_and_the_sweep_flags_it(tmp_path, monk
 
     real = sweeps_mod.word_sensitivity
 
-    def degenerate_first_trial(fmap, X, **kw):  # trial 0 sees an input with all-zero attention rows
+    def degenerate_first_trial(fmap, X, *args, **kw):  # trial 0 sees an input with all-zero attention rows
         if not getattr(degenerate_first_trial, "done", False):
             degenerate_first_trial.done = True
             X = X.clone()
             X[0] = zero_row_input(first_map(fmap, X).W, X.shape[1])
-        return real(fmap, X, **kw)
+        return real(fmap, X, *args, **kw)
 
     monkeypatch.setattr(sweeps_mod, "word_sensitivity", degenerate_first_trial)
     with pytest.warns(RuntimeWarning, match=r"1 of 3 record\(s\) have nonfinite=true"):  # said, not hidden
