@@ -53,7 +53,7 @@ WIDE_ATTACK_CONFIG = (
         "cases": [{"map": "raf", "n": 100}],
         "d": 384,
         "steps": 30,
-        "search.chains_per_round": 2,
+        "restarts": 2,
         "embeddings.synthetic_dim": 384,
         "embeddings.num_samples": 12,
         "embeddings.max_length": 100,
