@@ -336,7 +336,7 @@ def test_evaluate_ws_on_gpu_writes_the_contract_and_the_cpu_records(tmp_path, ca
         "[2]",
         "--model.init_args.trials",
         "2",
-        "--model.init_args.max_steps",
+        "--model.init_args.search.max_steps",
         "60",
         "--model.init_args.dtype",
         "float64",

@@ -26,7 +26,7 @@ TINY = [
     "--model.init_args.d_values", "[8]",
     "--model.init_args.n_values", "[4, 6]",
     "--model.init_args.trials", "3",  # odd: the distributed sampler pads with a duplicate, which must not be recorded
-    "--model.init_args.max_steps", "40",
+    "--model.init_args.search.max_steps", "40",
     "--model.init_args.embeddings.source", "synthetic",
     "--model.init_args.embeddings.synthetic_dim", "16",
     "--model.init_args.embeddings.num_samples", "40",
