@@ -8,20 +8,15 @@ import math
 
 import pytest
 
-from wslight.records.paper_checks import (
-    CLAIM,
-    HYPOTHESIS,
-    Check,
-    all_checks,
+from wslight.records.checks import CLAIM, HYPOTHESIS, Check, checks_report, tally
+from wslight.records.hypotheses import check_words_raf, check_words_rf
+from wslight.records.paper_checks import all_checks
+from wslight.records.paper_claims import (
     check_closed_forms,
     check_raf_flat,
     check_rf_bound,
     check_rf_cannot_flip,
     check_rf_sqrt_n_flat,
-    check_words_raf,
-    check_words_rf,
-    checks_report,
-    tally,
 )
 
 

@@ -6,7 +6,9 @@ second chain) per record.
 
 import pytest
 
-from wslight.records.paper_checks import all_checks, check_tightness, checks_markdown
+from wslight.records.checks import checks_markdown
+from wslight.records.paper_checks import all_checks
+from wslight.records.paper_claims import check_tightness
 from wslight.records.summary import (
     attack_table,
     cell_table,

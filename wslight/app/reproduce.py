@@ -37,7 +37,8 @@ from typing import NoReturn
 import yaml
 
 from ..base import validate
-from ..records.paper_checks import all_checks, checks_report
+from ..records.checks import checks_report
+from ..records.paper_checks import all_checks
 from ..records.results import RESULTS_NAME, read_records
 from .config_files import UnknownConfigError, configs_dir, find_config, overlay_chain, resolve_config_args
 from .errors import EXIT_BUSY, EXIT_FAILED, EXIT_SIGNAL_BASE, EXIT_USAGE, UsageError
