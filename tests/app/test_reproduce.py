@@ -21,6 +21,9 @@ import yaml
 from wslight.app import reproduce
 from wslight.app.cli import main
 from wslight.app.config_files import base_of
+from wslight.app.reproduce import stages
+from wslight.app.reproduce.plan import PLAN, Stage, load_plan
+from wslight.app.reproduce.report import write_report
 
 SYNTH = {"source": "synthetic", "synthetic_dim": 16, "num_samples": 60}
 TINY = {
@@ -31,7 +34,7 @@ TINY = {
         "N_values": [10],
         "trials": 2,
         "losses": ["err"],
-        "steps": 40,
+        "attack.steps": 40,
     },
 }
 
@@ -41,7 +44,7 @@ def write_tiny_plan(root: Path, one_process: bool = False) -> Path:
 
     `one_process`: both stages run in this process (`devices: 1`), where the report, not the stage's command, is tested.
     """
-    shipped = {s.name: s for s in reproduce.load_plan("offline")}
+    shipped = {s.name: s for s in load_plan("offline")}
     entries = []
     for name, changes in TINY.items():
         # ws_rf keeps the shipped `devices: auto`: one process per core, run as its own command (several cores);
@@ -57,7 +60,7 @@ def write_tiny_plan(root: Path, one_process: bool = False) -> Path:
     return plan
 
 
-def resolved(stage: reproduce.Stage) -> dict:
+def resolved(stage: Stage) -> dict:
     """The config a stage runs (its overlay read on top of its base), as `evaluate.py --print_config` shows it."""
     out = io.StringIO()
     with redirect_stdout(out), pytest.raises(SystemExit):
@@ -66,7 +69,7 @@ def resolved(stage: reproduce.Stage) -> dict:
 
 
 def test_shipped_plan_names_configs_that_run_alone_into_the_stage_folder():
-    offline, full = reproduce.load_plan("offline"), reproduce.load_plan("full")
+    offline, full = load_plan("offline"), load_plan("full")
     assert [s.name for s in offline][:6] == [
         "ws_rf",
         "ws_deep_rf",
@@ -92,7 +95,7 @@ def test_shipped_plan_names_configs_that_run_alone_into_the_stage_folder():
 def test_a_stage_runs_one_process_per_core_unless_its_config_says_otherwise():
     from wslight.app.placement import available_cores, on_cpu
 
-    plan = {s.name: s for s in reproduce.load_plan("offline")}
+    plan = {s.name: s for s in load_plan("offline")}
     assert plan["probe_attention_edit"].processes() == 1  # `devices: 1`
     assert plan["ws_raf"].processes() == 1  # its overlay: `devices: 1` (a small grid)
     assert plan["ws_rf"].processes() == (available_cores() if on_cpu("auto") else 1)
@@ -101,8 +104,8 @@ def test_a_stage_runs_one_process_per_core_unless_its_config_says_otherwise():
 def test_a_stage_shares_maps_when_its_overlay_says_so(tmp_path):
     overlay = tmp_path / "shared.yaml"
     overlay.write_text("# overlay of: reproduce/ws_raf\nmodel:\n  init_args: {shared_weights: true}\n")
-    assert reproduce.Stage("shared", str(overlay)).shares_maps()
-    assert not reproduce.Stage("ws_raf", "reproduce/ws_raf").shares_maps()  # its base leaves the default
+    assert Stage("shared", str(overlay)).shares_maps()
+    assert not Stage("ws_raf", "reproduce/ws_raf").shares_maps()  # its base leaves the default
 
 
 def test_report_checks_come_from_the_results_and_a_rerun_resumes(tmp_path):
@@ -188,12 +191,12 @@ def test_a_hypothesis_that_does_not_hold_is_a_finding_not_a_fail_of_the_report(t
         for n in (10, 100)
         for t in range(10)
     ]
-    plan = [s for s in reproduce.load_plan("offline") if s.name in ("ws_rf", "words_raf")]
+    plan = [s for s in load_plan("offline") if s.name in ("ws_rf", "words_raf")]
     ran = {
         "ws_rf": write_results(tmp_path / "runs" / "ws_rf" / "results.jsonl", ws),
         "words_raf": write_results(tmp_path / "runs" / "words_raf" / "results.jsonl", words),
     }
-    text = reproduce.write_report(tmp_path / "offline", plan, ran, {}, False).read_text()
+    text = write_report(tmp_path / "offline", plan, ran, {}, False).read_text()
     sections = sections_of(text)
     paper, hypotheses = sections[PAPER_HEADING[3:]], sections[HYPOTHESES_HEADING[3:]]
     assert "What the paper claims, and the sanity checks a faithful reproduction of it must pass" in paper
@@ -221,22 +224,20 @@ def test_bad_plan_file_is_rejected_naming_the_stage(tmp_path, capsys):
     orphan.write_text("# overlay of: ws/rff\ntrainer: {devices: 1}\n")
     plan.write_text(f"offline:\n  - {{name: ws_rf, config: {orphan}}}\n")
     with pytest.raises(ValueError, match=r"offline\[0\] \(ws_rf\): .*overlay of ws/rff: .*did you mean ws/rf"):
-        reproduce.load_plan("offline", plan)
+        load_plan("offline", plan)
     with pytest.raises(ValueError, match="repeated name"):
         plan.write_text(
             "offline:\n  - {name: a, config: configs/reproduce/ws_rf.yaml}\n"
             "  - {name: a, config: configs/reproduce/ws_raf.yaml}\n"
         )
-        reproduce.load_plan("offline", plan)
+        load_plan("offline", plan)
     with pytest.raises(ValueError, match=r"plan must be one of \['offline', 'full'\], got 'paper'"):
-        reproduce.load_plan("paper", plan)
+        load_plan("paper", plan)
     assert not (tmp_path / "offline").exists()
 
 
 def test_the_plan_and_its_stages_resolve_from_any_directory(tmp_path, monkeypatch):
     """`wslight reproduce` from another working directory (or an installed wheel) finds the shipped plan and configs."""
-    from wslight.app.reproduce import PLAN, load_plan
-
     monkeypatch.chdir(tmp_path)
     stages = load_plan("offline", PLAN)
     assert stages and all(s.path.is_file() for s in stages)
@@ -271,7 +272,7 @@ def test_only_one_stage_then_another_keeps_both_in_the_report(tmp_path):
 
 
 def test_list_and_help_name_every_stage_of_the_plan(capsys):
-    plan = reproduce.load_plan("offline")
+    plan = load_plan("offline")
     assert reproduce.main(["--list"]) is None
     listed = capsys.readouterr().out.splitlines()
     assert [line.split()[:2] for line in listed] == [[s.name, s.config] for s in plan]
@@ -285,7 +286,7 @@ def test_list_and_help_name_every_stage_of_the_plan(capsys):
         reproduce.main(["--full", "1", "--help"])
     full = capsys.readouterr().out
     assert "stages of the full plan" in full
-    assert all(re.search(rf"^  {s.name} +{re.escape(s.title)}$", full, re.M) for s in reproduce.load_plan("full"))
+    assert all(re.search(rf"^  {s.name} +{re.escape(s.title)}$", full, re.M) for s in load_plan("full"))
 
 
 # A stage's command stood in for by a script: it exits with the status given, or is killed by the signal -status.
@@ -313,8 +314,8 @@ TWO_STAGES = (
 def test_a_stage_that_stops_stops_reproduce_with_its_status(tmp_path, monkeypatch, capsys, code, status, says):
     plan = tmp_path / "plan.yaml"
     plan.write_text(TWO_STAGES)
-    monkeypatch.setattr(reproduce, "stage_command", lambda stage, log_dir: [sys.executable, "-c", EXIT_WITH, str(code)])
-    monkeypatch.setattr(reproduce.Stage, "processes", lambda self: 2)  # every stage runs as its own command
+    monkeypatch.setattr(stages, "stage_command", lambda stage, log_dir: [sys.executable, "-c", EXIT_WITH, str(code)])
+    monkeypatch.setattr(Stage, "processes", lambda self: 2)  # every stage runs as its own command
     with pytest.raises(SystemExit) as exc:
         reproduce.main(["--reports", str(tmp_path), "--plan", str(plan)])
     assert exc.value.code == status
@@ -342,10 +343,10 @@ sys.exit(128 + int((out / "signals").read_text().split()[0]))
 """
 DRIVER = f"""
 import sys
-from wslight.app import reproduce
+from wslight.app.reproduce import plan, stages
 from wslight.app.verbs import main
-reproduce.stage_command = lambda stage, log_dir: [sys.executable, "-c", {STAGE!r}, sys.argv[1]]
-reproduce.Stage.processes = lambda self: 2
+stages.stage_command = lambda stage, log_dir: [sys.executable, "-c", {STAGE!r}, sys.argv[1]]
+plan.Stage.processes = lambda self: 2
 sys.exit(main(["reproduce", "--reports", sys.argv[1], "--plan", sys.argv[2]]))
 """
 
