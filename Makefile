@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # evaluate.py); FULL=1 runs that plan's paper-size list (configs/paper/, a GPU machine with hub access).
 FULL ?= 0
 
-.PHONY: env test test-slow reproduce lint typecheck bench gpu-check docs clean
+.PHONY: env test test-slow reproduce lint typecheck bench results-pages gpu-check docs clean
 
 env: $(VENV)/.installed
 
@@ -53,9 +53,16 @@ $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install -q -e ".[docs]"
 	touch $@
 
+# Each benchmark prints its tables and writes its results page (ws_speed.md, attack_speed.md) into reports/bench/.
 bench: env
 	$(PY) benchmarks/ws.py
 	$(PY) benchmarks/attack.py
+
+# The results pages of the latest `make reproduce` (reports/offline/) and `make bench` (reports/bench/) runs, with their
+# figures, copied into docs/results/; exits 2 naming the run whose pages are missing. RUNS=bench copies one run's.
+RUNS ?= reproduce bench
+results-pages: env
+	$(PY) -m wslight.app.results_pages --runs $(RUNS)
 
 # On a GPU machine: `pytest -m gpu` and a short GPU benchmark (benchmarks/gpu_check.py) in about 8 minutes, with the
 # python that already holds a CUDA build of torch (no virtual environment is made); prints a markdown table and writes

@@ -32,12 +32,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
 from wslight.attack import delta_attack
 from wslight.base.seeding import derive_seed, generator
 from wslight.features import FreshMaps, make_map
+from wslight.records.pages import PageHeader, write_page
 
 # The maps the baseline runs on (a dense float64 forward through the map itself).
 MAPS = ("raf", "relu_raf", "rf")
@@ -187,6 +189,60 @@ def run_part(part: str, argv: list[str]) -> dict:
     return result
 
 
+# ----------------------------------------------------------------------------------------------------------------------
+# The results page (attack_speed.md)
+# ----------------------------------------------------------------------------------------------------------------------
+
+PROTOCOL = (
+    "The paper's protocol: every trial has its own random map and its own training set, the same on both sides. The "
+    "package attacks all trials in one call of `delta_attack` with `FreshMaps(map, seeds)` (closed-form heads in N x N "
+    "space, token-move features, batched trials and restarts); the baseline follows the authors' `gen.py` one trial at "
+    "a time (docs/theory.md §6.5: an explicit pseudo-inverse of Phi, the dense D x D projector, float64, fixed-step "
+    "projected descent). Times cover everything after drawing the data; peak memory is each side's own process "
+    "(ru_maxrss)."
+)
+
+
+def side_row(name: str, res: dict, trials: int) -> str:
+    """One side of the comparison as a row of the page's table: time, per trial, peak memory, mean err and y*D1."""
+    errs = [r["err"] for r in res["trials"]]
+    yD1 = [r["y"] * r["D1"] for r in res["trials"]]
+    return (
+        f"| {name} | {res['time_s']:.2f} s | {res['time_s'] / trials:.3f} s | {res['peak_gib']:.2f} GiB "
+        f"| {sum(errs) / len(errs):.2e} | {sum(yD1) / len(yD1):+.3f} |"
+    )
+
+
+def write_attack_page(folder, base: dict, ours: dict, worse: int, largest: dict | None, data: str, a, argv) -> Path:
+    """Write attack_speed.md: the header (wslight.records.pages), the protocol, and the measured table."""
+    body = [
+        PROTOCOL,
+        "",
+        f"The cell: {a.map}, d = {a.d}, n = {a.n}, N = {a.N}, {a.training}, loss err, {a.trials} trials; data: {data}; "
+        f"{ours['threads']} torch thread(s) per side; seed {a.seed}.",
+        "",
+        "| side | time | per trial | peak memory | mean err | mean y*D1 |",
+        "|---|---|---|---|---|---|",
+        side_row("baseline (the authors' procedure)", base, a.trials),
+        side_row("package", ours, a.trials),
+        "",
+        f"Speed-up: **{base['time_s'] / ours['time_s']:.1f}x**; trials where the package's err is above the "
+        f"baseline's (by more than 1e-6): {worse} of {a.trials}.",
+        "",
+    ]
+    if largest is not None:
+        errs = ", ".join(f"{r['err']:.2e}" for r in largest["trials"])
+        body += [
+            "## The paper's largest cell (RAF, d = 768, n = 120, N = 1300, re-trained; synthetic rows; package only)",
+            "",
+            f"{len(largest['trials'])} trial(s): {largest['time_s']:.1f} s, peak {largest['peak_gib']:.2f} GiB, "
+            f"err {errs}.",
+            "",
+        ]
+    command = ["python", "benchmarks/attack.py", *(sys.argv[1:] if argv is None else argv)]
+    return write_page(folder / "attack_speed.md", "Attack speed", PageHeader.collect(command), body)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--map", default="raf", choices=sorted(MAPS))
@@ -205,6 +261,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads in each part, both sides (0: torch default)")
     ap.add_argument("--largest", action="store_true", help="also RAF d=768, n=120, N=1300, re-trained (ours only)")
     ap.add_argument("--largest-trials", type=int, default=1)
+    ap.add_argument("--pages", default="reports/bench", help="where the results page attack_speed.md goes")
     ap.add_argument("--part", choices=["baseline", "ours"], help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -239,6 +296,7 @@ def main(argv: list[str] | None = None) -> None:
         worse += ro["err"] > rb["err"] + 1e-6
         print(f"{t:5d} {rb['err']:9.2e} {ro['err']:9.2e} {rb['D0']:8.3f} {ro['D0']:8.3f} {int(ro['steps']):6d}")
     print(f"trials where ours is worse than the baseline: {worse} of {a.trials}")
+    largest = None
 
     if a.largest:
         big = ["--map", "raf", "--d", "768", "--n", "120", "--N", "1300", "--training", "retrain"]
@@ -253,6 +311,9 @@ def main(argv: list[str] | None = None) -> None:
         )
         steps = [int(r["steps"]) for r in res["trials"]]
         print(f"Gram condition number {res['trials'][0]['gram_cond']:.3g}, steps {steps}")
+        largest = res
+    page = write_attack_page(Path(a.pages), base, ours, worse, largest, data, a, argv)
+    print(f"\nresults page: {page}")
 
 
 if __name__ == "__main__":

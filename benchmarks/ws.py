@@ -45,6 +45,7 @@ import yaml
 from wslight.base.seeding import derive_seed, generator
 from wslight.features import MAPS, FreshMaps, make_map
 from wslight.features.rf import fresh_preactivations
+from wslight.records.pages import PageHeader, write_page
 from wslight.search import SearchSettings
 from wslight.search.sensitivity import moved_token_objective, word_sensitivity
 from wslight.search.settings import family_defaults
@@ -410,7 +411,21 @@ def compare_cell(name: str, map_: str, d: int, n: int, a, common: list[str], sea
         f"S_package >= 0.99 S_baseline, package at each trial's realised baseline ||Delta||: {all(ok_fair)} "
         f"({sum(ok_fair)}/{bt}; min ratio {min(f / b for f, b in zip(fair, base['ws'])):.3f})"
     )
-    return {"name": name, "pkg": pkg, "base": base, "fair": fair, "ratio": ratio}
+    return {
+        "name": name,
+        "pkg": pkg,
+        "base": base,
+        "fair": fair,
+        "ratio": ratio,
+        "cell": f"{name.removesuffix(' cell')}, d = {d}, n = {n}, {a.trials} trials, {search.chains_per_round} chains "
+        f"a round up to {search.max_chains}, at most {search.max_steps} steps a chain",
+        "pkg_per": pkg_per,
+        "base_per": base_per,
+        "baseline_trials": bt,
+        "trials": a.trials,
+        "ok": (sum(ok), len(ok)),
+        "ok_fair": (sum(ok_fair), bt),
+    }
 
 
 def shipped_search(map_: str, config: Path | None = None) -> SearchSettings:
@@ -432,6 +447,82 @@ def with_flags(settings: SearchSettings, a: argparse.Namespace) -> SearchSetting
 def search_arg(settings: SearchSettings) -> list[str]:
     """A part's command-line argument carrying the whole settings (JSON)."""
     return ["--search", json.dumps(dataclasses.asdict(settings))]
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The results page (ws_speed.md)
+# ----------------------------------------------------------------------------------------------------------------------
+
+PROTOCOL = (
+    "The paper's protocol: a fresh random map per trial, one review per trial, the same maps and reviews on both "
+    "sides. The package is one call of `word_sensitivity(FreshMaps(map, seeds), X, seed=[...])` for all trials, maps "
+    "drawn inside the timed call. The baseline is a faithful per-trial re-implementation of the authors' procedure in "
+    "torch (docs/theory.md §4.1: token 0, a noisy start, fixed-step projected gradient ascent, float64, dense weights, "
+    "autograd through the full map), building its dense maps outside its clock. Peak memory: each part's own process "
+    "(ru_maxrss)."
+)
+
+
+def cell_row(c: dict) -> str:
+    """A compared cell as a row of the page's table."""
+    bt, trials = c["baseline_trials"], c["trials"]
+    scaled = "" if bt == trials else ", time scaled"
+    peak = f"{fmt_gib(c['pkg']['peak_gib'])} / {fmt_gib(c['base']['peak_gib'])}"
+    ok, fair = c["ok"], c["ok_fair"]
+    return (
+        f"| {c['cell']} | {c['pkg_per']:.3f} s/trial | {c['base_per']:.2f} s/trial ({bt} of {trials} trials{scaled}) "
+        f"| **{c['ratio']:.1f}x** | {peak} | {ok[0]}/{ok[1]}, {fair[0]}/{fair[1]} |"
+    )
+
+
+def step_lines(rows: list[dict]) -> list[str]:
+    """The per-step table: RAF's cost of one step (value + gradient) against n."""
+    lines = [
+        "## RAF per-step cost against n (d = 384)",
+        "",
+        "| n | batched ms/chain | one chain ms | full forward-backward ms | full / batched |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        full, batched = r["full_ms_per_chain"], r["batched_ms_per_chain"]
+        lines.append(f"| {r['n']} | {batched:.4f} | {r['one_ms_per_chain']:.4f} | {full:.4f} | {full / batched:.1f} |")
+    return [*lines, ""]
+
+
+def largest_lines(r: dict) -> list[str]:
+    """RF at the paper's largest size: its S, wall time and peak memory."""
+    peak = fmt_gib(max(r["peak_gib"], r["setup_peak_gib"] or 0))
+    return [
+        f"## RF at the paper's largest size (d = 768, n = 150, k = D = {r['k']:,})",
+        "",
+        f"V stored: {r['stored_V']}; S {[round(s, 4) for s in r['ws']]}; S sqrt(n) "
+        f"{[round(s, 3) for s in r['ws_sqrt_n']]}; wall {r['wall_s']:.1f} s; peak RSS {peak}.",
+        "",
+    ]
+
+
+def write_ws_page(folder: Path, measured: dict, data: str, a: argparse.Namespace, argv: list[str] | None) -> Path:
+    """Write ws_speed.md: the header (wslight.records.pages), the protocol, and the measured tables."""
+    body = [
+        PROTOCOL,
+        "",
+        f"Data: {data}; {a.threads} torch thread(s) per part; seed {a.seed}.",
+        "",
+    ]
+    if measured["cells"]:
+        body += [
+            "| cell | package | baseline | speed-up | peak RSS package / baseline | S_package >= 0.99 S_baseline "
+            "(at sqrt(d), at the baseline's realised radius) |",
+            "|---|---|---|---|---|---|",
+            *map(cell_row, measured["cells"]),
+            "",
+        ]
+    if "step" in measured:
+        body += step_lines(measured["step"])
+    if "largest" in measured:
+        body += largest_lines(measured["largest"])
+    command = ["python", "benchmarks/ws.py", *(sys.argv[1:] if argv is None else argv)]
+    return write_page(folder / "ws_speed.md", "Word-sensitivity speed", PageHeader.collect(command), body)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -456,6 +547,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--largest-trials", type=int, default=2)
     p.add_argument("--step-n", type=int, nargs="+", default=[10, 20, 50, 100, 150, 200, 250])
     p.add_argument("--step-seconds", type=float, default=1.0, help="time spent timing each per-step case")
+    p.add_argument("--pages", default="reports/bench", help="where the results page ws_speed.md goes")
     # internal: one part in this process
     p.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -493,10 +585,11 @@ def main(argv: list[str] | None = None) -> None:
     data = "bundled IMDb reviews (MiniLM layer 0)" if a.data == "imdb" else "SYNTHETIC Gaussian rows (not reviews)"
     print(f"torch {torch.__version__}, {a.threads} thread(s), data: {data}, seed={a.seed}")
     raf, rf = with_flags(shipped_search("raf"), a), with_flags(shipped_search("rf"), a)
+    measured: dict = {"cells": []}
     if "raf" not in a.skip:
-        compare_cell("RAF cell", "raf", 384, 50, a, common, raf)
+        measured["cells"].append(compare_cell("RAF cell", "raf", 384, 50, a, common, raf))
     if "rf" not in a.skip:
-        compare_cell("RF cell", "rf", 192, 90, a, common, rf)
+        measured["cells"].append(compare_cell("RF cell", "rf", 192, 90, a, common, rf))
     common = [*common, *search_arg(raf)]  # the per-step part and --largest: RAF's settings
     if "step" not in a.skip:
         argv_step = [*common, "--step-n", *map(str, a.step_n), "--step-seconds", str(a.step_seconds)]
@@ -515,6 +608,7 @@ def main(argv: list[str] | None = None) -> None:
             f"growth n={first['n']}->{last['n']}: batched x{growth['batched']:.1f}, one chain x{growth['one']:.1f}, "
             f"full fwd-bwd x{growth['full']:.1f}"
         )
+        measured["step"] = rows
     if a.largest:
         r = run_part("largest", [*common, "--largest-trials", str(a.largest_trials)])
         print(f"\n== RF at the paper's largest size: d=768, n=150, k=D={r['k']:,}, {a.largest_trials} trials ==")
@@ -525,6 +619,9 @@ def main(argv: list[str] | None = None) -> None:
             f"wall {r['wall_s']:.1f} s, peak RSS {fmt_gib(max(r['peak_gib'], r['setup_peak_gib'] or 0))} "
             f"(target <= 24 GiB; during the estimate {fmt_gib(r['estimate_peak_gib'])})"
         )
+        measured["largest"] = r
+    page = write_ws_page(Path(a.pages), measured, data, a, argv)
+    print(f"\nresults page: {page}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,115 @@
+"""`make results-pages`: copy the results pages of the latest runs into docs/results/, with the figures they show.
+
+The pages come from `make reproduce` (reports/offline/: reproduction.md, and beyond_paper.md when the run has its
+one-word stages) and `make bench` (reports/bench/: ws_speed.md, attack_speed.md); each page already carries its
+header (date, machine, commit, command: wslight.records.pages). A run whose pages are missing stops the copy before
+any file is written: one line naming the command that writes them, exit status 2.
+
+    python -m wslight.app.results_pages                     # both runs (= make results-pages)
+    python -m wslight.app.results_pages --runs bench        # only the benchmarks' pages
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import EXIT_USAGE
+
+# a page's relative image links, `![...](figures/<name>.png)`, as the report links its figures
+FIGURE_LINK = re.compile(r"!\[[^\]]*\]\((figures/[^)\s]+)\)")
+
+
+@dataclass(frozen=True)
+class Run:
+    """The pages one command writes, in its folder under the reports folder.
+
+    Attributes:
+        command: the command that writes them (`make reproduce`).
+        folder: its folder under the reports folder (`offline`).
+        pages: the pages every run of it writes.
+        optional: the pages it writes only when its data are there (beyond_paper.md: the one-word stages).
+    """
+
+    command: str
+    folder: str
+    pages: tuple[str, ...]
+    optional: tuple[str, ...] = ()
+
+
+RUNS = {
+    "reproduce": Run("make reproduce", "offline", ("reproduction.md",), ("beyond_paper.md",)),
+    "bench": Run("make bench", "bench", ("ws_speed.md", "attack_speed.md")),
+}
+
+
+class MissingRun(Exception):
+    """A run whose pages are not on disk: the line that names it and the command that writes them."""
+
+
+def pages_to_copy(reports: Path, runs: list[str]) -> list[Path]:
+    """The pages of `runs` under `reports`, in order.
+
+    Raises:
+        MissingRun: a page every run of its command writes is missing (the first such run is named).
+    """
+    found: list[Path] = []
+    for name in runs:
+        run = RUNS[name]
+        folder = reports / run.folder
+        missing = [p for p in run.pages if not (folder / p).is_file()]
+        if missing:
+            raise MissingRun(
+                f"no `{run.command}` run to copy: {', '.join(str(folder / p) for p in missing)} "
+                f"{'does' if len(missing) == 1 else 'do'} not exist; run `{run.command}` first, or copy the other "
+                f'runs\' pages only (`make results-pages RUNS="{" ".join(r for r in RUNS if r != name)}"`)'
+            )
+        found += [folder / p for p in (*run.pages, *run.optional) if (folder / p).is_file()]
+    return found
+
+
+def copy_pages(pages: list[Path], docs: Path) -> list[Path]:
+    """Copy each page into `docs`, and the figures it links (`figures/...`, relative to it) beside it; return them."""
+    docs.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for page in pages:
+        for link in sorted(set(FIGURE_LINK.findall(page.read_text()))):
+            target = docs / link
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(page.parent / link, target)
+            copied.append(target)
+        copied.append(Path(shutil.copyfile(page, docs / page.name)))
+    return copied
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    """Copy the pages of the runs asked for; return the files written.
+
+    Raises:
+        SystemExit: 2, after one line on stderr, when a run's pages are missing (nothing is copied then).
+    """
+    parser = argparse.ArgumentParser(
+        prog="make results-pages",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    parser.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS), help="whose pages to copy")
+    parser.add_argument("--reports", default="reports", help="the reports folder the runs wrote into")
+    parser.add_argument("--docs", default="docs/results", help="where the pages go")
+    args = parser.parse_args(argv)
+    try:
+        pages = pages_to_copy(Path(args.reports), args.runs)
+    except MissingRun as err:
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
+    copied = copy_pages(pages, Path(args.docs))
+    for path in copied:
+        print(f"copied: {path}")
+    return copied
+
+
+if __name__ == "__main__":
+    main()
