@@ -22,8 +22,10 @@ from wslight.app import reproduce
 from wslight.app.cli import main
 from wslight.app.config_files import base_of
 from wslight.app.reproduce import stages
+from wslight.app.reproduce.pages import BEYOND_PAGE, REPRODUCTION_PAGE, duration, write_pages
 from wslight.app.reproduce.plan import PLAN, Stage, load_plan
 from wslight.app.reproduce.report import write_report
+from wslight.records.pages import git_commit
 
 SYNTH = {"source": "synthetic", "synthetic_dim": 16, "num_samples": 60}
 TINY = {
@@ -134,11 +136,30 @@ def test_report_checks_come_from_the_results_and_a_rerun_resumes(tmp_path):
     ws_sec, att_sec = sections["Word sensitivity of RF (Figure 2 left)"], sections["The Delta attack (Figure 4 style)"]
     assert f"Config `{tmp_path / 'conf' / 'ws_rf.yaml'}`" in ws_sec and "share one random map" not in ws_sec
     assert f"Config `{tmp_path / 'conf' / 'attack_fig4.yaml'}`" in att_sec and "share one random map" not in att_sec
+    assert_pages(tmp_path / "offline", {k: len(p.read_text().splitlines()) for k, p in results.items()})
     before = {k: p.read_text() for k, p in results.items()}
     reproduce.main(argv)
     assert {k: p.read_text() for k, p in results.items()} == before  # nothing recomputed
     times = json.loads((tmp_path / "offline" / "stage_times.json").read_text())
     assert set(times) == {"ws_rf", "attack_fig4"}
+    assert_pages(tmp_path / "offline", {k: len(p.read_text().splitlines()) for k, p in results.items()})
+
+
+def assert_pages(report_dir: Path, counts: dict[str, int]) -> None:
+    """reproduction.md beside the report: the header (this checkout's commit), the stage table, the checks, figures."""
+    page = (report_dir / REPRODUCTION_PAGE).read_text()
+    assert page.startswith("# Reproduction\n\nWritten by the run below, not by hand")
+    assert f"- commit: `{git_commit()[0]}`" in page  # dirty or not: tests/records/test_pages.py
+    assert f"- command: `wslight reproduce --reports {report_dir.parent}" in page
+    times = json.loads((report_dir / "stage_times.json").read_text())  # summed over the resumed runs
+    titles = {"ws_rf": "Word sensitivity of RF (Figure 2 left)", "attack_fig4": "The Delta attack (Figure 4 style)"}
+    for name, count in counts.items():
+        assert f"\n| {name} | {titles[name]} | {count} | {duration(times[name])} |\n" in page
+    assert f"| **all** | | {sum(counts.values())} | **{duration(sum(times.values()))}** |" in page
+    assert page.index("## Wall time per stage") < page.index(PAPER_HEADING) < page.index(HYPOTHESES_HEADING)
+    figures = re.findall(r"\]\((figures/[^)]+)\)", page)
+    assert "figures/ws_rf__ws_rf.png" in figures and all((report_dir / f).is_file() for f in figures)
+    assert not (report_dir / BEYOND_PAGE).exists()  # no one-word stage in the plan
 
 
 PAPER_HEADING = "## The paper's claims (docs/theory.md §8)"
@@ -205,6 +226,17 @@ def test_a_hypothesis_that_does_not_hold_is_a_finding_not_a_fail_of_the_report(t
     row = next(line for line in hypotheses.splitlines() if line.startswith("| 16. One real word, RAF"))
     assert "S_words 0.90 (n=10) -> 0.28 (n=100), ratio 0.32" in row and row.endswith("| **not supported** |")
     assert "\n0 supported, 1 not supported, 1 not measured.\n" in hypotheses
+    # the results pages: the one-word stage and the hypotheses on a page of their own, linked from the reproduction's
+    pages = write_pages(tmp_path / "offline", plan, ran, {"ws_rf": 75.2, "words_raf": 3.0}, ["make", "reproduce"])
+    assert [p.name for p in pages] == [REPRODUCTION_PAGE, BEYOND_PAGE]
+    reproduction, beyond = (p.read_text() for p in pages)
+    words_title = next(s.title for s in plan if s.name == "words_raf")
+    assert f"| ws_rf | Word sensitivity of RF (Figure 2 left) | {len(ws)} | 1 min 15 s |" in reproduction
+    assert f"| words_raf | {words_title} | {len(words)} | 3 s |" in reproduction
+    assert "[beyond the paper](beyond_paper.md)" in reproduction and f"## {words_title}" not in reproduction
+    assert beyond.startswith("# Beyond the paper\n") and "- command: `make reproduce`" in beyond
+    assert PAPER_HEADING not in beyond and beyond.index(HYPOTHESES_HEADING) < beyond.index(f"## {words_title}")
+    assert row in beyond and "\n0 supported, 1 not supported, 1 not measured.\n" in beyond
 
 
 def test_unknown_stage_is_rejected_before_any_work(tmp_path, capsys):

@@ -1,0 +1,50 @@
+"""`make results-pages`: the latest runs' pages and the figures they show, copied into docs/results/, or exit 2."""
+
+import pytest
+
+from wslight.app import results_pages
+
+
+def write_run(reports, folder, pages):
+    """A run's pages under reports/<folder>/, each showing one figure of its own that the folder holds."""
+    for name in pages:
+        figure = f"figures/{name.removesuffix('.md')}.png"
+        (reports / folder / "figures").mkdir(parents=True, exist_ok=True)
+        (reports / folder / figure).write_bytes(b"png of " + name.encode())
+        (reports / folder / name).write_text(f"# {name}\n\n![plot]({figure})\n")
+
+
+def test_a_missing_run_stops_the_copy_with_the_command_that_writes_it(tmp_path, capsys):
+    write_run(tmp_path / "reports", "offline", ["reproduction.md"])
+    argv = ["--reports", str(tmp_path / "reports"), "--docs", str(tmp_path / "docs")]
+    with pytest.raises(SystemExit) as exc:
+        results_pages.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("make results-pages: error: no `make bench` run to copy: ")
+    assert f"{tmp_path / 'reports' / 'bench' / 'ws_speed.md'}" in err and "run `make bench` first" in err
+    assert 'make results-pages RUNS="reproduce"' in err
+    assert not (tmp_path / "docs").exists()  # nothing copied, not even the run that is there
+
+
+def test_the_pages_and_their_figures_land_in_the_docs(tmp_path):
+    reports, docs = tmp_path / "reports", tmp_path / "docs"
+    write_run(reports, "offline", ["reproduction.md", "beyond_paper.md"])
+    write_run(reports, "bench", ["ws_speed.md", "attack_speed.md"])
+    (reports / "offline" / "figures" / "not_shown.png").write_bytes(b"")
+    copied = results_pages.main(["--reports", str(reports), "--docs", str(docs)])
+    pages = ["reproduction.md", "beyond_paper.md", "ws_speed.md", "attack_speed.md"]
+    assert sorted(p.relative_to(docs).as_posix() for p in copied) == sorted(
+        [*pages, *(f"figures/{p.removesuffix('.md')}.png" for p in pages)]
+    )
+    assert (docs / "ws_speed.md").read_text() == (reports / "bench" / "ws_speed.md").read_text()
+    assert (docs / "figures" / "beyond_paper.png").read_bytes() == b"png of beyond_paper.md"
+    assert not (docs / "figures" / "not_shown.png").exists()
+
+
+def test_one_run_alone_and_its_optional_page(tmp_path):
+    """`RUNS=reproduce`: a run without its one-word stages has no beyond_paper.md, and that is no missing run."""
+    write_run(tmp_path / "reports", "offline", ["reproduction.md"])
+    argv = ["--reports", str(tmp_path / "reports"), "--docs", str(tmp_path / "docs"), "--runs", "reproduce"]
+    copied = results_pages.main(argv)
+    assert [p.name for p in copied] == ["reproduction.png", "reproduction.md"]
