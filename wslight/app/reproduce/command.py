@@ -22,7 +22,8 @@ DESCRIPTION = """Run (or resume) the reproduction plan and write reports/<offlin
 tables, the paper's claims checked (PASS/FAIL), this package's hypotheses beyond the paper (supported or not) and
 provenance of every stage whose results are on disk. Each stage is an evaluate.py config that also runs alone and
 writes its results as trials finish: after an interruption, run the same command again to resume. `--only <stage> ...`
-runs those stages; the report keeps the others."""
+runs those stages; the report keeps the others. Beside the report go its results pages (reproduction.md and, with
+the one-word stages, beyond_paper.md), which `make results-pages` copies into docs/results/."""
 
 # Exit statuses, as every wslight command's (wslight.app.errors); a stage's own 2, 75, 130 or 143 is passed on.
 EXIT_STATUSES = {
