@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -10,9 +9,9 @@ from torch import Tensor
 
 from ..base import validate
 from ..base.seeding import generator
+from .attention_starts import rows_dot, structured_starts
 from .base import TokenwiseMap, register_map
-from .move import TokenMove, per_trial, project_ball, stack_trials, tangent_unit
-from .rows import token_mixes
+from .move import TokenMove, per_trial, stack_trials
 
 
 class _RandomAttentionBase(TokenwiseMap):
@@ -65,8 +64,9 @@ class RandomAttentionFeatures(_RandomAttentionBase):
     Input (B, n, d) for any n, output (B, n d). W is a buffer `W` (d x d, N(0, 1/d)) drawn from a generator seeded
     by `seed`; RAF and ReLU-RAF built with the same seed share W.
 
-    Search defaults (`search_defaults`): rounds of 6 chains (+-curvature, attract, steer, then 2 random starts) up to
-    64, 60 steps a chain (S within 3e-5 of 500 steps on 60 bundled reviews, n = 10, 50, 250).
+    Search defaults (`search_defaults`): rounds of 6 chains (+-curvature, attract, steer, the self-score start and its
+    mix with attract, `wslight.features.attention_starts`) up to 64, 60 steps a chain: within 1% of a 256-chain
+    reference on >= 95% of 20 bundled reviews at d = 32 and 384, n = 10, 50, 250 (docs/theory.md §4.3).
 
     Args:
         d: embedding dimension.
@@ -108,19 +108,6 @@ class ReLUAttentionFeatures(_RandomAttentionBase):
         row_sum = R.sum(dim=-1, keepdim=True)  # (B, n, 1)
         # Paper (authors' code): a zero row sum is replaced by 1, giving a zero attention row
         return R / torch.where(row_sum > 0, row_sum, torch.ones_like(row_sum))
-
-
-# ReLU-RAF self-capture starts: their steps (their mixes of x_i and the attracting direction: `token_mixes`)
-SELF_CAPTURE_STEPS = 60
-# then the captured ascent (docs/theory.md §4.3): its steps, and the score margin that keeps query i on key i alone
-CAPTURED_ASCENT_STEPS = 100
-CAPTURE_MARGIN = 0.2
-
-
-def _rows_dot(M: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """M[t, b, l] . y[t, b, p, r] for every row l: (T, B, n, d) and (T, B, P, R, d) -> (T, B, P, R, n)."""
-    T, B, P, R, d = y.shape
-    return (y.reshape(T, B, P * R, d) @ M.transpose(-1, -2)).reshape(T, B, P, R, -1)  # (T, B, PR, d) @ (T, B, d, n)
 
 
 class AttentionMove(TokenMove):
@@ -185,77 +172,12 @@ class AttentionMove(TokenMove):
             self.ee = Ed.pow(2).sum(-1)[:, :, :, None]  # (T, B, P, 1, n)
             self.eu = (Ed * self.U).sum(-1)[:, :, :, None]
             self.uu = self.U.pow(2).sum(-1)[:, :, :, None]
-            self.starts = self._starts(P, W, XWt)
+            self.starts = structured_starts(self, W, XWt)
 
     @classmethod
     def chain_elements(cls, maps, B, n, d):
         """Rough working memory, in elements, per chain and per position of one trial (sizes the search's chunks)."""
         return 12 * n + 8 * d, B * (3 * n * n + 5 * n * d)
-
-    def _starts(self, P: int, W: Tensor, XWt: Tensor) -> torch.Tensor:
-        """Structured starts (docs/theory.md §4): attract every query onto key i, or steer query i onto one key m.
-
-        W (T, d, d) the maps' weights, XWt (T, B, n, d) the rows (W x_j)^T.
-        """
-        d = W.shape[-1]
-        xbar = self.X0.mean(dim=2)  # (T, B, d)
-        attract = per_trial(xbar, W)  # (T, B, d) = (W^T xbar)^T
-        attract = attract / attract.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-        gain = (self.X0[:, :, None] - self.Oi[:, :, :, None]).norm(dim=-1) * XWt.norm(dim=-1)[:, :, None]
-        gain = gain.masked_fill(self.onehot[None, None], -1.0)  # (T, B, P, n)
-        target = gain.argmax(dim=-1)  # (T, B, P), the key m whose capture changes row i most
-        steer = torch.gather(XWt, 2, target[..., None].expand(-1, -1, -1, d))  # (T, B, P, d) = (W x_m)^T
-        steer = steer / steer.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-        starts = torch.stack([attract[:, :, None].expand(-1, -1, P, -1), steer], dim=3)  # (T, B, P, 2, d)
-        if self.relu:
-            starts = torch.cat([starts, self._self_capture(XWt, attract)], dim=3)
-        return starts
-
-    def _self_capture(self, XWt: Tensor, attract: Tensor) -> Tensor:
-        """ReLU-RAF starts where query i attends to itself alone (docs/theory.md §4.3).
-
-        Its output row becomes the moved token y = x_i + Delta, the largest change of that row, and the other rows'
-        weight on key i stays free.
-
-        From radius * unit(mix x_i/||x_i|| + (1 - mix) attract), for each mix of `token_mixes`, projected steps
-        on the capture penalty push every other key's score below zero and the self score above it (the "captured"
-        starts). From there, the captured ascent climbs the objective inside the capture region: its steps leave it
-        (the other rows pull y across the boundary of a key's score, where the objective has a ridge that plain
-        ascent stalls on), so each step is followed by steps back into the region with a margin. Both kinds are
-        returned: the ascended ones first, then the captured ones. XWt (T, B, n, d) the rows (W x_j)^T, attract
-        (T, B, d) a unit vector; returns (T, B, P, 2 K, d) unit-radius starts.
-        """
-        radius = self.xi.shape[-1] ** 0.5  # a start's direction only: the search scales it to its radius
-        delta = radius * token_mixes(self.xi, attract[:, :, None])  # (T, B, P, K, d)
-        for _ in range(SELF_CAPTURE_STEPS):
-            step, _ = self._capture_step(XWt, delta, 1.0)
-            delta = project_ball(delta - 0.05 * radius * step, radius)
-        captured = delta
-        for it in range(CAPTURED_ASCENT_STEPS):
-            eta = 0.002 + 0.05 * 0.5 * (1 + math.cos(math.pi * it / CAPTURED_ASCENT_STEPS))  # cosine-decayed length
-            _, g = self.value_and_grad(delta)
-            delta = project_ball(delta + eta * radius * tangent_unit(delta, g, radius), radius)
-            for _ in range(3):  # back into the capture region, only where it was left
-                step, outside = self._capture_step(XWt, delta, CAPTURE_MARGIN)
-                delta = torch.where(outside, project_ball(delta - 0.5 * eta * radius * step, radius), delta)
-        return torch.cat([delta, captured], dim=3) / radius
-
-    def _capture_step(self, XWt: Tensor, delta: Tensor, margin: float) -> tuple[Tensor, Tensor]:
-        """The unit descent direction of the capture penalty at delta, and whether the penalty is > 0 there.
-
-        The penalty is sum_{j != i} relu(r_j + margin)^2 + relu(margin - r_ii)^2 (r_j the scores of query i, r_ii its
-        self score); delta (T, B, P, K, d) -> direction, (T, B, P, K, 1) bool.
-        """
-        T, B, n, _ = XWt.shape
-        y = self.xi[:, :, :, None] + delta
-        r = _rows_dot(XWt / self.sq, y)  # (T, B, P, K, n), query i's scores of the keys j
-        h = per_trial(y, self.Ws)
-        r_ii = (h * y).sum(-1, keepdim=True) / self.sq
-        push = torch.relu(r + margin) * (~self.onehot)[None, None, :, None, :].to(delta.dtype)  # keys j != i
-        pull = torch.relu(margin - r_ii)
-        grad = (push.reshape(T, B, -1, n) @ XWt).reshape(y.shape) / self.sq - pull * 2 * h / self.sq
-        outside = (push.pow(2).sum(-1, keepdim=True) + pull.pow(2)) > 0
-        return grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-30), outside
 
     def _project(self, y: torch.Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """The products of y with the rows of K in one matmul.
@@ -342,7 +264,7 @@ class AttentionMove(TokenMove):
         # row i: out_i = sum_j w_j x'_j, x'_i = y; dL/dw_j = g_o . x'_j with g_o = 2 e_i
         onehot = self.onehot[None, None, :, None, :]
         g_o = 2 * e_i
-        q = _rows_dot(self.X0, g_o) + onehot * (g_o * delta).sum(-1, keepdim=True)  # (T, B, P, R, n)
+        q = rows_dot(self.X0, g_o) + onehot * (g_o * delta).sum(-1, keepdim=True)  # (T, B, P, R, n)
         dr = self._weights_back(w, inv_s, q)
         # rows l != i reach y through t_l, e.y, u.y and y.y; row i through r_j (j != i), r_ii = y^T Ws y / sqrt(d)
         # and the value x'_i = y
@@ -373,7 +295,7 @@ class AttentionMove(TokenMove):
         w_i = (w * onehot).sum(-1, keepdim=True)
         s_i = (self._weights_forward(w, inv_s, dr).reshape(*w.shape[:2], -1, w.shape[-1]) @ self.X0).reshape(v.shape)
         s_i = s_i + w_i * v
-        dq = self._weights_back(w, inv_s, _rows_dot(self.X0, s_i))
+        dq = self._weights_back(w, inv_s, rows_dot(self.X0, s_i))
         coef = torch.cat([dt, torch.zeros_like(dt), -keep * a * c, dq.masked_fill(onehot, 0.0)], dim=-1)
         Hv = self._back(coef) + y * (keep * a * c).sum(-1, keepdim=True)
         Hv = Hv + (keep * a.pow(2)).sum(-1, keepdim=True) * v + w_i * s_i

@@ -12,7 +12,8 @@ import math
 
 import torch
 
-from .attention import _RandomAttentionBase, _rows_dot
+from .attention import _RandomAttentionBase
+from .attention_starts import rows_dot
 from .base import register_map
 from .move import TokenMove, per_trial
 
@@ -147,9 +148,9 @@ class ElementwiseMove(TokenMove):
         T, B, P, R, d = delta.shape
         n = self.X0.shape[2]
         y = self.xi[:, :, :, None] + delta  # (T, B, P, R, d)
-        f_t = self.fmap.score(_rows_dot(self.XW, y) / self.sq, n)  # (T, B, P, R, n): key i's new weight per row
+        f_t = self.fmap.score(rows_dot(self.XW, y) / self.sq, n)  # (T, B, P, R, n): key i's new weight per row
         rows = self.U[:, :, :, None] + f_t[..., None] * y[..., None, :]  # (T, B, P, R, n, d)
-        r = _rows_dot(self.XWt, y) / self.sq  # (T, B, P, R, n)
+        r = rows_dot(self.XWt, y) / self.sq  # (T, B, P, R, n)
         r_ii = (per_trial(y, self.W) * y).sum(-1) / self.sq  # (T, B, P, R)
         onehot = self.onehot[None, None, :, None, :]  # (1, 1, P, 1, n)
         w = self.fmap.score(torch.where(onehot, r_ii[..., None], r), n)  # (T, B, P, R, n), row i's weights

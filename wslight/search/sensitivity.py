@@ -52,7 +52,8 @@ def word_sensitivity(
     the authors' code, drifts towards it). Then come the map's own starting directions (RAF/ReLU-RAF: the
     attention-attracting construction of docs/theory.md §3.5, Delta = radius W^T xbar / ||W^T xbar|| (an inferred
     construction), and a start that steers query i onto the key m that changes its output most, Delta ∝ W x_m;
-    ReLU-RAF also: starts where query i attends to itself alone, docs/theory.md §4.3). Further chains start at random
+    RAF also: the Delta that maximises query i's self score and its mix with the attracting one; ReLU-RAF: starts
+    where query i attends to itself alone, docs/theory.md §4.3). Further chains start at random
     points, drawn from `wslight.base.seeding.generator(seed, "ws.init", position)` (round r > 0: `(seed, "ws.init",
     position, r)`), so a chain does not depend on the chunking or on the other positions requested.
 
