@@ -27,7 +27,7 @@ from wslight.features.rows import (
     row_subspaces,
     unit,
 )
-from wslight.search import ascent
+from wslight.search import ascent, kept
 from wslight.search.chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
 from wslight.search.sensitivity import word_sensitivity
 from wslight.search.settings import SearchSettings, family_defaults
@@ -139,7 +139,7 @@ def test_reported_s_is_the_best_float64_value_of_the_best_chains(monkeypatch):
     phi0, phi1 = exact(X.double()), exact(Xp)
     recomputed = (phi1 - phi0).norm(dim=-1) / phi0.norm(dim=-1)
     torch.testing.assert_close(res.ws, recomputed, rtol=1e-9, atol=1e-12)
-    monkeypatch.setattr(ascent, "FINAL_CANDIDATES", 1)  # the best chain by its float32 objective alone
+    monkeypatch.setattr(kept, "FINAL_CANDIDATES", 1)  # the best chain by its float32 objective alone
     one = word_sensitivity(fmap, X, chains_per_round=8, max_chains=8, seed=5)
     assert (res.ws >= one.ws * (1 - 1e-12)).all()
 

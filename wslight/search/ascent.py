@@ -1,7 +1,7 @@
 """The search behind the word-sensitivity estimate (docs/theory.md §4).
 
 Monotone projected ascent of ||phi(X^i(Delta)) - phi(X)||^2 for every (trial, sample, position, restart) chain at once,
-its starting points, and its result.
+its starting points, and its result; the chains kept across rounds are `wslight.search.kept`'s.
 """
 
 from __future__ import annotations
@@ -18,13 +18,12 @@ from ..base import validate
 from ..features.move import GenericMove, TokenMove, project_ball, trial_selector
 from ..features.rows import REMOVAL_ROWS, REMOVAL_SINGULAR, ROW_LIMIT, unit
 from .chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
+from .kept import KeptChains, candidate_values
 from .radius_split import ALLOCATION_RANDOM, allocated_start
 from .result import WSResult
 from .settings import SearchSettings
 from .starts import seeded_draws, top_curvature
 
-# The best chains (by the working-dtype objective) whose S is recomputed in float64; the largest is reported
-FINAL_CANDIDATES = 4
 # The first round of a map on the generic path (no structured starts of its own) runs this many times `chains_per_round`
 # chains, and its last round is a polishing one, started POLISH_JITTER x the radius from the best point (ReLU-RAF as
 # a plain module at d = 32, n = 12, 20 reviews within 1% of the best value any run found: 80% with 12 chains a round,
@@ -48,68 +47,6 @@ class _ClosedForm(Protocol):
     """A token-move algebra with its objective's value and gradient in closed form (e.g. RF, attention)."""
 
     def value_and_grad(self, delta: Tensor) -> tuple[Tensor, Tensor]: ...
-
-
-@dataclass
-class _Kept:
-    """The best chains of one chunk's rounds so far, per (trial, sample), and what the next round is decided on."""
-
-    f: Tensor  # (T, B, K) float64 the FINAL_CANDIDATES best chains' objectives, best first
-    x: Tensor  # (T, B, K, d) float64 their Delta
-    j: Tensor  # (T, B, K) their positions' indices
-    s: Tensor  # (T, B, K, d) float64 where those chains started
-    steps: Tensor  # (T, B) most steps of a chain
-    values: list[Tensor]  # per round, (T, B, P R) every chain's best objective (-inf: not run)
-    chains: int = 0  # per (sample, position), of the trials still running
-    near: Tensor | None = None  # (T, B) chains within NEAR_BEST of the best, after the last round merged
-
-    @classmethod
-    def empty(cls, T: int, B: int, d: int) -> _Kept:
-        """No chain kept yet for T trials x B samples of dimension d."""
-        K = FINAL_CANDIDATES
-        return cls(
-            f=torch.full((T, B, K), -math.inf, dtype=torch.float64),
-            x=torch.zeros(T, B, K, d, dtype=torch.float64),
-            j=torch.zeros(T, B, K, dtype=torch.long),
-            s=torch.zeros(T, B, K, d, dtype=torch.float64),
-            steps=torch.zeros(T, B, dtype=torch.long),
-            values=[],
-        )
-
-    def merge(self, f_k: Tensor, x_k: Tensor, steps_k: Tensor, st_k: Tensor, sub_k: Tensor) -> Tensor:
-        """Merge a round's chains of the trials sub_k into the kept ones; returns each sample's gain of S, (T, B).
-
-        f_k (T', B, P, R) the chains' best objectives, x_k (T', B, P, R, d) their points, steps_k their steps, st_k
-        their starts. The first round gains on nothing (before = -inf), so a second round always follows.
-        """
-        T, B, K = self.f.shape
-        d = self.x.shape[-1]
-        P, R = f_k.shape[2], f_k.shape[-1]
-        f_round = torch.full((T, B, P * R), -math.inf, dtype=torch.float64)
-        f_round[sub_k] = f_k.reshape(len(sub_k), B, P * R)
-        self.values.append(f_round)
-        before = self.f[..., 0].clone()
-        # merge this round's best chains into the kept ones
-        f_new, i_new = f_round[sub_k].topk(min(K, P * R), dim=-1)  # (T', B, k)
-        x_flat = x_k.reshape(len(sub_k), B, P * R, d)
-        pick = i_new[..., None].expand(-1, -1, -1, d).to(x_flat.device)
-        x_new = x_flat.gather(2, pick).cpu().to(torch.float64)
-        s_new = st_k.reshape(len(sub_k), B, P * R, d).gather(2, pick).cpu().to(torch.float64)
-        f_all = torch.cat([self.f[sub_k], f_new], dim=-1)
-        self.f[sub_k], order = f_all.topk(K, dim=-1)
-        self.x[sub_k] = torch.cat([self.x[sub_k], x_new], dim=2).gather(2, order[..., None].expand(-1, -1, -1, d))
-        self.s[sub_k] = torch.cat([self.s[sub_k], s_new], dim=2).gather(2, order[..., None].expand(-1, -1, -1, d))
-        self.j[sub_k] = torch.cat([self.j[sub_k], i_new // R], dim=-1).gather(2, order)
-        self.steps[sub_k] = torch.maximum(self.steps[sub_k], steps_k.reshape(len(sub_k), B, -1).max(dim=-1).values)
-        self.chains += R
-        self.near = near_best(torch.cat(self.values, dim=-1), self.f[..., 0], squared=True)
-        # on S, not S^2
-        return (self.f[..., 0].clamp_min(0) / before.clamp_min(1e-300)).sqrt() - 1
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Public API
-# ----------------------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -207,7 +144,7 @@ class Search:
             steps = torch.maximum(steps, steps_c)
         f, delta, position, ws, phi_norm, factor = (torch.cat(parts, dim=2) for parts in zip(*cands))
         if bool(ws.isnan().any()):
-            ws, phi_norm = self._final_value(exact, X, position, delta)
+            ws, phi_norm = candidate_values(exact, X, position, delta)
         # the candidate whose float64 value is largest: a float32 objective can be off at a discontinuity of the map
         # (ReLU-RAF's row whose only positive score is ~0, docs/theory.md §4.3), so the reported S is the best of the
         # best few chains' exact values
@@ -328,7 +265,7 @@ class Search:
         """
         T, B, P, _, d = starts.shape
         device = starts.device
-        kept = _Kept.empty(T, B, d)
+        kept = KeptChains.empty(T, B, d)
         run = torch.arange(T)  # the trials of this round
         # "search": rounds until each best is tight; "confirm": a round of chains started near the start of a best
         # that stands alone; "polish": the generic path's last round, chains started next to the best point found
@@ -358,7 +295,7 @@ class Search:
         pos: list[int],
         seeds: list[int],
         round_: int,
-        kept: _Kept,
+        kept: KeptChains,
         device: torch.device,
         dt: torch.dtype,
     ) -> Tensor:
@@ -413,7 +350,7 @@ class Search:
 
     def _take_round(
         self,
-        kept: _Kept,
+        kept: KeptChains,
         ran: tuple[Tensor, Tensor, Tensor, Tensor, Tensor],
         ahead: int,
         run: Tensor,
@@ -448,7 +385,7 @@ class Search:
             run = run[more[run].any(dim=1)]
         return run, round_
 
-    def _after_rounds(self, token: TokenMove, phase: str, kept: _Kept, T: int) -> tuple[str, Tensor] | None:
+    def _after_rounds(self, token: TokenMove, phase: str, kept: KeptChains, T: int) -> tuple[str, Tensor] | None:
         """The next phase and its trials once no trial needs another round; None when the chunk is done.
 
         After the search, a best no second chain came within 1% of gets one round started near its own start: a
@@ -509,20 +446,3 @@ class Search:
             torch.cat([c.best_x for c in out], dim=3),
             torch.cat([c.steps for c in out], dim=3).cpu(),
         )
-
-    def _final_value(self, exact, X: Tensor, position: Tensor, delta: Tensor) -> tuple[Tensor, Tensor]:
-        """S and ||phi(X)|| of every candidate with the full maps in float64.
-
-        The clean samples and all the candidates' perturbed ones in one pass per trial: position (T, B, K), delta (T, B,
-        K, d) -> (T, B, K) twice.
-        """
-        assert exact is not None  # only algebras with an exact64 (which fills S) come without it
-        T, B, K = position.shape
-        X64 = X.to(torch.float64)
-        Xp = X64[:, :, None].repeat(1, 1, K, 1, 1)  # (T, B, K, n, d)
-        t_idx, b_idx, k_idx = torch.meshgrid(torch.arange(T), torch.arange(B), torch.arange(K), indexing="ij")
-        Xp[t_idx, b_idx, k_idx, position.to(X.device)] += delta.to(X.device)
-        phi = exact(torch.cat([X64, Xp.flatten(1, 2)], dim=1))  # (T, B + B K, p)
-        phi0, phi1 = phi[:, :B].cpu(), phi[:, B:].cpu().reshape(T, B, K, -1)
-        phi_norm = phi0.norm(dim=-1)[..., None].expand(T, B, K)
-        return (phi1 - phi0[:, :, None]).norm(dim=-1) / phi_norm, phi_norm.contiguous()
