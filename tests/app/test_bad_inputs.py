@@ -39,7 +39,13 @@ WS = (
 )
 ATTACK = (
     "attack/fig4",
-    {"cases": [{"map": "raf", "n": 6}], "N_values": [10], "losses": ["err"], "steps": 10, "embeddings.max_length": 16},
+    {
+        "cases": [{"map": "raf", "n": 6}],
+        "N_values": [10],
+        "losses": ["err"],
+        "attack.steps": 10,
+        "embeddings.max_length": 16,
+    },
 )
 PROBE = ("probes/attention_under_delta", {})
 
@@ -127,7 +133,7 @@ CLI_CASES = [
     ),
     ("attack", {"trainings": "[scratch]"}, ["trainings", "scratch"]),
     ("attack", {"losses": "[penalized]", "penalties": "[-1.0]"}, [r"penalties must be a finite number >= 0, got -1.0"]),
-    ("attack", {"position": 6}, [r"position must be an integer in \[0, 5\], got 6"]),
+    ("attack", {"attack.position": 6}, [r"position must be an integer in \[0, 5\], got 6"]),
     ("attack", {"d": 17}, [r"d must be <= 16 \(the embeddings' hidden size\), got 17"]),
     ("attack", {"cases": "[{map: rf, n: 20}]"}, [r"cases.n: n must be <= 16 \(embeddings.max_length\), got 20"]),
 ]

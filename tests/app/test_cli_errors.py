@@ -288,5 +288,34 @@ def test_a_search_setting_at_its_old_place_names_the_new_key(tmp_path, cli_fails
     assert f"{saved}: model.init_args.max_steps: write model.init_args.search.max_steps" in err
     err = cli_fails(["test", "--config", "ws/raf", "--model.init_args.restarts", "8"], evaluate=True)
     assert "the command line: model.init_args.restarts: write model.init_args.search.chains_per_round" in err
-    # the attack keeps its own restarts
-    cli_fails(["test", "--config", "attack/fig4", "--model.init_args.restarts", "0"], evaluate=True)
+    # the attack's restarts is its own, in its own block
+    err = cli_fails(["test", "--config", "attack/fig4", "--model.init_args.restarts", "0"], evaluate=True)
+    assert "the command line: model.init_args.restarts: write model.init_args.attack.restarts" in err
+
+
+def test_an_attack_setting_at_its_old_place_names_the_new_key(tmp_path, cli_fails):
+    """The Delta attack's settings written at their old place are one block naming the new key.
+
+    The sweep's and the callback's `steps`, `restarts`, `faithful` and `position` moved into one `attack:` block, and
+    the callback's `penalty` is `penalties` (a list, as the sweep's): a saved config or an override that writes them
+    the old way is one block, before any work.
+    """
+    saved = tmp_path / "saved_attack.yaml"
+    text = (ROOT / "configs" / "attack" / "fig5.yaml").read_text()
+    old = "    position: 0\n    steps: null\n    restarts: 2\n    faithful: false\n    seed: 0\n"
+    saved.write_text(text.replace("    seed: 0\n", old, 1))
+    err = cli_fails(["test", "--config", str(saved)], evaluate=True)
+    for key in ("position", "steps", "restarts", "faithful"):
+        assert f"{saved}: model.init_args.{key}: write model.init_args.attack.{key}" in err
+    err = cli_fails(["test", "--config", "attack/fig5", "--model.steps=60"], evaluate=True)
+    assert "the command line: model.init_args.steps: write model.init_args.attack.steps" in err
+    callback = tmp_path / "saved_callback.yaml"
+    text = (ROOT / "configs" / "attack" / "callback_raf.yaml").read_text()
+    callback.write_text(text.replace("        seed: 0\n", "        steps: 40\n        penalty: 0.5\n        seed: 0\n"))
+    err = cli_fails(["fit", "--config", str(callback)])
+    place = "trainer.callbacks.1.init_args"
+    assert f"{callback}: {place}.steps: write {place}.attack.steps" in err
+    assert f"{callback}: {place}.penalty: write {place}.penalties" in err and "`penalties: [...]`" in err
+    err = cli_fails(["fit", "--config", "attack/callback_raf", "--trainer.callbacks.init_args.restarts", "2"])
+    place = "trainer.callbacks.init_args"
+    assert f"the command line: {place}.restarts: write {place}.attack.restarts" in err

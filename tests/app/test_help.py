@@ -3,6 +3,7 @@
 Lightning's whole help behind `--help-all`, and `--model.help` by short class name.
 """
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -65,6 +66,23 @@ def test_evaluate_help_with_a_config_shows_its_class_options_and_values(capsys):
     assert "--optimizer" not in out and "--ckpt_path" not in out
     assert lines[-1].endswith("evaluate.py --config ws/raf --help-all")
     assert len(lines) * 5 < len(lightning_help(capsys, ["--config", "ws/raf"]).splitlines())
+
+
+def test_attack_help_shows_the_attack_settings_field_by_field(capsys):
+    """`--model.attack.<field>` for every field of AttackSettings, with the first sentence of the field's docstring."""
+    from wslight.attack import AttackSettings
+
+    assert main(["evaluate", "--config", "attack/fig5", "--model.attack.restarts", "2", "--help"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "  --model.attack  AttackSettings | None, default null; given: {restarts: 2}" in lines
+    docs = arg_docs(AttackSettings.__doc__)
+    for field in dataclasses.fields(AttackSettings):
+        head = next(i for i, line in enumerate(lines) if line.startswith(f"  --model.attack.{field.name}  "))
+        shown = " ".join(line.strip() for line in lines[head + 1 : head + 4] if line.startswith("      "))
+        assert shown.startswith(first_sentence(docs[field.name])[:60]), (field.name, shown)
+    restarts = next(line for line in lines if line.startswith("  --model.attack.restarts  "))
+    assert restarts == "  --model.attack.restarts  int | None, default null; given: 2"
+    assert not any(line.startswith(("  --model.steps ", "  --model.position ")) for line in lines)  # no loose keys
 
 
 def test_an_overlay_shows_its_base_class_and_the_overlay_values(capsys):

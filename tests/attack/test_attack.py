@@ -177,7 +177,7 @@ class _Untouchable(RandomAttentionFeatures):
         (dict(training="total"), r"training must be one of \['finetune', 'retrain'\], got 'total'"),
         (dict(loss="penalized", penalty=-0.1), r"penalty must be a finite number >= 0, got -0.1"),
         (dict(position=4), r"position must be an integer in \[0, 3\], got 4"),
-        (dict(position=-1), r"position must be an integer in \[0, 3\], got -1"),
+        (dict(position=-1), r"position must be an integer >= 0, got -1"),  # the settings, before the sizes
         (dict(train_ids=torch.arange(10), ctx_ids=torch.tensor([20, 3])), r"ctx_ids: .*got shared id\(s\) \[3\]"),
         (dict(faithful=True, restarts=3), r"restarts must be 1 .* got 3"),
     ],

@@ -16,6 +16,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
+from wslight.attack import AttackSettings
 from wslight.base.seeding import derive_seed
 from wslight.data import EmbeddingSpec
 from wslight.features import MAPS, make_map, resolve_map, resolve_maps
@@ -152,7 +153,7 @@ def test_attack_sweep_takes_a_user_map_in_cases(tmp_path, user_module, cpu_train
         d=8,
         N_values=[10],
         trials=1,
-        steps=10,
+        attack=AttackSettings(steps=10),
         embeddings=tiny_embeddings(tmp_path),
         output_dir=str(tmp_path / "out"),
     )

@@ -11,6 +11,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 
 import wslight.tasks.attack_sweep as attack_sweep
+from wslight.attack import AttackSettings
 from wslight.data import EmbeddingSpec
 from wslight.features import RandomAttentionFeatures, RandomFeatures
 from wslight.records import results
@@ -21,7 +22,7 @@ from wslight.tasks.classifier import FeatureMapClassifier
 
 ROOT = Path(__file__).resolve().parents[2]
 ATTACK_FIELDS = results.ATTACK_FIELDS | {"sample_id"}
-FAST = {"steps": 40, "restarts": 2}
+FAST = {"attack": AttackSettings(steps=40, restarts=2)}
 
 
 # Tiny tensors, many small steps: one torch thread (the conftest fixture) avoids pool contention.
@@ -137,17 +138,24 @@ def test_rerun_appends_nothing_and_is_deterministic_another_map_appends(fitted):
         ({"losses": ["err", "bogus"]}, "losses"),
         ({"losses": []}, "losses"),
         ({"trainings": ["finetune", "refit"]}, "trainings"),
-        ({"penalty": -1.0}, "penalty"),
+        ({"penalties": [-1.0]}, "penalties"),
+        ({"penalties": []}, "penalties"),
         ({"num_contexts": 0}, "num_contexts"),
         ({"N": 0}, "N"),
-        ({"steps": 0}, "steps"),
         ({"hook": "val_end"}, "hook"),
-        ({"faithful": True, "restarts": 3}, "restarts"),
     ],
 )
 def test_bad_arguments_name_the_key(kwargs, key):
     with pytest.raises(ValueError, match=rf"^{key} must .*got "):
         DeltaAttack(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "fields, key", [({"steps": 0}, "steps"), ({"faithful": True, "restarts": 3}, "restarts"), ({"lr": 0.0}, "lr")]
+)
+def test_bad_attack_settings_name_the_field_before_the_callback(fields, key):
+    with pytest.raises(ValueError, match=rf"^{key} must .*got "):
+        DeltaAttack(attack=AttackSettings(**fields))
 
 
 def test_bad_sizes_raise_before_any_attack(fitted, monkeypatch, tmp_path):
@@ -163,7 +171,7 @@ def test_bad_sizes_raise_before_any_attack(fitted, monkeypatch, tmp_path):
     with pytest.raises(ValueError, match=rf"^num_contexts must be <= {len(dm.test_indices)} .*got 500"):
         DeltaAttack(num_contexts=500).run(trainer, model)
     with pytest.raises(ValueError, match=r"^position must be .*\[0, 5\].*got 6"):
-        DeltaAttack(position=6).run(trainer, model)
+        DeltaAttack(attack=AttackSettings(position=6)).run(trainer, model)
     # N >= the feature dimension (RF with k = 20 features, 42 training samples): the heads would not interpolate
     with (
         pytest.raises(ValueError, match=r"^N must be < 20 \(the feature dimension.*got 42"),

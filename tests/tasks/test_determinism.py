@@ -40,7 +40,7 @@ WS_CONFIG = (
 ATTACK = {"N_values": [10], "trials": 2, "losses": ["err"], "seed": 1, "trials_per_step": 1}
 ATTACK_CONFIG = (
     "attack/fig4",
-    {**ATTACK, "cases": [{"map": "raf", "n": 6}], "d": 8, "steps": 60, "embeddings.max_length": 16},
+    {**ATTACK, "cases": [{"map": "raf", "n": 6}], "d": 8, "attack.steps": 60, "embeddings.max_length": 16},
 )
 # The bundled reviews and vocabulary: one real word, with heads, each trial its own step (two per process).
 WORDS_CONFIG = ("words/raf", {"maps": ["raf"], "n_values": [4], "trials": 4, "N": 12, "trials_per_step": 1})
@@ -52,8 +52,8 @@ WIDE_ATTACK_CONFIG = (
         **ATTACK,
         "cases": [{"map": "raf", "n": 100}],
         "d": 384,
-        "steps": 30,
-        "restarts": 2,
+        "attack.steps": 30,
+        "attack.restarts": 2,
         "embeddings.synthetic_dim": 384,
         "embeddings.num_samples": 12,
         "embeddings.max_length": 100,

@@ -235,7 +235,7 @@ ATTACK = (
         "trials_per_step": 1,
         "trainings": ["retrain"],
         "losses": ["err"],
-        "steps": 20,
+        "attack.steps": 20,
     },
 )
 

@@ -26,7 +26,7 @@ from typing import Any
 from ..base import validate
 from .config_files import base_of, config_paths, load_yaml, read_config
 from .errors import UsageError
-from .renames import check_moved_class_paths, check_moved_search_keys
+from .renames import check_moved_attack_keys, check_moved_class_paths, check_moved_search_keys
 
 # Training sizes are written once, under data, and linked to the map and the head (target -> source).
 LINKS = {
@@ -134,6 +134,7 @@ def check_command(args: list[str], evaluate: bool) -> list[str]:
     trees = [(str(path), read_config(path)) for path in files]
     check_moved_class_paths(trees, args)
     check_moved_search_keys(trees, args)
+    check_moved_attack_keys(trees, args)
     for i, (path, tree) in enumerate(trees):
         _check_top_keys(path, tree)
         _check_entry_point(tree, files, i, evaluate, subcommand)

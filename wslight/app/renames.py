@@ -4,7 +4,9 @@ Every LightningModule, callback, evaluation and the DataModule now live in `wsli
 config that names their old modules (`wslight.evaluations.WordSensitivitySweep`, `wslight.models.FeatureMapClassifier`,
 `wslight.callbacks.DeltaAttack`, `wslight.data.EmbeddingDataModule`) is refused before anything runs. So is a
 word-sensitivity sweep's search setting written at its old place (`model.init_args.restarts`): the settings are one
-`search:` block now, and `restarts` is `chains_per_round`.
+`search:` block now, and `restarts` is `chains_per_round`. So is an attack setting of the Delta-attack sweep or callback
+at its old place (`model.init_args.steps`, `trainer.callbacks.<i>.init_args.restarts`): they are one `attack:` block,
+and the callback's `penalty` is `penalties`.
 """
 
 from __future__ import annotations
@@ -84,24 +86,28 @@ MOVED_SEARCH_KEYS = {
 SEARCH_SWEEPS = ("WordSensitivitySweep", "WordSubstitutionSweep")
 
 
+def _model_keys(trees: list[tuple[str, Any]], args: list[str], keys: Any) -> list[tuple[str, str]]:
+    """(where, key) of each of `keys` given under model.init_args, in a config file or on the command line."""
+    given: list[tuple[str, str]] = []
+    for where, tree in trees:
+        init = ((tree or {}).get("model") or {}).get("init_args") or {} if isinstance(tree, dict) else {}
+        given += [(where, k) for k in init if k in keys]
+    for a in args:
+        key = a.partition("=")[0].removeprefix("--model.").removeprefix("init_args.")
+        if a.startswith("--model.") and key in keys:
+            given.append(("the command line", key))
+    return given
+
+
 def check_moved_search_keys(trees: list[tuple[str, Any]], args: list[str]) -> None:
     """Refuse a search setting of a word-sensitivity sweep at its old place, in a config file or on the command line.
 
     Raises:
         UsageError: one block naming each old key, where it is given and the key to write instead.
     """
-    classes = [v for _, tree in trees for k, v in _class_paths(tree) if k == "model.class_path"]
-    classes += [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("--model", "--model.class_path")]
-    if not classes or classes[-1].rpartition(".")[2] not in SEARCH_SWEEPS:
-        return  # the attack keeps its own `restarts`
-    given = []
-    for where, tree in trees:
-        init = ((tree or {}).get("model") or {}).get("init_args") or {} if isinstance(tree, dict) else {}
-        given += [(where, k) for k in init if k in MOVED_SEARCH_KEYS]
-    for a in args:
-        key = a.partition("=")[0].removeprefix("--model.").removeprefix("init_args.")
-        if a.startswith("--model.") and key in MOVED_SEARCH_KEYS:
-            given.append(("the command line", key))
+    if _model_class(trees, args) not in SEARCH_SWEEPS:
+        return  # another evaluation's `restarts` (the attack's: `check_moved_attack_keys`)
+    given = _model_keys(trees, args, MOVED_SEARCH_KEYS)
     if given:
         lines = "; ".join(
             f"{where}: model.init_args.{key}: write model.init_args.search.{MOVED_SEARCH_KEYS[key]}"
@@ -110,4 +116,70 @@ def check_moved_search_keys(trees: list[tuple[str, Any]], args: list[str]) -> No
         raise UsageError(
             f"{lines} (the search's settings are one block, `search: {{chains_per_round: ..., max_chains: ...}}`, "
             "and `restarts` is `chains_per_round`; see `wslight evaluate --config ws/raf --help`)"
+        )
+
+
+# The attack settings the Delta-attack sweep and callback took one by one -> their field of `attack:`
+MOVED_ATTACK_KEYS = {key: f"attack.{key}" for key in ("steps", "restarts", "faithful", "position")}
+# ... and the callback's one penalty weight -> the list of the sweep's name
+MOVED_CALLBACK_KEYS = {**MOVED_ATTACK_KEYS, "penalty": "penalties"}
+
+
+def _model_class(trees: list[tuple[str, Any]], args: list[str]) -> str:
+    """The short name of the model class the command line runs ("" when none is named)."""
+    classes = [v for _, tree in trees for k, v in _class_paths(tree) if k == "model.class_path"]
+    classes += [args[i + 1] for i, a in enumerate(args[:-1]) if a in ("--model", "--model.class_path")]
+    return classes[-1].rpartition(".")[2] if classes else ""
+
+
+def _sweep_attack_keys(trees: list[tuple[str, Any]], args: list[str]) -> list[tuple[str, str, str]]:
+    """(where, old key, new key) of the Delta-attack sweep's attack settings at their old place."""
+    given = _model_keys(trees, args, MOVED_ATTACK_KEYS)
+    return [(where, f"model.init_args.{k}", f"model.init_args.{MOVED_ATTACK_KEYS[k]}") for where, k in given]
+
+
+def _callback_attack_keys(trees: list[tuple[str, Any]], args: list[str]) -> list[tuple[str, str, str]]:
+    """(where, old key, new key) of the `DeltaAttack` callback's attack settings (and `penalty`) at their old place."""
+    found: list[tuple[str, str, str]] = []
+    attacked = False
+    for where, tree in trees:
+        trainer = (tree or {}).get("trainer") or {} if isinstance(tree, dict) else {}
+        callbacks = trainer.get("callbacks") if isinstance(trainer, dict) else None
+        for i, cb in enumerate(callbacks if isinstance(callbacks, list) else []):
+            if not isinstance(cb, dict) or str(cb.get("class_path", "")).rpartition(".")[2] != "DeltaAttack":
+                continue
+            attacked = True
+            old = [k for k in cb.get("init_args") or {} if k in MOVED_CALLBACK_KEYS]
+            place = f"trainer.callbacks.{i}.init_args"
+            found += [(where, f"{place}.{k}", f"{place}.{MOVED_CALLBACK_KEYS[k]}") for k in old]
+    attacked = attacked or any(a.endswith("DeltaAttack") for a in args)  # `--trainer.callbacks+=...DeltaAttack`
+    for a in args if attacked else []:
+        key = a.partition("=")[0].removeprefix("--trainer.callbacks.").removeprefix("init_args.")
+        if a.startswith("--trainer.callbacks.") and key in MOVED_CALLBACK_KEYS:
+            place = "trainer.callbacks.init_args"
+            found.append(("the command line", f"{place}.{key}", f"{place}.{MOVED_CALLBACK_KEYS[key]}"))
+    return found
+
+
+def check_moved_attack_keys(trees: list[tuple[str, Any]], args: list[str]) -> None:
+    """Refuse an attack setting of the Delta-attack sweep or callback at its old place (config or command line).
+
+    The sweep's and the callback's `steps`, `restarts`, `faithful` and `position` are one `attack:` block
+    (`AttackSettings`) now, and the callback's `penalty` is `penalties`, a list, as the sweep's.
+
+    Raises:
+        UsageError: one block naming each old key, where it is given and the key to write instead.
+    """
+    found = _sweep_attack_keys(trees, args) if _model_class(trees, args) == "DeltaAttackSweep" else []
+    found += _callback_attack_keys(trees, args)
+    if found:
+        lines = "; ".join(f"{where}: {old}: write {new}" for where, old, new in found)
+        penalty = (
+            ", and the callback's `penalty` is `penalties: [...]`"
+            if any(o.endswith("penalty") for _, o, _ in found)
+            else ""
+        )
+        raise UsageError(
+            f"{lines} (the attack's settings are one block, `attack: {{steps: ..., restarts: ..., faithful: ..., "
+            f"position: ...}}`{penalty}; see `wslight evaluate --config attack/fig4 --help`)"
         )

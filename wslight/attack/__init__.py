@@ -2,25 +2,31 @@
 
 Modules, from the top down:
 - `delta`: `delta_attack` and `delta_attacks` (every training and loss of a trial in one search);
-- `inputs`: `AttackInputs`, the checked training set, context sample and settings of a trial;
+- `settings`: `AttackSettings`, the optimiser's settings (steps, lr, restarts, faithful, position, radius, dtype),
+  checked once, with their defaults and the authors' schedules;
+- `inputs`: `AttackInputs`, the checked training set, context sample and resolved settings of a trial, and
+  `draw_samples`, the seeded choice of the training and context samples;
 - `losses`: the attack's objectives (`err`, `align`, `align_proj`, `penalized`);
 - `heads`: the closed-form heads in N x N space (min-norm interpolator, fine-tuned and re-trained heads).
 """
 
 from .delta import delta_attack, delta_attacks, output_records
 from .heads import Heads, HeadScalars, fit_heads, min_norm_interpolator
-from .inputs import AttackInputs, checked_inputs
+from .inputs import AttackInputs, checked_inputs, draw_samples
 from .losses import LOSSES, attack_objective
+from .settings import AttackSettings
 
 __all__ = [
     "LOSSES",
     "AttackInputs",
+    "AttackSettings",
     "HeadScalars",
     "Heads",
     "attack_objective",
     "checked_inputs",
     "delta_attack",
     "delta_attacks",
+    "draw_samples",
     "fit_heads",
     "min_norm_interpolator",
     "output_records",

@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import fields
 from functools import partial
-from typing import Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -35,6 +35,7 @@ from ..search.chains import Evaluate, FixedStep, MomentumDescent, StepRule, auto
 from .heads import Heads, HeadScalars, fit_heads
 from .inputs import AttackInputs, checked_inputs
 from .losses import attack_objective
+from .settings import AttackSettings
 
 # The improved optimiser: momentum steps normalised per sample (initial length lr * radius), cosine decay,
 # restarts batched, early stop when the best loss improves by less than rtol * |loss| + atol over `patience` steps.
@@ -94,7 +95,7 @@ def delta_attack(
     training: Literal["finetune", "retrain"] = "retrain",
     loss: Literal["err", "align", "align_proj", "penalized"] = "err",
     penalty: float = 0.0,
-    **options,
+    **options: Any,
 ) -> dict[str, Tensor]:
     """The attack under one objective (training, loss, penalty): `delta_attacks` with that one.
 
@@ -110,19 +111,14 @@ def delta_attacks(
     X_ctx: Tensor,
     y_ctx: Tensor,
     objectives: Sequence[tuple[str, str, float]] = (("retrain", "err", 0.0),),
-    position: int = 0,
-    radius: float | None = None,
-    steps: int | None = None,
-    lr: float | None = None,
-    restarts: int | None = None,
+    settings: AttackSettings | None = None,
     seed: int | Sequence[int] = 0,
-    faithful: bool = False,
     N: int | None = None,
     train_ids: Tensor | None = None,
     ctx_ids: Tensor | None = None,
-    dtype: torch.dtype | None = None,
     return_delta: bool = False,
     cache: dict | None = None,
+    **changes: Any,
 ) -> list[dict[str, Tensor]]:
     """Optimise Delta on one token of each context sample and report the closed-form heads' outputs.
 
@@ -153,25 +149,21 @@ def delta_attacks(
         objectives: (training, loss, penalty) triples; training "finetune" (theta_f) or "retrain" (theta_r); loss
             "err" (16), "align" (24a), "align_proj" (24b) or "penalized" (err + penalty (phi^T theta*)^2); penalty
             the weight (called p in the paper and in results.jsonl), >= 0, used by "penalized".
-        position: index of the perturbed token (0 = [CLS] as in the paper).
-        radius: radius of the ball around the clean token; None means sqrt(d).
-        steps: maximum number of steps; None means 400 (faithful: 300 for RF/DRF, 50 n for RAF/ReLU-RAF).
-        lr: initial step length as a fraction of the radius, cosine-decayed to 1% of it; None means 0.1 (faithful:
-            the plain GD step size, None means 100 for RF/DRF and 1 for RAF/ReLU-RAF).
-        restarts: restarts per sample, the first at the clean token; None means 4 (faithful: exactly 1).
+        settings: the optimiser's settings (`AttackSettings`: steps, lr, restarts, faithful, position, radius, dtype);
+            a field left at None takes its default for the map and sizes (`AttackSettings.resolved`). None: every
+            field at its default. With dtype float32 (the default) every step of a chain reads the map's weights (RF:
+            a k x d block per trial) in float32, which halves its memory traffic; the heads are always float64, and
+            so are the reported values: the kept Delta is read out once more by the same map's algebra in float64
+            (`float64_twin`).
         seed: seed of the restart draws: one for all trials, or a list with one per trial.
-        faithful: run the authors' fixed-step schedule instead of the improved optimiser.
         N: number of training samples used; None means all M.
         train_ids: optional (M,) or (T, M) sample ids of X_train, to check that no context sample is a training one.
         ctx_ids: optional (B,) or (T, B) sample ids of X_ctx.
-        dtype: working dtype of the chains; None means float32 (faithful: float64, as the authors' code). Every step of
-            a chain reads the map's weights (RF: a k x d block per trial), so float32 halves its memory traffic. The
-            heads are always float64, and so are the reported values: the kept Delta is read out once more by the
-            same map's algebra in float64 (`float64_twin`).
         return_delta: also return "delta", the kept perturbation of the token, (B, d) ((T, B, d) with trials).
         cache: a dict shared by the calls that attack the same samples with the same maps under several objectives
             (training, loss, penalty): the heads and the contexts' algebra are computed by the first call and reused
             (the dict holds them; a call on other samples, maps or position recomputes and replaces them).
+        **changes: fields of `settings` to change for this call (`steps=60`); an unknown name is refused.
 
     Returns:
         one dict per objective, of (B,) tensors ((T, B) with trials): y, t0, t1, D0, D1, err, sign_err, gamma,
@@ -179,29 +171,15 @@ def delta_attacks(
         restarts run) and near_best (how many ended within 1% of the best loss, docs/theory.md §4.3), gram_cond,
         gram_ill_conditioned.
     """
-    at = checked_inputs(
-        feature_map,
-        X_train,
-        Y,
-        X_ctx,
-        y_ctx,
-        objectives,
-        position,
-        radius,
-        steps,
-        lr,
-        restarts,
-        seed,
-        faithful,
-        N,
-        train_ids,
-        ctx_ids,
-    )
-    dtype = dtype or (torch.float64 if at.faithful else torch.float32)
+    settings = (settings or AttackSettings()).replace(**changes)
+    at = checked_inputs(feature_map, X_train, Y, X_ctx, y_ctx, objectives, settings, seed, N, train_ids, ctx_ids)
+    chosen, dtype = at.settings, at.settings.torch_dtype
+    filled = (chosen.restarts, chosen.steps, chosen.lr, chosen.radius)  # resolved: every field set
+    R, steps, lr, radius = cast(tuple[int, int, float, float], filled)
     heads, token, hv = _prepare(at, feature_map, dtype, cache)
-    attacks, radius, T, B, d = at.attacks, at.radius, at.T, at.B, at.X_ctx.shape[-1]
+    attacks, T, B, d = at.attacks, at.T, at.B, at.X_ctx.shape[-1]
     hR = _with_restart_dim(heads)  # (T, B, 1) scalars, broadcast over restarts
-    R, n_obj = at.restarts, len(attacks)
+    n_obj = len(attacks)
 
     def inner(delta: Tensor, token=token, hv=hv) -> Tensor:
         """(T, B, R, d) -> (T, B, R, 3): phi(X')^T [theta*, phi, P phi]."""
@@ -222,15 +200,15 @@ def delta_attacks(
 
     select = trial_selector(token)
     starts = _starts(at.seeds, at.per_trial_seeds, T, B, R, d, radius, dtype, at.X_ctx.device).repeat(1, 1, n_obj, 1)
-    if at.faithful:
-        rule: StepRule = FixedStep(radius, at.lr)
+    if chosen.faithful:
+        rule: StepRule = FixedStep(radius, lr)
     else:
-        rule = MomentumDescent(radius, at.lr, at.steps, LR_FLOOR, PATIENCE, RTOL, ATOL)
+        rule = MomentumDescent(radius, lr, steps, LR_FLOOR, PATIENCE, RTOL, ATOL)
     every = torch.arange(n_obj * R, device=starts.device).div(R, rounding_mode="floor").expand(T, B, -1)
-    chains = run_chains(autograd_evaluate(partial(gain, objective=every)), starts, rule, at.steps, restrict)
+    chains = run_chains(autograd_evaluate(partial(gain, objective=every)), starts, rule, steps, restrict)
     with torch.no_grad():
         # Paper (authors' code): the final iterate; otherwise the best point of each chain
-        value, point = (chains.f, chains.x) if at.faithful else (chains.best_f, chains.best_x)
+        value, point = (chains.f, chains.x) if chosen.faithful else (chains.best_f, chains.best_x)
         token64 = float64_twin(token, at.X_ctx)
         hv64 = hv if hv.dtype == torch.float64 else _head_vectors(heads)
         inner64 = partial(inner, token=token64, hv=hv64)
@@ -252,17 +230,17 @@ def _prepare(at: AttackInputs, feature_map, dtype: torch.dtype, cache: dict | No
         X_ctx.data_ptr(),
         tuple(X_train.shape),
         tuple(X_ctx.shape),
-        at.position,
+        at.settings.position,
         dtype,
     )
     if cache is not None and cache.get("key") == key:  # another objective on the same samples and maps
         heads, token, hv = cache["heads"], cache["token"], cache["hv"]
     else:
         if isinstance(feature_map, FreshMaps):  # one draw of each trial's map for its training and context samples
-            Phi, phi, token = feature_map.attack_inputs(X_train, X_ctx, at.position, dtype)
+            Phi, phi, token = feature_map.attack_inputs(X_train, X_ctx, at.settings.position, dtype)
         else:
             Phi, phi = trial_features(at.maps, X_train), trial_features(at.maps, X_ctx)  # (T, N, p), (T, B, p)
-            token = token_move(at.maps, X_ctx, [at.position], dtype)
+            token = token_move(at.maps, X_ctx, [at.settings.position], dtype)
         heads = fit_heads(Phi, Y, phi, at.y_ctx)
         del Phi  # heads.Phi keeps the float64 copy for P
         hv = _head_vectors(heads).to(dtype)

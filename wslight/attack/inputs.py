@@ -1,7 +1,8 @@
 """The inputs of the Delta attack (`wslight.attack.delta_attacks`) checked before any heavy work.
 
-Shapes, maps, objectives, the optimiser's settings and their defaults (the authors' schedules behind `faithful`), seeds,
-and that no context sample is a training one. Pure maths: no Lightning import.
+Shapes, maps, objectives, the settings resolved for the maps and sizes (`AttackSettings.resolved`), seeds, and that no
+context sample is a training one; and `draw_samples`, the seeded choice of samples the sweep and the callback both
+make. Pure maths: no Lightning import.
 """
 
 from __future__ import annotations
@@ -15,19 +16,10 @@ from torch import Tensor, nn
 
 from ..base import validate
 from ..base.names import TRAININGS, Training
+from ..base.seeding import generator
 from ..features import FreshMaps, map_dims, map_name
 from .losses import LOSSES, Loss
-
-# Authors' fixed-step schedules (docs/theory.md §6.5), per map: (lr, steps, steps per token); steps = fixed + per
-# token * n.
-FAITHFUL_SCHEDULES = {
-    "rf": (100.0, 300, 0),
-    "deep_rf": (100.0, 300, 0),
-    "raf": (1.0, 0, 50),
-    "relu_raf": (1.0, 0, 50),
-}
-# Defaults of the improved optimiser (docs/theory.md §6.6)
-DEFAULT_STEPS, DEFAULT_LR, DEFAULT_RESTARTS = 400, 0.1, 4
+from .settings import AttackSettings
 
 
 @dataclass
@@ -40,16 +32,10 @@ class AttackInputs:
     Y: Tensor  # (T, N)
     X_ctx: Tensor  # (T, B, n, d)
     y_ctx: Tensor  # (T, B)
-    N: int
-    position: int
-    radius: float
     maps: list[nn.Module]  # [] for FreshMaps
-    restarts: int
-    steps: int
-    lr: float
+    settings: AttackSettings  # resolved: every field filled for these maps and sizes
     seeds: list[int]
     per_trial_seeds: bool
-    faithful: bool
 
     @property
     def T(self) -> int:
@@ -69,46 +55,24 @@ def checked_inputs(
     X_ctx,
     y_ctx,
     objectives,
-    position,
-    radius,
-    steps,
-    lr,
-    restarts,
+    settings: AttackSettings,
     seed,
-    faithful,
     N,
     train_ids,
     ctx_ids,
 ) -> AttackInputs:
-    """Every input of `delta_attacks` checked (a ValueError naming it), its defaults filled, before heavy work."""
+    """Every input of `delta_attacks` checked (a ValueError naming it), the settings resolved, before heavy work."""
     attacks = _checked_objectives(objectives)
     batched, X_train, Y, X_ctx, y_ctx = _checked_samples(X_train, Y, X_ctx, y_ctx)
     T, M, n, d = X_train.shape
     B = X_ctx.shape[1]
     N = validate.integer("N", M if N is None else N, 1, M, why="the training samples available")
-    position = validate.integer("position", position, 0, n - 1)
-    radius = validate.number("radius", d**0.5 if radius is None else radius, 0.0, strict=True)
     maps, kind = _checked_maps(feature_map, T)
-    restarts, steps, lr = _optimiser_settings(faithful, kind, n, restarts, steps, lr)
+    resolved = settings.resolved(kind, n, d)
     check_ids(train_ids, ctx_ids, T, M, B, N)
     seeds, per_trial_seeds = _checked_seeds(seed, T)
     return AttackInputs(
-        attacks,
-        batched,
-        X_train[:, :N],
-        Y[:, :N],
-        X_ctx,
-        y_ctx,
-        N,
-        position,
-        radius,
-        maps,
-        restarts,
-        steps,
-        lr,
-        seeds,
-        per_trial_seeds,
-        faithful,
+        attacks, batched, X_train[:, :N], Y[:, :N], X_ctx, y_ctx, maps, resolved, seeds, per_trial_seeds
     )
 
 
@@ -162,31 +126,6 @@ def _checked_maps(feature_map, T: int) -> tuple[list[nn.Module], str]:
     return maps, kind
 
 
-def _optimiser_settings(faithful, kind: str, n: int, restarts, steps, lr) -> tuple[int, int, float]:
-    """The optimiser's restarts, steps and lr, checked, with their defaults.
-
-    With `faithful`: one restart, and the authors' schedule of the map `kind` for n tokens where lr or steps is None.
-    Else DEFAULT_RESTARTS, DEFAULT_STEPS and DEFAULT_LR.
-    """
-    if faithful:
-        if restarts not in (None, 1):
-            raise ValueError(f"restarts must be 1 (or None) when faithful=True, got {restarts!r}")
-        restarts = 1
-        schedule = FAITHFUL_SCHEDULES.get(kind)
-        if schedule is None and (lr is None or steps is None):
-            raise ValueError(
-                f"faithful: the authors' schedule exists for {sorted(FAITHFUL_SCHEDULES)}; give lr and steps for a "
-                f"{kind} map"
-            )
-        if schedule is not None:
-            lr = schedule[0] if lr is None else lr
-            steps = schedule[1] + schedule[2] * n if steps is None else steps
-    restarts = validate.integer("restarts", DEFAULT_RESTARTS if restarts is None else restarts, 1)
-    steps = validate.integer("steps", DEFAULT_STEPS if steps is None else steps, 1)
-    lr = validate.number("lr", DEFAULT_LR if lr is None else lr, 0.0, strict=True)
-    return restarts, steps, lr
-
-
 def _checked_seeds(seed, T: int) -> tuple[list[int], bool]:
     """The seeds of the random restarts (one per trial, or one for all) and whether they are one per trial."""
     per_trial_seeds = isinstance(seed, (list, tuple))
@@ -214,3 +153,27 @@ def check_ids(train_ids: Tensor | None, ctx_ids: Tensor | None, T: int, M: int, 
                 f"ctx_ids: a context sample must not be one of the N={N} training samples (allowed: ids not in "
                 f"train_ids[:N]), got shared id(s) {shared[:10]} in trial {t}"
             )
+
+
+def draw_samples(pool: Tensor, k: int, seed: int, stream: str, keep: Tensor | None = None) -> Tensor:
+    """The first k of `pool` in the seeded random order of `generator(seed, stream)`: the attack's choice of samples.
+
+    Its one home: the sweep draws each trial's `contexts` context samples and N training samples from the embeddings'
+    distinct reviews, the `DeltaAttack` callback its N training samples from the training split (when N is smaller)
+    and its context samples from the test split. Fewer than k available: all of them (the caller names its limit).
+
+    Args:
+        pool: (M,) sample indices to choose from.
+        k: how many to keep.
+        seed: the seed of the draw (`wslight.base.seeding.generator`).
+        stream: the name of the draw's stream.
+        keep: optional boolean mask over sample indices: a drawn index i is skipped where keep[i] is False (the
+            permutation is drawn over the whole pool first, then filtered).
+
+    Returns:
+        (min(k, available),) sample indices, in drawn order.
+    """
+    order = pool[torch.randperm(len(pool), generator=generator(seed, stream))]  # (M,)
+    if keep is not None:
+        order = order[keep[order]]
+    return order[:k]

@@ -7,6 +7,7 @@ only assert shapes.
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -86,6 +87,15 @@ def choices(key: str, values: Any, allowed: Iterable[T]) -> list[T]:
     if bad:
         raise ValueError(f"{key} must contain only values in {allowed}, got {bad[0]!r} (in {list(values)!r})")
     return list(dict.fromkeys(values))
+
+
+def known_names(what: str, given: Iterable[str], allowed: Sequence[str]) -> None:
+    """Refuse a name of `given` that is not in `allowed`, naming the closest (`what`: "a search setting")."""
+    for key in given:
+        if key not in allowed:
+            close = difflib.get_close_matches(key, list(allowed), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ValueError(f"{key}: not {what}{hint} (the settings: {', '.join(allowed)})")
 
 
 def distinct(key: str, values: Sequence[T]) -> list[T]:

@@ -9,7 +9,6 @@ at its defaults searches as tightly as the shipped config of its map.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -76,12 +75,7 @@ class SearchSettings:
 
     def replace(self, **changes: Any) -> SearchSettings:
         """These settings with some fields changed (an unknown name is refused, naming the closest field)."""
-        names = [f.name for f in fields(self)]
-        for key in changes:
-            if key not in names:
-                close = difflib.get_close_matches(key, names, n=1)
-                hint = f"; did you mean {close[0]}?" if close else ""
-                raise ValueError(f"{key}: not a search setting{hint} (the settings: {', '.join(names)})")
+        validate.known_names("a search setting", changes, [f.name for f in fields(self)])
         return dataclasses.replace(self, **changes)
 
     def resolved(self, family: dict[str, Any] | None = None) -> SearchSettings:

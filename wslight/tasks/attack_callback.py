@@ -19,14 +19,16 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback
 from tqdm.auto import tqdm
 
+from ..attack.inputs import draw_samples
 from ..attack.losses import LOSSES
+from ..attack.settings import AttackSettings
 from ..base import validate
 from ..base.names import TRAININGS
-from ..base.seeding import derive_seed, generator
+from ..base.seeding import derive_seed
 from ..features import map_name, output_dim
 from ..records.results import ResultsFile, config_key
 from ..records.summary import ATTACK_REQUIRED, attack_scalars, trusted
-from .attack_sweep import attack_objectives, run_attacks
+from .attack_sweep import attack_objectives, checked_penalties, run_attacks
 from .evaluation import gather_records, one_cpu_thread
 from .figures import attack_figures, save_figure
 
@@ -73,14 +75,12 @@ class DeltaAttack(Callback):
         trainings: heads attacked: "finetune" (theta_f) and/or "retrain" (theta_r).
         losses: Delta objectives: "err" (16), "align" (24a), "align_proj" (24b), "penalized" (err + penalty
             (phi^T theta*)^2).
-        penalty: penalty weight of the "penalized" loss, >= 0 (recorded as the field `p`).
+        penalties: penalty weights of the "penalized" loss (each >= 0, recorded as the field `p`); other losses use 0.
         num_contexts: held-out context samples attacked, drawn from the datamodule's test split (seeded).
         N: training samples for the heads; None means the whole training split, else a seeded subset of it. Must be
             smaller than the feature dimension p (so that the heads interpolate).
-        position: index of the perturbed token (0 = the first token, [CLS] for text).
-        steps: maximum optimiser steps; None means delta_attack's default.
-        restarts: restarts per sample; None means delta_attack's default.
-        faithful: the authors' fixed-step projected descent instead of the improved optimiser.
+        attack: the optimiser's settings (`AttackSettings`: steps, lr, restarts, faithful, position, radius, dtype);
+            a field left at None takes its default (`wslight.attack.AttackSettings`). None: every field at its default.
         seed: seed of the context draw, the training subset and the restarts.
         hook: when to attack: "fit_end" (after `trainer.fit`) or "test_end" (after `trainer.test`). (Not named `on`:
             YAML 1.1 reads the key `on` as the boolean true.)
@@ -90,28 +90,20 @@ class DeltaAttack(Callback):
         self,
         trainings: list[Literal["finetune", "retrain"]] = ["finetune", "retrain"],  # noqa: B006 (typed CLI default)
         losses: list[Literal["err", "align", "align_proj", "penalized"]] = ["err"],  # noqa: B006
-        penalty: float = 0.0,
+        penalties: list[float] = [0.0],  # noqa: B006
         num_contexts: int = 8,
         N: int | None = None,
-        position: int = 0,
-        steps: int | None = None,
-        restarts: int | None = None,
-        faithful: bool = False,
+        attack: AttackSettings | None = None,
         seed: int = 0,
         hook: Literal["fit_end", "test_end"] = "fit_end",
     ) -> None:
         super().__init__()
         self.trainings = validate.choices("trainings", trainings, TRAININGS)
         self.losses = validate.choices("losses", losses, LOSSES)
-        self.penalty = validate.number("penalty", penalty, low=0)
+        self.penalties = checked_penalties(penalties)
         self.num_contexts = validate.positive_int("num_contexts", num_contexts)
         self.N = validate.integer("N", N, low=1, allow_none=True)
-        self.position = validate.integer("position", position, low=0)
-        self.steps = validate.integer("steps", steps, low=1, allow_none=True)
-        self.restarts = validate.integer("restarts", restarts, low=1, allow_none=True)
-        if faithful and restarts not in (None, 1):
-            raise ValueError(f"restarts must be 1 (or None) when faithful=True, got {restarts!r}")
-        self.faithful = faithful
+        self.attack = attack if attack is not None else AttackSettings()  # checked when it was made
         self.seed = validate.integer("seed", seed, low=0)
         self.hook = validate.choice("hook", hook, ("fit_end", "test_end"))
         self.records: list[dict] = []  # the last attack's de-duplicated records (every rank)
@@ -120,8 +112,13 @@ class DeltaAttack(Callback):
 
     def settings(self) -> dict[str, Any]:
         """The init arguments (they key the results: the same settings at the same step append nothing twice)."""
-        keys = ("trainings", "losses", "penalty", "num_contexts", "N", "position", "steps", "restarts", "faithful")
-        return {k: getattr(self, k) for k in (*keys, "seed", "hook")}
+        keys = ("trainings", "losses", "penalties", "num_contexts", "N")
+        return {
+            **{k: getattr(self, k) for k in keys},
+            "attack": self.attack.given(),
+            "seed": self.seed,
+            "hook": self.hook,
+        }
 
     # --- hooks ----------------------------------------------------------------------------------------------------
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -167,16 +164,14 @@ class DeltaAttack(Callback):
                 f"num_contexts must be <= {len(test_idx)} (the size of the test split, where context samples come "
                 f"from), got {self.num_contexts}"
             )
-        if self.position >= n:
-            raise ValueError(f"position must be an integer in [0, {n - 1}] (n={n} tokens), got {self.position}")
+        self.attack.check_position(n)
         if N < M:  # a seeded subset of the training split, in split order
-            subset = torch.randperm(M, generator=generator(self.seed, "callback.train"))[:N]
-            train_idx = torch.sort(train_idx[subset]).values
-        ctx_idx = test_idx[torch.randperm(len(test_idx), generator=generator(self.seed, "callback.contexts"))]
-        ctx_idx = ctx_idx[: self.num_contexts]  # context i is the i-th draw, the same on every rank
+            train_idx = torch.sort(draw_samples(train_idx, N, self.seed, "callback.train")).values
+        # context i is the i-th draw, the same on every rank
+        ctx_idx = draw_samples(test_idx, self.num_contexts, self.seed, "callback.contexts")
         return {"fmap": fmap, "dm": dm, "n": n, "d": d, "N": N, "train_idx": train_idx, "ctx_idx": ctx_idx}
 
-    def attack(
+    def attack_contexts(
         self,
         trainer: Trainer,
         pl_module: LightningModule,
@@ -194,7 +189,7 @@ class DeltaAttack(Callback):
         train_ids = emb.sample_ids[inp["train_idx"]]  # (N,)
         X_train, Y = X_train.to(device), Y.to(device)
         name = map_name(fmap)
-        objectives = attack_objectives(self.trainings, self.losses, [self.penalty])
+        objectives = attack_objectives(self.trainings, self.losses, self.penalties)
         records = []
         for i in self._progress(trainer, range(rank, self.num_contexts, world_size)):
             idx = inp["ctx_idx"][i : i + 1]
@@ -207,7 +202,7 @@ class DeltaAttack(Callback):
                 "n": n,
                 "N": N,
                 "trial": i,
-                "position": self.position,
+                "position": self.attack.position,
                 "seed": self.seed,
                 "map_seed": getattr(fmap, "seed", None),
                 "attack_seed": attack_seed,
@@ -224,11 +219,8 @@ class DeltaAttack(Callback):
                 trial,
                 objectives,
                 emb.sample_ids[idx].tolist(),
-                position=self.position,
-                steps=self.steps,
-                restarts=self.restarts,
+                settings=self.attack,
                 seed=attack_seed,
-                faithful=self.faithful,
                 train_ids=train_ids,
                 ctx_ids=emb.sample_ids[idx],
             )
@@ -256,7 +248,7 @@ class DeltaAttack(Callback):
         inputs = self._inputs(trainer, pl_module)  # every check, before any attack
         distributed = trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized()
         world_size, rank = (trainer.world_size, trainer.global_rank) if distributed else (1, 0)
-        records = gather_records(self.attack(trainer, pl_module, rank, world_size, inputs), world_size)
+        records = gather_records(self.attack_contexts(trainer, pl_module, rank, world_size, inputs), world_size)
         # one record per (context, training, loss), in context order (a padded or repeated shard counts once)
         unique: dict[str, dict] = {}
         for r in sorted(records, key=lambda r: (r["trial"], r["training"], r["loss"])):

@@ -16,10 +16,12 @@ from typing import Any, Literal, cast
 import torch
 
 from ..attack.delta import delta_attacks, output_records
+from ..attack.inputs import draw_samples
 from ..attack.losses import LOSSES
+from ..attack.settings import AttackSettings
 from ..base import validate
 from ..base.names import TRAININGS
-from ..base.seeding import derive_seed, generator
+from ..base.seeding import derive_seed
 from ..data import EmbeddingSpec
 from ..features import resolve_maps, trial_maps
 from ..records.summary import ATTACK_REQUIRED, attack_scalars, attack_table, trusted, write_summary
@@ -37,6 +39,16 @@ def attack_objectives(
         for loss in losses
         for penalty in (penalties if loss == "penalized" else [0.0])
     ]
+
+
+def checked_penalties(penalties: Sequence[float] | None) -> list[float]:
+    """The penalty weights of the "penalized" loss: at least one, each >= 0, none twice (None: [0.0])."""
+    checked = list(penalties if penalties is not None else [0.0])
+    if not checked:
+        raise ValueError(f"penalties must list at least one weight, got {penalties!r}")
+    for value in checked:
+        validate.number("penalties", value, low=0)
+    return validate.distinct("penalties", checked)
 
 
 def attack_records(
@@ -87,8 +99,7 @@ def run_attacks(
 
     Either one trial: a map, (N, n, d) training and (B, n, d) context samples, one trial dict and B context ids; or
     T trials batched in one program: T maps (a list or `FreshMaps`), (T, N, n, d) and (T, B, n, d) samples, T trial
-    dicts and T lists of context ids. `options` go to `delta_attacks` (position, steps, restarts, seed, faithful,
-    train_ids, ctx_ids).
+    dicts and T lists of context ids. `options` go to `delta_attacks` (settings, seed, train_ids, ctx_ids).
     """
     batched = X_train.dim() == 4
     # T trial dicts and T lists of ids when batched, else one of each
@@ -141,10 +152,8 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
         trials: independent trials per (case, N).
         contexts: context samples attacked per trial (batched; the paper: 1).
         embeddings: where the token embeddings come from.
-        position: index of the perturbed token (0 = [CLS], as the paper).
-        steps: most optimiser steps (None: the attack's default; with faithful, the authors' counts).
-        restarts: restarts per context sample (None: the attack's default).
-        faithful: the authors' fixed-step projected descent instead of the improved optimiser.
+        attack: the optimiser's settings (`AttackSettings`: steps, lr, restarts, faithful, position, radius, dtype);
+            a field left at None takes its default (`wslight.attack.AttackSettings`). None: every field at its default.
         rf_width_ratio: RF neurons k = ratio * n d (the paper: 1).
         seed: the sweep's seed (samples, maps, restarts).
         trials_per_step: trials per test step (sharded over devices by Lightning).
@@ -162,10 +171,7 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
         trials: int = 5,
         contexts: int = 1,
         embeddings: EmbeddingSpec | None = None,
-        position: int = 0,
-        steps: int | None = None,
-        restarts: int | None = None,
-        faithful: bool = False,
+        attack: AttackSettings | None = None,
         rf_width_ratio: float = 1.0,
         seed: int = 0,
         trials_per_step: int = 1,
@@ -185,26 +191,17 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
         self.N_values = validate.int_list("N_values", N_values)
         self.trainings = validate.choices("trainings", list(TRAININGS) if trainings is None else trainings, TRAININGS)
         self.losses = validate.choices("losses", ["err"] if losses is None else losses, LOSSES)
-        self.penalties = list(penalties if penalties is not None else [0.0])
-        if not self.penalties:
-            raise ValueError(f"penalties must list at least one weight, got {penalties!r}")
-        for value in self.penalties:
-            validate.number("penalties", value, low=0)
-        validate.distinct("penalties", self.penalties)
+        self.penalties = checked_penalties(penalties)
         self.trials = validate.positive_int("trials", trials)
         self.contexts = validate.positive_int("contexts", contexts)
         self.set_embeddings(embeddings, "d", self.d, "cases.n", max(c.n for c in self.cases))
-        self.position = validate.integer("position", position, low=0, high=min(c.n for c in self.cases) - 1)
+        self.attack = attack if attack is not None else AttackSettings()  # checked when it was made
+        self.attack.check_position(min(c.n for c in self.cases))
         need = max(self.N_values) + self.contexts
         if need > self.embeddings.num_samples:
             raise ValueError(
                 f"N_values: N + contexts = {need} exceeds embeddings.num_samples = {self.embeddings.num_samples}"
             )
-        self.steps = validate.integer("steps", steps, low=1, allow_none=True)
-        self.restarts = validate.integer("restarts", restarts, low=1, allow_none=True)
-        if faithful and restarts not in (None, 1):
-            raise ValueError(f"restarts must be 1 (or None) when faithful=True, got {restarts!r}")
-        self.faithful = faithful
         self.rf_width_ratio = validate.number("rf_width_ratio", rf_width_ratio, low=0, strict=True)
         self.seed = validate.integer("seed", seed, low=0)
 
@@ -240,9 +237,9 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
         trials, Xs, ys, id_rows = [], [], [], []
         for s in specs:
             trial_seed = derive_seed(self.seed, "attack", m, n, L, N, s["trial"])
-            order = torch.randperm(len(self.store), generator=generator(trial_seed, "attack.samples"))
             # distinct reviews: a review the source holds twice would make the Gram singular (docs/theory.md §8.8)
-            index = order[self.store.first_copies()[order]][: N + c]
+            every = torch.arange(len(self.store))
+            index = draw_samples(every, N + c, trial_seed, "attack.samples", keep=self.store.first_copies())
             if len(index) < N + c:
                 raise ValueError(
                     f"N_values: N + contexts = {N + c} exceeds the {len(index)} distinct samples of the embeddings; "
@@ -277,11 +274,8 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
             trials,
             self.objectives(),
             ids[:, :c].tolist(),
-            position=self.position,
-            steps=self.steps,
-            restarts=self.restarts,
+            settings=self.attack,
             seed=[t["attack_seed"] for t in trials],
-            faithful=self.faithful,
             train_ids=ids[:, c:],
             ctx_ids=ids[:, :c],
         )
