@@ -52,6 +52,24 @@ def test_the_header_names_this_machine_the_commit_and_the_command(checkout):
     assert f"- machine: {header.cpu}, {header.cores} cores, torch {header.torch}, device {header.device}" in lines
     assert f"- commit: `{header.commit}` (dirty: the tree had changes not committed)" in lines
     assert "- command: `python benchmarks/ws.py --skip 'rf step'`" in lines
+    assert len(header.load) == 3 and all(x >= 0 for x in header.load)
+
+
+def test_the_load_line_says_whether_other_work_shared_the_machine():
+    quiet = PageHeader(
+        "2026-01-02 03:04 UTC", "a CPU", 2, "2.13.0", "cpu", "abc1234", False, "make bench", (0.9, 1.2, 1.1)
+    )
+    busy = PageHeader(
+        "2026-01-02 03:04 UTC", "a CPU", 2, "2.13.0", "cpu", "abc1234", False, "make bench", (3.1, 2.4, 1.9)
+    )
+    assert "- load: 0.9, 1.2, 1.1 (1, 5, 15-minute averages at the end, 2 cores: the machine was not shared)" in (
+        quiet.markdown()
+    )
+    assert (
+        "- load: 3.1, 2.4, 1.9 (1, 5, 15-minute averages at the end, 2 cores: other work shared the machine: "
+        "timings are contended)" in busy.markdown()
+    )
+    assert not any(line.startswith("- load") for line in PageHeader("a", "b", 2, "c", "d", "e", False, "f").markdown())
 
 
 def test_a_page_is_its_title_the_header_then_the_body(tmp_path):

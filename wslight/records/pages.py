@@ -68,6 +68,14 @@ def git_commit(root: Path = ROOT) -> tuple[str, bool]:
     return head.stdout.strip(), bool(changes.stdout.strip())
 
 
+def load_averages() -> tuple[float, ...]:
+    """The system's 1, 5 and 15-minute load averages, () where the system does not give them."""
+    try:
+        return tuple(round(x, 2) for x in os.getloadavg())
+    except (AttributeError, OSError):  # pragma: no cover - not Unix
+        return ()
+
+
 @dataclass(frozen=True)
 class PageHeader:
     """Where a results page's numbers come from.
@@ -81,6 +89,9 @@ class PageHeader:
         commit: the short commit of the code, or `NO_COMMIT`.
         dirty: whether the tree's tracked files had changes from that commit.
         command: the command that wrote the page, as typed.
+        load: the system's load averages over 1, 5 and 15 minutes when the page was written (empty where the system
+            does not say): above the number of cores, other work shared the machine and the page's timings are
+            contended ones.
     """
 
     date: str
@@ -91,6 +102,7 @@ class PageHeader:
     commit: str
     dirty: bool
     command: str
+    load: tuple[float, ...] = ()
 
     @classmethod
     def collect(cls, command: str | Sequence[str], root: Path = ROOT) -> PageHeader:
@@ -107,6 +119,7 @@ class PageHeader:
             commit=commit,
             dirty=dirty,
             command=command if isinstance(command, str) else shlex.join(command),
+            load=load_averages(),
         )
 
     def markdown(self) -> list[str]:
@@ -118,8 +131,18 @@ class PageHeader:
             f"- machine: {self.cpu}, {self.cores} cores, torch {self.torch}, device {self.device}",
             f"- commit: `{self.commit}`" + (" (dirty: the tree had changes not committed)" if self.dirty else ""),
             f"- command: `{self.command}`",
+            *self._load_line(),
             "",
         ]
+
+    def _load_line(self) -> list[str]:
+        """The load line, saying whether the machine was shared (more runnable work than cores) while the run ended."""
+        if not self.load:
+            return []
+        busy = max(self.load) > self.cores
+        verdict = "other work shared the machine: timings are contended" if busy else "the machine was not shared"
+        averages = ", ".join(f"{x:.1f}" for x in self.load)
+        return [f"- load: {averages} (1, 5, 15-minute averages at the end, {self.cores} cores: {verdict})"]
 
 
 def write_page(path: Path, title: str, header: PageHeader, body: list[str]) -> Path:
