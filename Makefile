@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # evaluate.py); FULL=1 runs that plan's paper-size list (configs/paper/, a GPU machine with hub access).
 FULL ?= 0
 
-.PHONY: env test test-slow reproduce lint typecheck bench results-pages gpu-check docs clean
+.PHONY: env test test-slow reproduce lint typecheck bench authors-code results-pages gpu-check docs clean
 
 env: $(VENV)/.installed
 
@@ -57,6 +57,13 @@ $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
 bench: env
 	$(PY) benchmarks/ws.py
 	$(PY) benchmarks/attack.py
+
+# The authors' own code, the baseline of benchmarks/attack.py: their public repository at commit b984775, cloned
+# into benchmarks/authors/ (git-ignored; it has no license, so none of it is copied into this repository).
+AUTHORS_CODE := benchmarks/authors/attention-sensitivity
+authors-code:
+	test -d $(AUTHORS_CODE)/.git || git clone -q https://github.com/simone-bombari/attention-sensitivity $(AUTHORS_CODE)
+	git -C $(AUTHORS_CODE) checkout -q b984775
 
 # The results pages of the latest `make reproduce` (reports/offline/) and `make bench` (reports/bench/) runs, with their
 # figures, copied into docs/results/; exits 2 naming the run whose pages are missing. RUNS=bench copies one run's.

@@ -1,25 +1,29 @@
-"""Delta-attack benchmark: `wslight.attack.delta_attack` against a faithful per-trial baseline (docs/theory.md §6.5).
+"""Delta-attack benchmark: `wslight.attack.delta_attack` against the authors' own code (docs/theory.md §6.5).
 
-The paper's protocol: every trial has its own random map and its own training set; the two sides see the same maps
+The paper's protocol: every trial has its own random map and its own training set; every side sees the same maps
 and data. The package attacks all trials in one call with `FreshMaps(map, seeds)` (maps built inside the timed call).
 
-The baseline follows the authors' `gen.py`: one context sample at a time, float64, the explicit pseudo-inverse of Phi
-(torch.linalg.pinv), the dense D x D projector P = I - Phi^+ Phi, theta_r from the pseudo-inverse of the stacked system,
-a start exactly at the clean token 0, plain projected gradient descent on the test error with lr 1 for 50 n steps
-(RAF / ReLU-RAF; RF: lr 100 for 300 steps) and autograd through the full map. The package batches all trials in one
-call (closed forms in N x N space, single-token structure, normalised momentum steps, 4 restarts, early stop).
+The headline baseline is the authors' code as they wrote it: their utils.py (fetched from their public repository by
+`make authors-code` into benchmarks/authors/attention-sensitivity, or any folder given with --authors-code) called as
+their gen.py calls it for one trial (benchmarks/authors_gen.py: numpy features concatenated one sample at a time,
+np.linalg.pinv of Phi, the dense D x D projector P = I - Phi^+ Phi, theta_r from the pinv of the stacked system, then
+plain projected descent in torch from the clean token 0 on the test error, lr 1 for 50 n steps for RAF / ReLU-RAF, lr
+100 for 300 steps for RF, final iterate). `--port` adds the earlier torch port of the same procedure as a second row.
+The package batches all trials in one call (closed forms in N x N space, single-token structure, normalised momentum
+steps, 4 restarts, early stop).
 
-Both sides see the same data (by default N + 1 distinct bundled reviews per trial, MiniLM layer-0 token embeddings
+All sides see the same data (by default N + 1 distinct bundled reviews per trial, MiniLM layer-0 token embeddings
 with rows rescaled to sqrt(d) and their labels, the first one the context sample; `--data synthetic`: the "aniso"
 rows of docs/theory.md §11 with random +-1 labels; the largest cell, d = 768, is synthetic) and the same random
-weights. Each side runs in its own subprocess, so the peak memory (ru_maxrss from wait4) is its own. Times cover
-everything after drawing the data: features, heads, search, records.
-Both parts use the same number of torch threads (1 by default: thousands of tiny steps gain nothing from intra-op
-threads, and on a shared machine oversubscription slows both sides by an order of magnitude; --threads 0 for torch's
-default).
+weights. Each side runs in its own subprocess, so the peak memory (ru_maxrss from wait4) is its own; numpy's and
+torch's BLAS are pinned to the same number of threads there (OMP/OPENBLAS/MKL_NUM_THREADS set before any import).
+Times cover everything after drawing the data: features, heads, search, records. The agreement of the sides: the
+authors' closed-form outputs t0, t1 against the package's closed forms on the same float64 features (`fit_heads`),
+and the err / sign of every trial. `--profile` prints where the package's time goes (cProfile, one table).
 
     python benchmarks/attack.py                  # RAF, d=384, n=40, N=400, re-trained, loss err, 10 trials
     python benchmarks/attack.py --trials 3       # a quick run
+    python benchmarks/attack.py --profile        # the package's side only, under cProfile
     python benchmarks/attack.py --largest        # also the paper's largest cell (RAF, d=768, n=120, N=1300), ours only
 """
 
@@ -35,11 +39,13 @@ import time
 from pathlib import Path
 
 import torch
+from attack_page import print_sides, write_attack_page
+from authors_gen import AUTHORS_DIR, AUTHORS_MAPS, authors_trial, how_to_get, load_utils, run_quietly
 
 from wslight.attack import delta_attack
+from wslight.attack.heads import fit_heads
 from wslight.base.seeding import derive_seed, generator
 from wslight.features import FreshMaps, make_map
-from wslight.records.pages import PageHeader, write_page
 
 # The maps the baseline runs on (a dense float64 forward through the map itself).
 MAPS = ("raf", "relu_raf", "rf")
@@ -100,12 +106,51 @@ def trial_map(name: str, t: int, n: int, d: int, seed: int, dtype: str = "float3
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Faithful baseline (docs/theory.md §6.5)
+# The authors' own code (benchmarks/authors_gen.py) and the torch port of their procedure (docs/theory.md §6.5)
 # ----------------------------------------------------------------------------------------------------------------------
 
+AUTHORS_TRAINING = {"retrain": "total", "finetune": "fine_tuning"}
 
-def baseline_trial(fm, X_tr, Y, X_ctx, y, training: str, lr: float, steps: int) -> dict:
-    """The authors' procedure for one trial, float64, dense algebra; returns t0, t1, D0, D1, err."""
+
+def trial_weights(name: str, t: int, n: int, d: int, seed: int):
+    """Trial t's map weights as the authors' functions take them: RAF W (d, d) or RF V (k, n d), float64 numpy."""
+    fm = trial_map(name, t, n, d, seed, dtype="float64")
+    return (fm.V if name == "rf" else fm.W).numpy()
+
+
+def part_authors(a) -> dict:
+    """Their gen.py per trial with their utils.py (timed), then the package's closed forms on the same features."""
+    utils = load_utils(Path(a.authors_code))
+    data = [trial_data(t, a.n, a.d, a.N, a.seed, a.data) for t in range(a.trials)]
+    weights = [trial_weights(a.map, t, a.n, a.d, a.seed) for t in range(a.trials)]
+    args = [(dt[0].numpy(), dt[1].numpy(), dt[2][0].numpy(), dt[3][0].numpy()) for dt in data]
+    start = time.perf_counter()
+    outs = [
+        run_quietly(authors_trial, utils, *args[t], weights[t], AUTHORS_MAPS[a.map], AUTHORS_TRAINING[a.training])
+        for t in range(a.trials)
+    ]
+    elapsed = time.perf_counter() - start
+    rows = []
+    for t, out in enumerate(outs):
+        y = float(data[t][3][0])
+        t0, t1 = package_closed_forms(a, t, data[t])
+        rows.append(dict(out, y=y, err=(out["D1"] + y) ** 2, pkg_t0=t0, pkg_t1=t1))
+    return dict(time_s=elapsed, trials=rows)
+
+
+def package_closed_forms(a, t: int, data) -> tuple[float, float]:
+    """t0 and t1 of the package's closed forms (`fit_heads`) on trial t's float64 features (the authors' features)."""
+    fm = trial_map(a.map, t, a.n, a.d, a.seed, dtype="float64")
+    X_tr, Y, X_ctx, y = data
+    with torch.no_grad():
+        heads = fit_heads(fm(X_tr), Y, fm(X_ctx), y)
+    direction = heads.phi if a.training == "finetune" else heads.Pphi
+    t1 = heads.t0 + heads.coef(a.training) * (heads.phi * direction).sum(-1)
+    return float(heads.t0[0]), float(t1[0])
+
+
+def port_trial(fm, X_tr, Y, X_ctx, y, training: str, lr: float, steps: int) -> dict:
+    """The torch port of the authors' procedure for one trial, float64, dense algebra; t0, t1, D0, D1, err."""
     f64 = torch.float64
     with torch.no_grad():
         Phi = fm(X_tr)  # (N, D)
@@ -139,12 +184,13 @@ def baseline_trial(fm, X_tr, Y, X_ctx, y, training: str, lr: float, steps: int) 
     return dict(y=float(y[0]), t0=t0, t1=t1, D0=D0, D1=D1, err=(D1 + float(y[0])) ** 2, proj_ratio=proj_ratio)
 
 
-def part_baseline(a) -> dict:
+def part_port(a) -> dict:
+    """The torch port of the authors' procedure, one trial at a time."""
     lr, steps = (100.0, 300) if a.map == "rf" else (1.0, 50 * a.n)
     data = [trial_data(t, a.n, a.d, a.N, a.seed, a.data) for t in range(a.trials)]
     maps = [trial_map(a.map, t, a.n, a.d, a.seed, dtype="float64") for t in range(a.trials)]
     start = time.perf_counter()
-    rows = [baseline_trial(maps[t], *data[t], a.training, lr, steps) for t in range(a.trials)]
+    rows = [port_trial(maps[t], *data[t], a.training, lr, steps) for t in range(a.trials)]
     return dict(time_s=time.perf_counter() - start, trials=rows)
 
 
@@ -153,32 +199,83 @@ def part_baseline(a) -> dict:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def part_ours(a) -> dict:
+def ours_inputs(a) -> tuple[torch.Tensor, ...]:
+    """The trials' data stacked: X_tr (T, N, n, d), Y (T, N), X_ctx (T, 1, n, d), y (T, 1)."""
     data = [trial_data(t, a.n, a.d, a.N, a.seed, a.data) for t in range(a.trials)]
-    X_tr, Y, X_ctx, y = (torch.stack([dt[i] for dt in data]) for i in range(4))  # (T, N, n, d), (T, N), ...
+    X_tr, Y, X_ctx, y = (torch.stack([dt[i] for dt in data]) for i in range(4))
     if a.largest:
         X_tr = X_tr.float()  # the map works in float32; halves the largest input (1300 x 120 x 768)
-    del data
-    start = time.perf_counter()
+    return X_tr, Y, X_ctx, y
+
+
+def ours_call(a, X_tr, Y, X_ctx, y) -> dict:
+    """The package's timed call: fresh maps built inside it, all trials attacked at once."""
     maps = FreshMaps(a.map, [trial_seed(t, a.seed) for t in range(a.trials)])  # a fresh map per trial
     seeds = [derive_seed(a.seed, "bench.attack.restarts", t) for t in range(a.trials)]
-    r = delta_attack(maps, X_tr, Y, X_ctx, y, training=a.training, loss="err", seed=seeds)
+    return delta_attack(maps, X_tr, Y, X_ctx, y, training=a.training, loss="err", seed=seeds)
+
+
+def part_ours(a) -> dict:
+    """The package's side: one call of `delta_attack` on every trial."""
+    inputs = ours_inputs(a)
+    start = time.perf_counter()
+    r = ours_call(a, *inputs)
     elapsed = time.perf_counter() - start
     keys = ("y", "t0", "t1", "D0", "D1", "err", "proj_ratio", "steps", "gram_cond")
     rows = [{k: float(r[k][t, 0]) for k in keys} for t in range(a.trials)]
     return dict(time_s=elapsed, trials=rows)
 
 
+# Where the package's time goes: (label, file suffix, function names); cumulative times under cProfile
+PHASES = (
+    ("training and context features (the map's forward)", "wslight/features/", ("trial_features", "stacked_features")),
+    ("Gram Phi Phi^T (float64)", "wslight/base/numerics.py", ("gram",)),
+    ("cond(G) (eigenvalues)", "wslight/attack/heads.py", ("gram_condition",)),
+    ("theta*, P phi (passes over Phi)", "wslight/attack/heads.py", ("min_norm", "project", "head_vectors")),
+    ("contexts' algebra (AttentionMove, working dtype)", "wslight/features/move.py", ("token_move",)),
+    ("chains (all steps)", "wslight/search/chains.py", ("run_chains",)),
+    ("  their read-out phi(X')^T h (forward)", "wslight/features/attention.py", ("readout", "readout_and_grad")),
+    ("  autograd backward", "torch/autograd/__init__.py", ("grad",)),
+    ("float64 algebra and read-out at the kept Delta", "wslight/features/move.py", ("float64_twin",)),
+)
+
+
+def profile_ours(a) -> None:
+    """The package's call under cProfile (after one warm-up call): a table of its phases, then the top functions."""
+    import cProfile
+    import pstats
+
+    inputs = ours_inputs(a)
+    ours_call(a, *inputs)  # warm-up
+    prof = cProfile.Profile()
+    start = time.perf_counter()
+    prof.enable()
+    ours_call(a, *inputs)
+    prof.disable()
+    total = time.perf_counter() - start
+    stats = pstats.Stats(prof)
+    print(f"# profile: {a.map}, d={a.d}, n={a.n}, N={a.N}, {a.training}, loss err, {a.trials} trials, ")
+    print(f"# {torch.get_num_threads()} thread(s); {total:.2f} s under cProfile ({total / a.trials:.3f} s per trial)")
+    print("| phase | s | s/trial | share |\n|---|---|---|---|")
+    for label, where, names in PHASES:
+        cum = sum(v[3] for k, v in stats.stats.items() if where in k[0] and k[2] in names)  # type: ignore[attr-defined]
+        print(f"| {label} | {cum:.3f} | {cum / a.trials:.4f} | {cum / total:.0%} |")
+    stats.sort_stats("tottime").print_stats(15)
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Driver
 # ----------------------------------------------------------------------------------------------------------------------
 
+BLAS_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
-def run_part(part: str, argv: list[str]) -> dict:
-    """Run one part in a subprocess and add its peak resident memory."""
+
+def run_part(part: str, argv: list[str], threads: int) -> dict:
+    """Run one part in a subprocess (numpy's and torch's BLAS pinned to `threads`) and add its peak memory."""
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
-    proc = subprocess.Popen([sys.executable, __file__, "--part", part, "--out", path, *argv])
+    env = dict(os.environ, **{k: str(threads) for k in BLAS_THREADS}) if threads else None
+    proc = subprocess.Popen([sys.executable, __file__, "--part", part, "--out", path, *argv], env=env)
     _, status, usage = os.wait4(proc.pid, 0)
     if status != 0:
         raise SystemExit(f"part {part} failed with status {status}")
@@ -189,68 +286,15 @@ def run_part(part: str, argv: list[str]) -> dict:
     return result
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# The results page (attack_speed.md)
-# ----------------------------------------------------------------------------------------------------------------------
-
-PROTOCOL = (
-    "The paper's protocol: every trial has its own random map and its own training set, the same on both sides. The "
-    "package attacks all trials in one call of `delta_attack` with `FreshMaps(map, seeds)` (closed-form heads in N x N "
-    "space, token-move features, batched trials and restarts); the baseline follows the authors' `gen.py` one trial at "
-    "a time (docs/theory.md §6.5: an explicit pseudo-inverse of Phi, the dense D x D projector, float64, fixed-step "
-    "projected descent). Times cover everything after drawing the data; peak memory is each side's own process "
-    "(ru_maxrss)."
-)
-
-
-def side_row(name: str, res: dict, trials: int) -> str:
-    """One side of the comparison as a row of the page's table: time, per trial, peak memory, mean err and y*D1."""
-    errs = [r["err"] for r in res["trials"]]
-    yD1 = [r["y"] * r["D1"] for r in res["trials"]]
-    return (
-        f"| {name} | {res['time_s']:.2f} s | {res['time_s'] / trials:.3f} s | {res['peak_gib']:.2f} GiB "
-        f"| {sum(errs) / len(errs):.2e} | {sum(yD1) / len(yD1):+.3f} |"
-    )
-
-
-def write_attack_page(folder, base: dict, ours: dict, worse: int, largest: dict | None, data: str, a, argv) -> Path:
-    """Write attack_speed.md: the header (wslight.records.pages), the protocol, and the measured table."""
-    body = [
-        PROTOCOL,
-        "",
-        f"The cell: {a.map}, d = {a.d}, n = {a.n}, N = {a.N}, {a.training}, loss err, {a.trials} trials; data: {data}; "
-        f"{ours['threads']} torch thread(s) per side; seed {a.seed}.",
-        "",
-        "| side | time | per trial | peak memory | mean err | mean y*D1 |",
-        "|---|---|---|---|---|---|",
-        side_row("baseline (the authors' procedure)", base, a.trials),
-        side_row("package", ours, a.trials),
-        "",
-        f"Speed-up: **{base['time_s'] / ours['time_s']:.1f}x**; trials where the package's err is above the "
-        f"baseline's (by more than 1e-6): {worse} of {a.trials}.",
-        "",
-    ]
-    if largest is not None:
-        errs = ", ".join(f"{r['err']:.2e}" for r in largest["trials"])
-        body += [
-            "## The paper's largest cell (RAF, d = 768, n = 120, N = 1300, re-trained; synthetic rows; package only)",
-            "",
-            f"{len(largest['trials'])} trial(s): {largest['time_s']:.1f} s, peak {largest['peak_gib']:.2f} GiB, "
-            f"err {errs}.",
-            "",
-        ]
-    command = ["python", "benchmarks/attack.py", *(sys.argv[1:] if argv is None else argv)]
-    return write_page(folder / "attack_speed.md", "Attack speed", PageHeader.collect(command), body)
-
-
-def main(argv: list[str] | None = None) -> None:
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    """The command line."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--map", default="raf", choices=sorted(MAPS))
     ap.add_argument("--d", type=int, default=384)
     ap.add_argument("--n", type=int, default=40)
     ap.add_argument("--N", type=int, default=400)
     ap.add_argument("--training", default="retrain", choices=["finetune", "retrain"])
-    ap.add_argument("--trials", type=int, default=10, help="trials of the comparison (both sides)")
+    ap.add_argument("--trials", type=int, default=10, help="trials of the comparison (every side)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--data",
@@ -258,53 +302,68 @@ def main(argv: list[str] | None = None) -> None:
         default="imdb",
         help="imdb: the bundled reviews, the workload users run; synthetic: aniso rows, labelled as such",
     )
-    ap.add_argument("--threads", type=int, default=1, help="torch threads in each part, both sides (0: torch default)")
+    ap.add_argument(
+        "--threads", type=int, default=1, help="torch and BLAS threads in each part, every side (0: the defaults)"
+    )
+    ap.add_argument(
+        "--authors-code",
+        default=None,
+        help=f"the authors' repository checkout (default {AUTHORS_DIR.relative_to(AUTHORS_DIR.parents[2])}, "
+        "filled by `make authors-code`); given and missing: exit 2",
+    )
+    ap.add_argument("--port", action="store_true", help="also the torch port of the authors' procedure (slow)")
+    ap.add_argument("--profile", action="store_true", help="only profile the package's call (cProfile), no page")
     ap.add_argument("--largest", action="store_true", help="also RAF d=768, n=120, N=1300, re-trained (ours only)")
     ap.add_argument("--largest-trials", type=int, default=1)
     ap.add_argument("--pages", default="reports/bench", help="where the results page attack_speed.md goes")
-    ap.add_argument("--part", choices=["baseline", "ours"], help=argparse.SUPPRESS)
+    ap.add_argument("--part", choices=["authors", "port", "ours"], help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    a.authors_given = a.authors_code is not None
+    a.authors_code = str(AUTHORS_DIR) if a.authors_code is None else a.authors_code
+    return a
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the sides in their own subprocesses, print the table and write the page (exit 2: given code missing)."""
+    a = parse(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
     if a.part:
-        result = (part_baseline if a.part == "baseline" else part_ours)(a)
+        result = {"authors": part_authors, "port": part_port, "ours": part_ours}[a.part](a)
         result["threads"] = torch.get_num_threads()
         with open(a.out, "w") as fh:
             json.dump(result, fh)
         return
+    if a.profile:
+        profile_ours(a)
+        return
+    have_authors = (Path(a.authors_code) / "utils.py").is_file()
+    if not have_authors:
+        print(how_to_get(Path(a.authors_code)) + "; running without that row")
+        if a.authors_given:
+            raise SystemExit(2)
 
     common = ["--map", a.map, "--d", str(a.d), "--n", str(a.n), "--N", str(a.N), "--training", a.training]
     common += ["--trials", str(a.trials), "--seed", str(a.seed), "--threads", str(a.threads), "--data", a.data]
+    common += ["--authors-code", a.authors_code]
     data = "bundled IMDb reviews (MiniLM layer 0)" if a.data == "imdb" else "SYNTHETIC aniso rows (not reviews)"
     print(f"# {a.map}, d={a.d}, n={a.n}, N={a.N}, {a.training}, loss err, {a.trials} trials, data: {data}")
-    base = run_part("baseline", common)
-    ours = run_part("ours", common)
-    print(f"threads per part: {ours['threads']}; trials share a map: no (own map and training set per trial, the same")
-    print("maps and data on both sides); baseline on all trials, one at a time; package: all trials in one call")
-    print(f"{'':10s} {'time (s)':>9s} {'s/trial':>8s} {'peak (GiB)':>10s} {'mean err':>9s} {'mean y*D1':>9s}")
-    for name, res in (("baseline", base), ("ours", ours)):
-        errs = [r["err"] for r in res["trials"]]
-        yD1 = [r["y"] * r["D1"] for r in res["trials"]]
-        mean_err, mean_yD1 = sum(errs) / len(errs), sum(yD1) / len(yD1)
-        per = res["time_s"] / a.trials
-        print(f"{name:10s} {res['time_s']:9.2f} {per:8.3f} {res['peak_gib']:10.2f} {mean_err:9.4f} {mean_yD1:9.3f}")
-    print(f"speed-up: {base['time_s'] / ours['time_s']:.1f}x")
-    print(f"{'trial':>5s} {'err base':>9s} {'err ours':>9s} {'D0 base':>8s} {'D0 ours':>8s} {'steps':>6s}")
-    worse = 0
-    for t, (rb, ro) in enumerate(zip(base["trials"], ours["trials"], strict=True)):
-        worse += ro["err"] > rb["err"] + 1e-6
-        print(f"{t:5d} {rb['err']:9.2e} {ro['err']:9.2e} {rb['D0']:8.3f} {ro['D0']:8.3f} {int(ro['steps']):6d}")
-    print(f"trials where ours is worse than the baseline: {worse} of {a.trials}")
+    sides = {}
+    if have_authors:
+        sides["authors"] = run_part("authors", common, a.threads)
+    if a.port:
+        sides["port"] = run_part("port", common, a.threads)
+    sides["ours"] = run_part("ours", common, a.threads)
+    print_sides(sides, a)
     largest = None
-
     if a.largest:
         big = ["--map", "raf", "--d", "768", "--n", "120", "--N", "1300", "--training", "retrain"]
         big += ["--trials", str(a.largest_trials), "--seed", str(a.seed), "--threads", str(a.threads), "--largest"]
         big += ["--data", "synthetic"]  # d = 768 is wider than the bundled encoder
         print(f"\n# largest: raf, d=768, n=120, N=1300, retrain, loss err, {a.largest_trials} trial(s), ours only,")
         print("# SYNTHETIC aniso rows")
-        res = run_part("ours", big)
+        res = run_part("ours", big, a.threads)
         errs = [r["err"] for r in res["trials"]]
         print(
             f"time {res['time_s']:.1f} s, peak {res['peak_gib']:.2f} GiB (limit 24), errs {[f'{e:.2e}' for e in errs]}"
@@ -312,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
         steps = [int(r["steps"]) for r in res["trials"]]
         print(f"Gram condition number {res['trials'][0]['gram_cond']:.3g}, steps {steps}")
         largest = res
-    page = write_attack_page(Path(a.pages), base, ours, worse, largest, data, a, argv)
+    page = write_attack_page(Path(a.pages), sides, largest, data, a, argv)
     print(f"\nresults page: {page}")
 
 
