@@ -39,8 +39,8 @@ def build(kind, seed=1):
     return make_map(kind, N, D, seed=seed, dtype="float64", **({"heads": 3} if kind == "raf_mh" else {}))
 
 
-def brute_force(m, X, cand, allowed, heads=None):
-    """Every (sample, position, word) through the full forward."""
+def brute_force(m, X, cand, allowed, heads=None, bias=0.0):
+    """Every (sample, position, word) through the full forward; a head's output is phi^T theta + bias."""
     phi0 = m(X)
     out = torch.full((B, len(POSITIONS), V), float("-inf"), dtype=torch.float64)
     flips = torch.zeros(B, len(POSITIONS), heads.shape[1] if heads is not None else 0, dtype=torch.long)
@@ -51,7 +51,7 @@ def brute_force(m, X, cand, allowed, heads=None):
         rel = (phi - phi0[:, None]).norm(dim=-1) / phi0.norm(dim=-1, keepdim=True)
         out[:, j] = torch.where(allowed[:, j], rel, float("-inf"))
         if heads is not None:
-            flipped = torch.sign(phi @ heads) != torch.sign(phi0 @ heads)[:, None]  # (B, V, C)
+            flipped = torch.sign(phi @ heads + bias) != torch.sign(phi0 @ heads + bias)[:, None]  # (B, V, C)
             flips[:, j] = (flipped & allowed[:, j, :, None]).sum(1)
     return out, flips
 
@@ -76,6 +76,31 @@ def test_equals_brute_force_through_the_full_forward(kind):
     assert torch.equal(res.admissible, allowed.sum(-1))
     if kind in ("raf", "relu_raf", "sigmoid_raf"):  # attention: some word flips some head on these draws
         assert res.flips.sum() > 0
+
+
+@pytest.mark.parametrize("kind", ["rf", "raf", "relu_raf", "transformer", "plain"])
+def test_a_trained_heads_bias_moves_its_flips_as_in_the_full_forward(kind):
+    """Heads with a bias (a trained head's): the flips are those of sign(phi^T theta + b), word by word.
+
+    The biases put each head's clean output near zero on one sample, so words flip it that would not flip it without.
+    """
+    m = build(kind)
+    X = unit_rows(B, N, D, seed=2, dtype=torch.float64)
+    g = torch.Generator().manual_seed(7)
+    cand = torch.randn(len(POSITIONS), V, D, generator=g, dtype=torch.float64)
+    cand = cand / cand.norm(dim=-1, keepdim=True) * D**0.5
+    allowed = torch.rand(B, len(POSITIONS), V, generator=g) > 0.3
+    heads = torch.randn(m(X).shape[1], 3, generator=g, dtype=torch.float64)
+    bias = -(m(X)[0] @ heads) + torch.tensor([1e-3, -1e-3, 0.5], dtype=torch.float64)
+    res = word_substitution(m, X, POSITIONS, cand, allowed, heads=heads, bias=bias, chunk_elements=4000)
+    _, ref_flips = brute_force(m, X, cand, allowed, heads, bias)
+    _, no_bias = brute_force(m, X, cand, allowed, heads)
+    assert torch.equal(res.flips, ref_flips)
+    assert not torch.equal(ref_flips, no_bias)  # the bias matters on these draws
+    with pytest.raises(ValueError, match=r"bias: expected \(3,\) or \(1, 3\), one per head, got \(2,\)"):
+        word_substitution(m, X, POSITIONS, cand, allowed, heads=heads, bias=bias[:2])
+    with pytest.raises(ValueError, match="bias: a bias needs heads"):
+        word_substitution(m, X, POSITIONS, cand, allowed, bias=bias)
 
 
 def test_trials_shared_rows_and_the_best_flipping_word():

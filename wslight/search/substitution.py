@@ -68,6 +68,7 @@ def word_substitution(
     heads: Tensor | None = None,
     dtype: Literal["float32", "float64"] | torch.dtype = "float64",
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    bias: Tensor | None = None,
 ) -> SubstitutionResult:
     """For each sample and position, the exact maximum over admissible words of the relative change of phi(X).
 
@@ -82,8 +83,11 @@ def word_substitution(
             continuation status, the tokenizer's round trip: `wslight.data.vocabulary.EncoderWords.admissible`), a bool
             (B, P, V) mask, or (T, B, P, V) with one per trial; None: all.
         heads: linear heads theta, (p, C) for one map or (T, p, C) for T maps (one set per trial); None: no flips.
+            A head's output is phi^T theta_c + b_c; a word flips it when the sign of that output changes.
         dtype: working dtype; float64 (the default) makes the maximum exact to rounding.
         chunk_elements: working-dtype elements one chunk of words may hold (bounds the memory).
+        bias: the heads' biases b, (C,) or (T, C) (a trained head's, e.g. `FeatureMapClassifier(bias=True)`); None:
+            no bias (the paper's heads).
 
     Returns:
         SubstitutionResult.
@@ -103,9 +107,10 @@ def word_substitution(
     cand = _checked_candidates(candidates, len(pos), d)  # (P, V, d)
     ok = _checked_allowed(allowed, T, B, len(pos), cand.shape[1])  # (T, B, P, V)
     H = _checked_heads(heads, T, trials)  # (T, p, C) or None
+    b = _checked_bias(bias, H, T)  # (T, C) or None
     token = token_move(maps, X4, pos, dt)
     per_word = move_class_for(maps).chain_elements(maps, B, n, d)[0]
-    res = _best_words(token, X4[:, :, pos], cand, ok, H, per_word, chunk_elements)
+    res = _best_words(token, X4[:, :, pos], cand, ok, H, per_word, chunk_elements, b)
     return res if trials else _first_trial(res)
 
 
@@ -117,6 +122,7 @@ def _best_words(
     heads: Tensor | None,
     per_word: int,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    bias: Tensor | None = None,
 ) -> SubstitutionResult:
     """The exact best words over chunks of candidate rows, given the token-move algebra (checked arguments).
 
@@ -128,6 +134,7 @@ def _best_words(
         heads: (T, p, C) or None.
         per_word: working elements one word's move takes per sample and position (sizes the chunks).
         chunk_elements: working-dtype elements one chunk of words may hold.
+        bias: (T, C) the heads' biases, or None.
 
     Returns:
         SubstitutionResult with the trial axis.
@@ -141,7 +148,9 @@ def _best_words(
         if heads.shape[1] != token.phi0.shape[-1]:
             raise ValueError(f"heads: expected {token.phi0.shape[-1]} features per head, got {heads.shape[1]}")
         Hb = heads.to(device=device, dtype=dt)[:, None].expand(-1, B, -1, -1)  # (T, B, p, C)
-        sign0 = torch.sign(token.phi0[:, :, None, :] @ Hb)[:, :, 0]  # (T, B, C)
+        b = torch.zeros(T, heads.shape[-1]) if bias is None else bias
+        b = b.to(device=device, dtype=dt)[:, None]  # (T, 1, C)
+        sign0 = torch.sign((token.phi0[:, :, None, :] @ Hb)[:, :, 0] + b)  # (T, B, C)
     chunk = max(1, chunk_elements // max(1, T * B * P * (per_word + d)))
     best = torch.full((T, B, P), -math.inf, dtype=dt, device=device)
     word = torch.full((T, B, P), -1, dtype=torch.long, device=device)
@@ -164,7 +173,7 @@ def _best_words(
             best = torch.where(better, top, best)
             word = torch.where(better, arg + v0, word)
             if heads is not None:
-                out = out * -sign0[:, :, None, None]  # > 0 where the word flips the head
+                out = (out + b[:, :, None, None]) * -sign0[:, :, None, None]  # > 0 where the word flips the head
                 flipped = (out > 0) & mask[..., None]
                 flips = flips + flipped.sum(dim=3)
                 top_out, arg_out = out.masked_fill(~flipped, -math.inf).max(dim=3)  # (T, B, P, C)
@@ -233,3 +242,16 @@ def _checked_heads(heads: Tensor | None, T: int, trials: bool) -> Tensor | None:
     if H.shape[0] != T:
         raise ValueError(f"heads: expected one set of heads per map ({T}), got {H.shape[0]}")
     return H
+
+
+def _checked_bias(bias: Tensor | None, heads: Tensor | None, T: int) -> Tensor | None:
+    """The heads' biases as (T, C); a (C,) bias holds for every trial."""
+    if bias is None:
+        return None
+    if heads is None:
+        raise ValueError("bias: a bias needs heads, got heads=None")
+    C = heads.shape[-1]
+    if not isinstance(bias, Tensor) or tuple(bias.shape) not in ((C,), (T, C)):
+        shape = tuple(bias.shape) if isinstance(bias, Tensor) else type(bias).__name__
+        raise ValueError(f"bias: expected ({C},) or ({T}, {C}), one per head, got {shape}")
+    return bias if bias.dim() == 2 else bias[None].expand(T, -1)
