@@ -134,6 +134,12 @@ class Evaluation(pl.LightningModule):
     def summarize(self, records: list[dict], out_dir: Path) -> None:
         """Log end-of-evaluation scalars (every rank) and write figures/tables (rank 0 only: check is_global_zero)."""
 
+    def open_inputs(self) -> None:
+        """Open what every step reads (e.g. the embedding store), once, before the first step; default: nothing.
+
+        Called only when trials remain, so a finished run opens nothing.
+        """
+
     # --- machinery ----------------------------------------------------------------------------------------------
     @property
     def out_dir(self) -> Path:
@@ -245,6 +251,8 @@ class Evaluation(pl.LightningModule):
         self.check_output_dir()  # before any trial: a run that cannot save its results fails now, not after the work
         self.claim_run_folder()
         remaining = self.remaining_specs()
+        if remaining:
+            self.open_inputs()  # before the first step: a step's `seconds` are its trials' own work
         # a list of steps is a map-style dataset (__getitem__, __len__), which DataLoader's annotation does not admit
         steps = self.step_batches(remaining)
         if self.trainer.is_global_zero:
@@ -392,6 +400,10 @@ class EmbeddingsEvaluation(Evaluation):
 
             self._store = load_token_embeddings(self.embeddings, progress=self.trainer.is_global_zero)
         return self._store
+
+    def open_inputs(self) -> None:
+        """Open the embedding store before the first step (its checksum is read once a run, not in a step's time)."""
+        _ = self.store
 
     def set_embeddings(self, spec: Any, d_key: str, d_max: int, n_key: str, n_max: int) -> None:
         """Check the spec and that the grid fits it (before any trial runs), then keep it as `self.embeddings`.
