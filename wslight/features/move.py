@@ -13,6 +13,7 @@ positions and R chains (restarts) per sample and position; features come out as 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Sequence
 from typing import cast
 
@@ -154,6 +155,39 @@ class GenericMove(TokenMove):
             Xp = self.X[t][:, None, None].to(delta.dtype) + self.onehot[:, None] * delta[t][..., None, :]
             out.append(_forward(m, Xp.reshape(B * P * R, n, d), self.dtype).reshape(B, P, R, -1))
         return torch.stack(out)  # (T, B, P, R, p)
+
+    def live_value_and_grad(self, delta: Tensor, live: Tensor) -> tuple[Tensor, Tensor]:
+        """`change_sq` and its gradient at the chains `live` only: -inf and 0 at the others.
+
+        delta (T, B, P, R, d), live (T, B, P, R) bool. Each map forwards only its live chains (a search's stopped
+        chains cost nothing), and one backward serves every trial; a live chain's value and gradient are those of
+        `change_sq` through `features` (the same arithmetic per chain, in a smaller batch).
+        """
+        T, B, P, R, d = delta.shape
+        f = torch.full(live.shape, -math.inf, dtype=self.dtype, device=delta.device)
+        g = torch.zeros_like(delta)
+        flat = delta.detach().reshape(T, B * P * R, d)
+        picks, leaves, values = [], [], []
+        with torch.enable_grad():
+            for t, m in enumerate(self.maps):
+                idx = live[t].reshape(-1).nonzero()[:, 0]  # (k,) live chains of trial t, flat over (B, P, R)
+                if len(idx) == 0:
+                    continue
+                b, j = idx // (P * R), idx // R % P
+                x = flat[t, idx].requires_grad_(True)  # (k, d)
+                # (k, n, d) + (k, n, 1) * (k, 1, d): token positions[j] of sample b moved, the rest clean
+                Xp = self.X[t][b].to(delta.dtype) + self.onehot[j] * x[:, None, :]
+                values.append(sum_last((_forward(m, Xp, self.dtype) - self.phi0[t][b]).pow(2)))  # (k,)
+                picks.append((t, idx))
+                leaves.append(x)
+            if not leaves:
+                return f, g
+            grads = torch.autograd.grad(torch.cat(values).sum(), leaves)
+        f_flat, g_flat = f.view(T, -1), g.view(T, -1, d)
+        for (t, idx), value, grad in zip(picks, values, grads):
+            f_flat[t, idx] = value.detach()
+            g_flat[t, idx] = grad
+        return f, g
 
     def select_trials(self, idx: Tensor) -> GenericMove:
         """The same algebra for the trials idx only (their maps and samples kept)."""

@@ -437,10 +437,9 @@ class Search:
         # ReLU layers); the other closed forms keep plain steps
         ridge = (closed is None or getattr(token, "ridges", False)) and radius is None
         rule = MonotoneAscent(self.radius if radius is None else radius, self.lr, self.tol, self.window, ridge=ridge)
-        out = [
-            run_chains(evaluate, starts[:, :, :, r0 : r0 + chain_chunk].contiguous(), rule, self.max_steps, restrict)
-            for r0 in range(0, starts.shape[3], chain_chunk)
-        ]
+        live = getattr(token, "live_value_and_grad", None)  # the generic path: only the moving chains are evaluated
+        chunks = [starts[:, :, :, r0 : r0 + chain_chunk].contiguous() for r0 in range(0, starts.shape[3], chain_chunk)]
+        out = [run_chains(evaluate, x0, rule, self.max_steps, restrict, live) for x0 in chunks]
         return (
             torch.cat([c.best_f for c in out], dim=3).to(torch.float64).cpu(),
             torch.cat([c.best_x for c in out], dim=3),

@@ -31,6 +31,9 @@ Evaluate = Callable[[Tensor], tuple[Tensor, Tensor]]
 # cannot restrict
 Restrict = Callable[[Tensor, Tensor], Evaluate | None]
 
+# (x (T', ..., d), live (T', ...) bool) -> (f, grad f) at the live chains, -inf and 0 at the others, both detached
+LiveEvaluate = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+
 # A chain "confirms" the best of its sample when its own best is within this relative distance of it (on S, not S^2)
 NEAR_BEST = 0.01
 
@@ -79,7 +82,12 @@ def autograd_evaluate(objective: Callable[[Tensor], Tensor]) -> Evaluate:
 
 
 def run_chains(
-    evaluate: Evaluate, x0: Tensor, rule: StepRule, max_steps: int, restrict: Restrict | None = None
+    evaluate: Evaluate,
+    x0: Tensor,
+    rule: StepRule,
+    max_steps: int,
+    restrict: Restrict | None = None,
+    moving_only: LiveEvaluate | None = None,
 ) -> Chains:
     """Move every chain from x0 by `rule` for at most `max_steps` steps, keeping each chain's best point.
 
@@ -89,7 +97,12 @@ def run_chains(
     per row as the busiest row needs: the others are stopped chains, evaluated and ignored). A batch then costs about
     the sum of its chains' steps rather than all chains times the longest. A chain follows the same path as without
     it: a stopped chain is never moved and its values no longer count (-inf where it is not evaluated).
+
+    `moving_only` (given: `restrict` is not used) evaluates the chains still moving and no other, at every step (the
+    generic path, where an evaluation is a full forward and backward of a module: no stopped chain is worth one).
     """
+    if moving_only is not None:
+        return _run_live(moving_only, x0, rule, max_steps)
     f, g = evaluate(x0)
     shape = f.shape
     c = Chains(
@@ -122,6 +135,24 @@ def run_chains(
                 narrowed_eval = restrict(*narrowed)
                 if narrowed_eval is not None:
                     live, live_eval = narrowed, narrowed_eval
+    return c
+
+
+def _run_live(live: LiveEvaluate, x0: Tensor, rule: StepRule, max_steps: int) -> Chains:
+    """`run_chains` with every step evaluated on the chains still moving only (-inf and 0 elsewhere)."""
+    active = torch.ones(x0.shape[:-1], dtype=torch.bool, device=x0.device)
+    f, g = live(x0, active)
+    c = Chains(x=x0, f=f, g=g, best_x=x0.clone(), best_f=f.clone(), active=active, steps=torch.zeros_like(f).long())
+    for t in range(max_steps):
+        moving = c.active  # the chains this step moves (a rule may stop some of them before their new point counts)
+        x = rule.propose(c, t)
+        f, g = live(x, moving)
+        rule.accept(c, x, f, g, t)
+        better = (f > c.best_f) & moving
+        c.best_f = torch.where(better, f, c.best_f)
+        c.best_x = torch.where(better[..., None], x, c.best_x)
+        if not bool(c.active.any()):
+            break
     return c
 
 

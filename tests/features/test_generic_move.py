@@ -1,0 +1,122 @@
+"""The generic path's evaluations: the live chains' values and gradients against a per-chain autograd loop.
+
+A module without a closed form is searched through its own forward, differentiated by autograd. Its chains evaluate
+only the chains still moving (`GenericMove.live_value_and_grad`); that batching must equal the full one and a plain
+per-chain loop, and the float32 chains' final value must be the float64 one.
+"""
+
+import math
+
+import torch
+from torch import nn
+
+from tests.conftest import unit_rows
+from wslight.features import make_map
+from wslight.features.move import GenericMove
+from wslight.search.ascent import Search
+from wslight.search.chains import MonotoneAscent, autograd_evaluate, run_chains
+from wslight.search.sensitivity import word_sensitivity
+from wslight.search.settings import SearchSettings
+
+
+class _Plain(nn.Module):
+    """A user's map that only forwards: the search takes the generic path."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner, self.n, self.d = inner, inner.n, inner.d
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.inner(X)
+
+
+def _case(kind="relu_raf", T=2, B=2, n=6, d=8, R=5, positions=(0, 3), dtype="float64"):
+    maps = [_Plain(make_map(kind, n, d, seed=s, dtype=dtype)) for s in range(T)]
+    X = unit_rows(T * B, n, d, seed=3, dtype=getattr(torch, dtype)).reshape(T, B, n, d)
+    token = GenericMove(maps, X, list(positions), getattr(torch, dtype))
+    g = torch.Generator().manual_seed(5)
+    delta = torch.randn(T, B, len(positions), R, d, generator=g, dtype=getattr(torch, dtype)) * 0.7
+    return maps, X, token, delta
+
+
+def test_live_values_and_gradients_equal_a_per_chain_autograd_loop_through_forward():
+    """Each live chain's f = ||phi(X^i(Delta)) - phi(X)||^2 and its gradient, against one forward per chain (float64).
+
+    The other chains read -inf and 0.
+    """
+    maps, X, token, delta = _case()
+    live = torch.rand(delta.shape[:-1], generator=torch.Generator().manual_seed(1)) < 0.6
+    f, g = token.live_value_and_grad(delta, live)
+    for t, b, j, r in live.nonzero().tolist():
+        x = delta[t, b, j, r].clone().requires_grad_(True)
+        Xp = X[t, b].clone()
+        Xp = torch.cat([Xp[: token.positions[j]], (Xp[token.positions[j]] + x)[None], Xp[token.positions[j] + 1 :]])
+        ref = (maps[t](Xp[None]) - maps[t](X[t, b][None])).pow(2).sum()
+        (ref_g,) = torch.autograd.grad(ref, x)
+        assert math.isclose(f[t, b, j, r].item(), ref.item(), rel_tol=1e-6)
+        torch.testing.assert_close(g[t, b, j, r], ref_g, rtol=1e-6, atol=1e-9)
+    assert (f[~live] == -math.inf).all() and (g[~live] == 0).all()
+
+
+def test_live_evaluation_equals_the_full_batch_of_every_chain():
+    """Evaluating only the live chains gives what one batch of every chain gives at those chains."""
+    _, _, token, delta = _case(kind="raf", T=3, R=4)
+    live = torch.rand(delta.shape[:-1], generator=torch.Generator().manual_seed(2)) < 0.5
+    f, g = token.live_value_and_grad(delta, live)
+    f_all, g_all = autograd_evaluate(token.change_sq)(delta)
+    torch.testing.assert_close(f[live], f_all[live], rtol=1e-12, atol=0)
+    torch.testing.assert_close(g[live], g_all[live], rtol=1e-10, atol=1e-12)
+
+
+def test_chains_on_live_evaluations_follow_the_narrowed_engines_paths():
+    """The engine with live evaluations moves every chain as the engine with its narrowed batches does (float64)."""
+    _, _, token, delta = _case(R=6)
+    x0 = delta / delta.norm(dim=-1, keepdim=True) * 8**0.5
+    rule = MonotoneAscent(8**0.5, 0.25, 1e-4, 10, ridge=True)
+    plain = run_chains(autograd_evaluate(token.change_sq), x0, rule, 80)
+    live = run_chains(autograd_evaluate(token.change_sq), x0, rule, 80, moving_only=token.live_value_and_grad)
+    assert torch.equal(plain.steps, live.steps) and int(live.steps.min()) < int(live.steps.max())
+    torch.testing.assert_close(live.best_f, plain.best_f, rtol=1e-12, atol=0)
+    torch.testing.assert_close(live.best_x, plain.best_x, rtol=1e-10, atol=1e-12)
+
+
+def test_the_float32_chains_final_value_is_the_float64_one():
+    """A float32 plain module's chains run in float32; the reported S is recomputed in float64 at the best Delta.
+
+    The float64 value of the module's weights at the reported Delta, to 1e-12; the float32 forward there is off by more
+    (so a report of the chains' own float32 value would fail).
+    """
+    T, B, n, d = 2, 3, 6, 16
+    maps = [_Plain(make_map("raf", n, d, seed=s)) for s in range(T)]
+    X = unit_rows(T * B, n, d, seed=7).reshape(T, B, n, d)
+    res = word_sensitivity(maps, X, seed=[1, 2], search=SearchSettings(max_steps=8, max_chains=4))
+    assert res.ws.dtype == torch.float64
+    gap32 = 0.0
+    for t in range(T):
+        m64 = make_map("raf", n, d, seed=t).to(torch.float64)
+        Xp = X[t].clone().to(torch.float64)
+        Xp[torch.arange(B), res.position[t]] += res.delta[t].to(torch.float64)
+        phi0, phi = m64(X[t].to(torch.float64)), m64(Xp)
+        ws64 = (phi - phi0).norm(dim=-1) / phi0.norm(dim=-1)
+        torch.testing.assert_close(res.ws[t], ws64, rtol=1e-12, atol=0)
+        phi0_32, phi_32 = maps[t](X[t]), maps[t](Xp.float())
+        ws32 = ((phi_32 - phi0_32).norm(dim=-1) / phi0_32.norm(dim=-1)).double()
+        gap32 = max(gap32, (ws32 - ws64).abs().max().item())
+    assert gap32 > 1e-10
+
+
+def test_the_search_hands_its_generic_rounds_the_live_evaluation(monkeypatch):
+    """Every round of a plain module's search (homotopy balls included) evaluates only its moving chains."""
+    calls = {"live": 0}
+    original = GenericMove.live_value_and_grad
+
+    def counted(self, delta, live):
+        calls["live"] += 1
+        return original(self, delta, live)
+
+    monkeypatch.setattr(GenericMove, "live_value_and_grad", counted)
+    monkeypatch.setattr(GenericMove, "change_sq", lambda self, delta: (_ for _ in ()).throw(AssertionError("full")))
+    maps, X, token, _ = _case(T=1, B=1, dtype="float32")
+    search = Search.checked(8, 6, [0], None, SearchSettings(max_steps=5, max_chains=4, power_iters=0).resolved())
+    f, x, steps = search._round(token, torch.randn(1, 1, 1, 3, 8), 64)
+    assert calls["live"] > 0 and f.shape == (1, 1, 1, 3)
