@@ -8,8 +8,8 @@ trials computed three ways on the same reviews, maps and seeds:
   (`sample_index`), map seeds, restart seeds, radius and search settings.
 - sweep: `evaluate.py --config configs/ws/<map>.yaml` overridden to that cell, `--trainer.devices 1`, in a fresh
   interpreter, its progress bar on: the records' `seconds` (each trial's share of its step), the wall time of the test
-  run (from the callbacks' `setup` to `on_test_end`: the results file's checks, opening the embeddings, the steps, the
-  summary and the figures) and of the whole command (the interpreter's start and imports included).
+  run (from the callbacks' `setup` to `on_test_end`: the results file's checks, the steps with the opening of the
+  embeddings, the summary and the figures) and of the whole command (the interpreter's start and imports included).
 - the authors' loop: benchmarks/ws.py's faithful re-implementation of their procedure (one trial at a time, dense
   float64 map, autograd through the full map) on the first --baseline-trials trials, its dense maps built off its clock.
 
@@ -50,8 +50,9 @@ ROOT = Path(__file__).resolve().parents[1]
 class LoopClock(Callback):
     """Writes the test run's phases (seconds) to the file named by WSLIGHT_LOOP_CLOCK.
 
-    before: setup to the first step (the results file's checks, opening the embeddings); steps: the first step's start
-    to the last one's end (the search, the records, the progress bar); after: to on_test_end (summary, figures).
+    before: setup to the first step (the results file's checks, the run folder's lock); steps: the first step's start
+    to the last one's end (opening the embeddings in the first, the search, the records, the progress bar); after: to
+    on_test_end (the summary, the figures).
     """
 
     def setup(self, trainer, pl_module, stage: str) -> None:

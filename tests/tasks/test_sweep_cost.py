@@ -1,4 +1,4 @@
-"""What a sweep's step costs: its trials' own work, the embeddings opened once before the first step."""
+"""What a sweep's step costs: its trials' own work, the embeddings opened once a run before the first trials."""
 
 import json
 import time
@@ -42,14 +42,14 @@ def steps_saw_the_store(monkeypatch):
     return seen
 
 
-def test_the_embeddings_open_before_the_first_step_and_stay_out_of_its_seconds(
+def test_the_embeddings_open_once_before_the_trials_and_stay_out_of_their_seconds(
     tmp_path, cpu_trainer, tiny, slow_opening, steps_saw_the_store
 ):
     args = ["test", *tiny("ws/raf", {"d_values": [8], "n_values": [4], "trials": 3, "trials_per_step": 2})]
     args += [*cpu_trainer.args, "--trainer.logger.init_args.save_dir", str(tmp_path)]
     cli = main(args, evaluate=True)
     records = [json.loads(x) for x in Path(cli.model.results_path).read_text().splitlines()]
-    assert len(slow_opening) == 1 and steps_saw_the_store == [True, True]  # opened once, before the 2 steps
+    assert len(slow_opening) == 1 and steps_saw_the_store == [True, True]  # once, before both steps' trials
     assert sum(r["seconds"] for r in records) < OPEN_S  # the steps' seconds are the trials' own work
 
     again = main(args, evaluate=True)  # every trial finished: nothing to open

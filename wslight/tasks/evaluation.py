@@ -135,9 +135,10 @@ class Evaluation(pl.LightningModule):
         """Log end-of-evaluation scalars (every rank) and write figures/tables (rank 0 only: check is_global_zero)."""
 
     def open_inputs(self) -> None:
-        """Open what every step reads (e.g. the embedding store), once, before the first step; default: nothing.
+        """Open what every step reads (e.g. the embedding store) on first use, before `run_trials`; default: nothing.
 
-        Called only when trials remain, so a finished run opens nothing.
+        Called at the start of every step and a no-op once open, so a step's `seconds` (timed by `run_trials`) are its
+        trials' own work and a run with nothing left to compute opens nothing.
         """
 
     # --- machinery ----------------------------------------------------------------------------------------------
@@ -251,8 +252,6 @@ class Evaluation(pl.LightningModule):
         self.check_output_dir()  # before any trial: a run that cannot save its results fails now, not after the work
         self.claim_run_folder()
         remaining = self.remaining_specs()
-        if remaining:
-            self.open_inputs()  # before the first step: a step's `seconds` are its trials' own work
         # a list of steps is a map-style dataset (__getitem__, __len__), which DataLoader's annotation does not admit
         steps = self.step_batches(remaining)
         if self.trainer.is_global_zero:
@@ -289,6 +288,7 @@ class Evaluation(pl.LightningModule):
         # the searches need input gradients; one thread: the same numbers on 1 device or several
         with torch.inference_mode(False), torch.enable_grad(), one_cpu_thread(self.device):
             try:
+                self.open_inputs()  # once a run, off the trials' clock (in the step: a failure stops every rank)
                 records = self.run_trials(batch)
             except Exception as err:  # a map or setting that fails: every rank stops with one message (below)
                 failed = err
@@ -402,7 +402,7 @@ class EmbeddingsEvaluation(Evaluation):
         return self._store
 
     def open_inputs(self) -> None:
-        """Open the embedding store before the first step (its checksum is read once a run, not in a step's time)."""
+        """Open the embedding store on first use (its checksum is read once a run, outside every trial's seconds)."""
         _ = self.store
 
     def set_embeddings(self, spec: Any, d_key: str, d_max: int, n_key: str, n_max: int) -> None:
