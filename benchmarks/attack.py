@@ -124,18 +124,18 @@ def part_authors(a) -> dict:
     data = [trial_data(t, a.n, a.d, a.N, a.seed, a.data) for t in range(a.trials)]
     weights = [trial_weights(a.map, t, a.n, a.d, a.seed) for t in range(a.trials)]
     args = [(dt[0].numpy(), dt[1].numpy(), dt[2][0].numpy(), dt[3][0].numpy()) for dt in data]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     outs = [
         run_quietly(authors_trial, utils, *args[t], weights[t], AUTHORS_MAPS[a.map], AUTHORS_TRAINING[a.training])
         for t in range(a.trials)
     ]
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     rows = []
     for t, out in enumerate(outs):
         y = float(data[t][3][0])
         t0, t1 = package_closed_forms(a, t, data[t])
         rows.append(dict(out, y=y, err=(out["D1"] + y) ** 2, pkg_t0=t0, pkg_t1=t1))
-    return dict(time_s=elapsed, trials=rows)
+    return dict(time_s=elapsed, cpu_s=cpu, trials=rows)
 
 
 def package_closed_forms(a, t: int, data) -> tuple[float, float]:
@@ -189,9 +189,9 @@ def part_port(a) -> dict:
     lr, steps = (100.0, 300) if a.map == "rf" else (1.0, 50 * a.n)
     data = [trial_data(t, a.n, a.d, a.N, a.seed, a.data) for t in range(a.trials)]
     maps = [trial_map(a.map, t, a.n, a.d, a.seed, dtype="float64") for t in range(a.trials)]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     rows = [port_trial(maps[t], *data[t], a.training, lr, steps) for t in range(a.trials)]
-    return dict(time_s=time.perf_counter() - start, trials=rows)
+    return dict(time_s=time.perf_counter() - start, cpu_s=time.process_time() - cpu, trials=rows)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -218,12 +218,12 @@ def ours_call(a, X_tr, Y, X_ctx, y) -> dict:
 def part_ours(a) -> dict:
     """The package's side: one call of `delta_attack` on every trial."""
     inputs = ours_inputs(a)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     r = ours_call(a, *inputs)
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     keys = ("y", "t0", "t1", "D0", "D1", "err", "proj_ratio", "steps", "gram_cond")
     rows = [{k: float(r[k][t, 0]) for k in keys} for t in range(a.trials)]
-    return dict(time_s=elapsed, trials=rows)
+    return dict(time_s=elapsed, cpu_s=cpu, trials=rows)
 
 
 # Where the package's time goes: (label, file suffix, function names); cumulative times under cProfile
@@ -231,7 +231,7 @@ PHASES = (
     ("training and context features (the map's forward)", "wslight/features/", ("trial_features", "stacked_features")),
     ("Gram Phi Phi^T (float64)", "wslight/base/numerics.py", ("gram",)),
     ("cond(G) (eigenvalues)", "wslight/attack/heads.py", ("gram_condition",)),
-    ("theta*, P phi (passes over Phi)", "wslight/attack/heads.py", ("min_norm", "project", "head_vectors")),
+    ("theta*, P phi (passes over Phi)", "wslight/attack/heads.py", ("min_norm", "project", "min_norm_and_projection")),
     ("contexts' algebra (AttentionMove, working dtype)", "wslight/features/move.py", ("token_move",)),
     ("chains (all steps)", "wslight/search/chains.py", ("run_chains",)),
     ("  their read-out phi(X')^T h (forward)", "wslight/features/attention.py", ("readout", "readout_and_grad")),
@@ -247,16 +247,19 @@ def profile_ours(a) -> None:
 
     inputs = ours_inputs(a)
     ours_call(a, *inputs)  # warm-up
-    prof = cProfile.Profile()
-    start = time.perf_counter()
+    prof = cProfile.Profile(time.process_time)  # CPU time: what a busy machine changes least
+    start, cpu = time.perf_counter(), time.process_time()
     prof.enable()
     ours_call(a, *inputs)
     prof.disable()
-    total = time.perf_counter() - start
+    wall, total = time.perf_counter() - start, time.process_time() - cpu
     stats = pstats.Stats(prof)
     print(f"# profile: {a.map}, d={a.d}, n={a.n}, N={a.N}, {a.training}, loss err, {a.trials} trials, ")
-    print(f"# {torch.get_num_threads()} thread(s); {total:.2f} s under cProfile ({total / a.trials:.3f} s per trial)")
-    print("| phase | s | s/trial | share |\n|---|---|---|---|")
+    print(
+        f"# {torch.get_num_threads()} thread(s); under cProfile {total:.2f} CPU s ({total / a.trials:.3f} per trial), "
+        f"{wall:.2f} s wall"
+    )
+    print("| phase | CPU s | CPU s/trial | share |\n|---|---|---|---|")
     for label, where, names in PHASES:
         cum = sum(v[3] for k, v in stats.stats.items() if where in k[0] and k[2] in names)  # type: ignore[attr-defined]
         print(f"| {label} | {cum:.3f} | {cum / a.trials:.4f} | {cum / total:.0%} |")

@@ -172,7 +172,24 @@ class AttentionMove(TokenMove):
             self.ee = Ed.pow(2).sum(-1)[:, :, :, None]  # (T, B, P, 1, n)
             self.eu = (Ed * self.U).sum(-1)[:, :, :, None]
             self.uu = self.U.pow(2).sum(-1)[:, :, :, None]
-            self.starts = structured_starts(self, W, XWt)
+            # the search's own starts are computed when it first reads them (the attack never does)
+            self._starts_from: tuple[Tensor, Tensor] | None = (W, XWt)
+
+    _starts: Tensor | None = None
+
+    @property
+    def starts(self) -> Tensor | None:
+        """The attention maps' own starts of the search (`structured_starts`), computed once, on first use."""
+        source = getattr(self, "_starts_from", None)
+        if self._starts is None and source is not None:
+            with torch.no_grad():
+                self._starts = structured_starts(self, *source)
+            self._starts_from = None
+        return self._starts
+
+    @starts.setter
+    def starts(self, value: Tensor | None) -> None:
+        self._starts, self._starts_from = value, None
 
     @classmethod
     def chain_elements(cls, maps, B, n, d):

@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from ..base import validate
 from .base import MAPS, FeatureMap, MapEntry, make_map
 from .deep_rf import DeepRFMove, deeper_forward64, fresh_deeper_layers
-from .move import TokenMove, move_class_for, token_move, trial_features
+from .move import TokenMove, _weight_dtype, move_class_for, token_move
 from .rf import ACTIVATIONS, RFMove, fresh_preactivations
 
 # kinds drawn from the law of (z, V^(i)) instead of being built
@@ -126,8 +126,8 @@ class FreshMaps:
         T, B, n, d = X_ctx.shape
         if not self.drawn_from_law:
             maps = self.maps(n, d)
-            Phi, phi = trial_features(maps, X_train), trial_features(maps, X_ctx)
-            return Phi, phi, token_move(maps, X_ctx, [position], dt)
+            feats = stacked_features(maps, X_ctx, X_train)  # (T, B + N, p)
+            return feats[:, B:], feats[:, :B], token_move(maps, X_ctx, [position], dt)
         X_all = torch.cat([X_ctx, X_train], dim=1)  # (T, B + N, n, d): one draw of z for every sample
         z64, blocks = fresh_preactivations(X_all, [position], self.width(n, d), self.seeds, self.variance)
         token: TokenMove
@@ -139,6 +139,28 @@ class FreshMaps:
             feats = deeper_forward64(torch.relu(z64), deeper)  # (T, B + N, width)
             token = DeepRFMove.from_preactivations(z64[:, :B], blocks, deeper, dt)
         return feats[:, B:], feats[:, :B], token
+
+
+@torch.no_grad()
+def stacked_features(maps: Sequence[nn.Module], X_ctx: Tensor, X_train: Tensor, chunk: int = 256) -> Tensor:
+    """The features of every trial's contexts and training samples in one float64 buffer, contexts first.
+
+    (T, B, n, d), (T, N, n, d) -> (T, B + N, p). Each map's forward runs in its own dtype (the samples cast to it
+    once) and its output is written straight into the float64 buffer: the same numbers as `trial_features` of the two
+    apart, without their float64 copies and the stacking.
+    """
+    T, B = X_ctx.shape[:2]
+    out: Tensor | None = None
+    for t, m in enumerate(maps):
+        dtype = _weight_dtype(m, X_ctx.dtype)
+        for first, X in ((0, X_ctx[t]), (B, X_train[t])):
+            for s in range(0, X.shape[0], chunk):
+                f = m(X[s : s + chunk].to(dtype))  # (c, p) in the map's dtype
+                if out is None:
+                    out = f.new_empty(T, B + X_train.shape[1], f.shape[-1], dtype=torch.float64)
+                out[t, first + s : first + s + f.shape[0]].copy_(f)
+    assert out is not None  # at least one trial and one sample
+    return out
 
 
 def trial_maps(entry: MapEntry, seeds: Sequence[int], n: int, d: int, **kwargs: Any) -> FreshMaps | list[nn.Module]:
