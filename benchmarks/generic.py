@@ -1,0 +1,131 @@
+"""A user's own map against the closed form: each map family as a plain module, side by side, on the bundled reviews.
+
+A map handed to `word_sensitivity` as a plain `nn.Module` that only forwards (`Plain`) has no token-move algebra:
+the search takes the generic path (autograd through the full forward, the generic starts: row, removal and homotopy
+starts, a polishing round; docs/theory.md §4.3). For each (map, d, n) row: `trials` bundled reviews (IMDb token
+embeddings of the bundled MiniLM, rows of norm sqrt(d)), a map each (the same built weights on both sides), token 0,
+float32, the family's shipped search settings (configs/ws/<map>.yaml: the family's defaults) on both sides, maps built
+outside the timed calls, one call per side over all trials, the closed form first, then the plain module, in the same
+process. The best known value of a review is the largest S of the two runs and of a closed-form search with 64 chains
+a round (at most 256); tightness is the share of reviews within 1% of it (S >= 0.99 S_best).
+
+Columns: seconds per trial of the closed form and of the plain module, their ratio (target: at most 3), and each
+side's share within 1% of the best known value (target: >= 95%) with its worst ratio S / S_best.
+
+    python benchmarks/generic.py --threads 1                                  # RAF and ReLU-RAF, d = 384, n = 10, 50
+    python benchmarks/generic.py --maps rf deep_rf --threads 1                # RF at d = 384, DeepRF at its config's d
+    python benchmarks/generic.py --maps raf --n 10 --trials 6 --threads 1     # one quick row
+    python benchmarks/generic.py --threads 1 --page docs/results              # also write generic_speed.md there
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from ws import CONFIGS, map_seeds, samples, shipped_search, start_seeds  # benchmarks/ws.py, beside this
+
+from wslight.features import make_map
+from wslight.records.pages import PageHeader, write_page
+from wslight.search import SearchSettings
+from wslight.search.sensitivity import word_sensitivity
+
+# (map, d): RAF, ReLU-RAF and RF at the bundled MiniLM's width, DeepRF at its config's d (configs/ws/deep_rf.yaml)
+DIMS = {"rf": 384, "deep_rf": 64, "raf": 384, "relu_raf": 384}
+COLUMNS = ["map", "d", "n", "closed form s/trial", "plain module s/trial", "ratio", "closed form within 1% (worst)"]
+COLUMNS += ["plain module within 1% (worst)", "target"]
+
+
+class Plain(nn.Module):
+    """A user's map: only forwards to the wrapped one, so the package sees no closed form and uses autograd."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner, self.n, self.d = inner, inner.n, inner.d
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return self.inner(X)
+
+
+def timed(
+    maps: list[nn.Module], X: torch.Tensor, seeds: list[int], search: SearchSettings
+) -> tuple[torch.Tensor, float]:
+    """S of one `word_sensitivity` call over all trials, and its seconds per trial."""
+    t0 = time.perf_counter()
+    res = word_sensitivity(maps, X, seed=seeds, search=search)
+    return res.ws.flatten(), (time.perf_counter() - t0) / X.shape[0]
+
+
+def tightness(S: torch.Tensor, best: torch.Tensor) -> str:
+    """The share of samples within 1% of the best known value, and the worst ratio."""
+    return f"{(S >= 0.99 * best).double().mean().item():.0%} ({(S / best).min().item():.4f})"
+
+
+def row(name: str, d: int, n: int, a: argparse.Namespace) -> list[str]:
+    """One table row: the closed form and the plain module on the same maps and reviews."""
+    X = samples("imdb", a.trials, n, d, a.seed)[:, None].float()  # (T, 1, n, d): one review per trial
+    maps = [make_map(name, n, d, s) for s in map_seeds(a.seed, a.trials)]
+    seeds = start_seeds(a.seed, a.trials)
+    settings = shipped_search(name, CONFIGS / f"{name}.yaml")
+    closed, closed_sec = timed(maps, X, seeds, settings)
+    plain, plain_sec = timed([Plain(m) for m in maps], X, seeds, settings)
+    wide, _ = timed(maps, X, seeds, settings.replace(chains_per_round=64, max_chains=256))
+    best = torch.stack([closed, plain, wide]).max(dim=0).values
+    ratio = plain_sec / closed_sec
+    ok = ratio <= 3 and (plain >= 0.99 * best).double().mean().item() >= 0.95
+    return [name, str(d), str(n), f"{closed_sec:.3f}", f"{plain_sec:.3f}", f"{ratio:.1f}x"] + [
+        tightness(closed, best),
+        tightness(plain, best),
+        "PASS" if ok else "FAIL",
+    ]
+
+
+def warm_up(name: str, d: int) -> None:
+    """One tiny estimate on each side, so torch's first-call costs do not land in the first timed row."""
+    X = torch.randn(2, 1, 4, d)
+    X = X * d**0.5 / X.norm(dim=-1, keepdim=True)
+    maps = [make_map(name, 4, d, s) for s in (99991, 99992)]
+    for side in (maps, [Plain(m) for m in maps]):
+        word_sensitivity(side, X, seed=[99991, 99992], max_steps=5)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--maps", nargs="+", default=["raf", "relu_raf"], choices=sorted(DIMS))
+    p.add_argument("--n", type=int, nargs="+", default=[10, 50])
+    p.add_argument("--d", type=int, default=None, help="d for every map (default: DIMS, per map)")
+    p.add_argument("--trials", type=int, default=20, help="reviews per row, each with its own map")
+    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--page", type=Path, default=None, help="a folder to write generic_speed.md into")
+    a = p.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    lines = [
+        f"torch {torch.__version__}, {a.threads} thread(s), {a.trials} bundled reviews per row (a map each), token 0, "
+        "float32, the family's shipped search on both sides; best known: the largest S of both runs and of a "
+        "closed-form search with 64 chains a round",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    print("\n".join(lines), flush=True)
+    for name in a.maps:
+        d = a.d or DIMS[name]
+        warm_up(name, d)
+        for n in a.n:
+            lines.append("| " + " | ".join(row(name, d, n, a)) + " |")
+            print(lines[-1], flush=True)
+    lines += ["", "target: the plain module within 3x the closed form's seconds, >= 95% of reviews within 1%"]
+    print(lines[-1])
+    if a.page is not None:
+        command = ["python", "benchmarks/generic.py", *(sys.argv[1:] if argv is None else argv)]
+        title = "A user's own map against the closed form"
+        print(write_page(a.page / "generic_speed.md", title, PageHeader.collect(command), [__doc__, "", *lines]))
+
+
+if __name__ == "__main__":
+    main()
