@@ -8,6 +8,8 @@
 - `grid`: the map x d x n x L grid both word-sensitivity sweeps walk;
 - `ws_sweep`: `WordSensitivitySweep`, S over the grid (Figures 2-3);
 - `words_sweep`: `WordSubstitutionSweep`, the exact best real word against the continuous S, and the heads it flips;
+- `trained_run`, `head_words`: a train.py run read back (`TrainedRun`), and `TrainedHeadWords`, the words that flip
+  its trained head;
 - `attack_sweep`: `DeltaAttackSweep` (Figures 4-5) and the attack records shared with `DeltaAttack`;
 - `probes`: the encoder probes (Figures 1 and 3) as evaluations;
 - `figures`: the attack figures and `save_figure`.
@@ -19,7 +21,9 @@ from .classifier import FeatureMapClassifier, TrainingDiverged
 from .datamodule import EmbeddingDataModule, EmbeddingDataset, split_indices
 from .evaluation import EmbeddingsEvaluation, Evaluation, gather_records
 from .figures import save_figure
+from .head_words import TrainedHeadWords
 from .probes import AttentionEditProbe, AttentionUnderDeltaProbe, LayerwiseChangeProbe
+from .trained_run import TrainedRun
 from .words_sweep import WordSubstitutionSweep
 from .ws_sweep import WordSensitivitySweep
 
@@ -38,6 +42,8 @@ __all__ = [
     "Evaluation",
     "LayerwiseChangeProbe",
     "WordSensitivitySweep",
+    "TrainedHeadWords",
+    "TrainedRun",
     "WordSubstitutionSweep",
     "attack_objectives",
     "attack_records",

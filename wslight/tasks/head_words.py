@@ -1,0 +1,213 @@
+"""Which real words flip a head trained with train.py, where, and how often (docs/theory.md §13.4).
+
+The exact one-word substitution (`wslight.search.word_substitution`) asked of the model a user trained, not of heads
+the sweep fits itself: the run's map rebuilt, its fitted head with its bias, its own held-out reviews.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from ..base import validate
+from ..features import map_name
+from ..records.summary import nonfinite, trusted, write_summary
+from ..search.settings import DEFAULT_CHUNK_ELEMENTS
+from ..search.substitution import word_substitution
+from .evaluation import EmbeddingsEvaluation
+from .trained_run import TrainedRun
+
+HEAD_WORDS_REQUIRED = ("ws_words", "margin")  # the values every summarised record needs
+
+
+class TrainedHeadWords(EmbeddingsEvaluation):
+    """The words that flip a trained head: every admissible word at every position of the run's held-out reviews.
+
+    For each test review of a `train.py fit` run (its checkpoint and config.yaml: the same map, the fitted theta and
+    bias, the same test split) and each position, exactly over the encoder's admissible vocabulary (the rows a word
+    has at that position): how many words flip the sign of the head's output f(X) = phi(X)^T theta + b, the flipping
+    word with the largest opposite output and that output, the discrete word sensitivity S_words and its best word,
+    and the clean margin y f(X). One trial = one review (all its positions in one step).
+
+    Args:
+        run: the train.py run's log folder (it prints `logs: <folder>`; config.yaml and checkpoints/ inside), or a
+            checkpoint file inside it.
+        checkpoint: the file under `<run>/checkpoints/` when `run` is a folder ("last.ckpt": the end of the fit).
+        reviews: test reviews evaluated, the first ones of the run's test split (None: all of them).
+        positions: the tokens substituted: "all" (every word of the review within its first n tokens; [CLS], [SEP]
+            and padding are no words) or a list of indices (a review is evaluated at those of them that are words).
+        chunk_elements: working elements one chunk of words may hold (bounds the memory of the substitution).
+        trials_per_step: reviews per test step (sharded over devices by Lightning).
+        output_dir: where results.jsonl and figures go (None: the logger's directory).
+    """
+
+    def __init__(
+        self,
+        run: str,
+        checkpoint: str = "last.ckpt",
+        reviews: int | None = 20,
+        positions: Literal["all"] | list[int] = "all",
+        chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+        trials_per_step: int = 1,
+        output_dir: str | None = None,
+    ) -> None:
+        super().__init__(trials_per_step, output_dir)
+        self.trained = TrainedRun.load(run, checkpoint)
+        self.run = str(self.trained.folder)
+        self.map = map_name(self.trained.model.feature_map)
+        self.set_embeddings(self.trained.embeddings, "run", self.trained.d, "run", self.trained.n)
+        if self.embeddings.source == "synthetic":
+            raise ValueError(
+                "run: its reviews are synthetic tokens; the substitution needs real reviews and their words"
+            )
+        if self.embeddings.layer != 0:
+            raise ValueError(
+                f"run: a substitution changes one row of layer 0, the run reads layer {self.embeddings.layer}"
+            )
+        total = len(self.trained.test_indices)
+        self.reviews = (
+            total if reviews is None else validate.integer("reviews", reviews, 1, total, why="the test split")
+        )
+        if positions != "all":
+            positions = validate.positions("positions", positions, self.trained.n)
+        self.positions = positions
+        self.chunk_elements = validate.positive_int("chunk_elements", chunk_elements)
+        self._words: Any = None
+
+    @property
+    def words(self) -> Any:
+        """The encoder's vocabulary (`EncoderWords`), loaded on first use."""
+        if self._words is None:
+            from ..data.vocabulary import EncoderWords
+
+            self._words = EncoderWords(self.embeddings.encoder)
+        return self._words
+
+    def trial_specs(self) -> list[dict]:
+        """One trial per test review, in the split's order."""
+        return [{"trial_key": f"r{k}", "trial": k} for k in range(self.reviews)]
+
+    def word_positions(self, ids: torch.Tensor) -> list[int]:
+        """The positions of `ids` (one review's token ids) that are words within the first n tokens and asked for."""
+        sep = self.words.tokenizer.sep_token_id
+        length = int((ids == sep).nonzero()[0, 0]) if (ids == sep).any() else ids.shape[0]
+        special = set(self.words.tokenizer.all_special_ids)
+        wanted = range(1, self.trained.n) if self.positions == "all" else self.positions
+        return [i for i in wanted if 1 <= i < min(length, self.trained.n) and int(ids[i]) not in special]
+
+    def run_trials(self, specs: list[dict]) -> list[dict]:
+        """Every position of the step's reviews over the whole admissible vocabulary."""
+        return [record for spec in specs for record in self._review_records(spec)]
+
+    def _review_records(self, spec: dict) -> list[dict]:
+        start = time.perf_counter()
+        model, n, d = self.trained.model, self.trained.n, self.trained.d
+        index = int(self.trained.test_indices[spec["trial"]])
+        X, y = self.store.samples([index], n, d)  # (1, n, d), (1,)
+        ids = self.store.input_ids([index])[0]
+        model.to(self.device)
+        theta, bias = self.trained.theta.to(self.device), self.trained.bias
+        with torch.no_grad():
+            output = float(model(X.to(self.device)))  # the prediction as the trained model makes it
+        positions = self.word_positions(ids)
+        records = []
+        for i in positions:
+            allowed, rejected = self.words.admissible(ids, i)
+            sub = word_substitution(
+                model.feature_map,
+                X.to(self.device),
+                [i],
+                self.words.rows(i, d),
+                allowed[None, None],
+                heads=theta[:, None],
+                bias=torch.tensor([bias], dtype=torch.float64),
+                chunk_elements=self.chunk_elements,
+            )
+            flip_id = int(sub.flip_word[0, 0, 0])  # type: ignore[index]
+            flipped_output = self._output_with(X, i, flip_id) if flip_id >= 0 else None
+            record = {
+                "experiment": "head_words",
+                "trial_key": spec["trial_key"],
+                "record_key": f"{spec['trial_key']}/p{i}",
+                "run": self.run,
+                "checkpoint": self.trained.checkpoint.name,
+                "map": self.map,
+                "d": d,
+                "n": n,
+                "trial": spec["trial"],
+                "sample_id": int(self.store.sample_ids[index]),
+                "position": i,
+                "token": self.words.text(int(ids[i])),
+                "y": float(y[0]),
+                "output": output,
+                "margin": float(y[0]) * output,
+                "correct": (output > 0) == (float(y[0]) > 0),
+                "ws_words": float(sub.ws[0, 0]),
+                "word": self.words.text(int(sub.word[0, 0])),
+                "distance": float(sub.distance[0, 0]),
+                "admissible": int(sub.admissible[0, 0]),
+                "round_trip_rejected": rejected,
+                "flips": int(sub.flips[0, 0, 0]),  # type: ignore[index]
+                "flipped": flip_id >= 0,
+                "flip_word": self.words.text(flip_id) if flip_id >= 0 else None,
+                "flip_output": flipped_output,
+                "phi_norm": float(sub.phi_norm[0]),
+            }
+            record["nonfinite"] = nonfinite(record)
+            records.append(record)
+        seconds = (time.perf_counter() - start) / max(1, len(records))
+        return [r | {"seconds": seconds} for r in records]
+
+    def _output_with(self, X: torch.Tensor, position: int, word: int) -> float:
+        """The head's output with word `word` at `position` (one forward through the trained model)."""
+        Xw = X.clone()
+        Xw[0, position] = self.words.rows(position, self.trained.d)[word]
+        with torch.no_grad():
+            return float(self.trained.model(Xw.to(self.device)))
+
+    def summarize(self, records: list[dict], out_dir: Path) -> None:
+        """Log the flip rates; on rank 0 write summary.md (the table and the words that flip the head)."""
+        records = trusted(records, "trained head's words", HEAD_WORDS_REQUIRED)
+        if not records:
+            return
+        table = head_words_table(records)
+        self.log_scalar("head_words/flip_rate", table["flip_rate"])
+        self.log_scalar("head_words/review_flip_rate", table["review_flip_rate"])
+        if not self.trainer.is_global_zero:
+            return
+        flippers = Counter(r["flip_word"] for r in records if r["flipped"])
+        words = ", ".join(f"`{w}` ({c})" for w, c in flippers.most_common(20)) or "none"
+        write_summary(
+            out_dir,
+            [table],
+            caption=f"The words that flip the head of {self.run}: flip_rate, the share of (review, position) where "
+            "some admissible word flips the head's sign; review_flip_rate, the share of reviews with such a position; "
+            "flips, the mean number of flipping words per position; ws_words, the mean exact word sensitivity; "
+            "accuracy and median_margin, of the clean reviews.\n\n",
+            after=f"\nThe most frequent flipping words (positions where each is the strongest): {words}\n",
+        )
+
+
+def head_words_table(records: list[dict]) -> dict:
+    """One row summarising the records of a `TrainedHeadWords` run."""
+    by_review: dict[int, bool] = {}
+    for r in records:
+        by_review[r["trial"]] = by_review.get(r["trial"], False) or bool(r["flipped"])
+    margins = torch.tensor([r["margin"] for r in records], dtype=torch.float64)
+    return {
+        "map": records[0]["map"],
+        "n": records[0]["n"],
+        "d": records[0]["d"],
+        "reviews": len(by_review),
+        "positions": len(records),
+        "flip_rate": sum(r["flipped"] for r in records) / len(records),
+        "review_flip_rate": sum(by_review.values()) / len(by_review),
+        "flips": sum(r["flips"] for r in records) / len(records),
+        "ws_words": sum(r["ws_words"] for r in records) / len(records),
+        "accuracy": sum(r["correct"] for r in records) / len(records),
+        "median_margin": float(margins.median()),
+    }
