@@ -9,7 +9,7 @@
 - `ws_sweep`: `WordSensitivitySweep`, S over the grid (Figures 2-3);
 - `words_sweep`: `WordSubstitutionSweep`, the exact best real word against the continuous S, and the heads it flips;
 - `trained_run`, `head_words`: a train.py run read back (`TrainedRun`), and `TrainedHeadWords`, the words that flip
-  its trained head;
+  its trained head; `head_words_callback`: `HeadWordFlips`, the same after `fit`/`test`;
 - `attack_sweep`: `DeltaAttackSweep` (Figures 4-5) and the attack records shared with `DeltaAttack`;
 - `probes`: the encoder probes (Figures 1 and 3) as evaluations;
 - `figures`: the attack figures and `save_figure`.
@@ -22,6 +22,7 @@ from .datamodule import EmbeddingDataModule, EmbeddingDataset, split_indices
 from .evaluation import EmbeddingsEvaluation, Evaluation, gather_records
 from .figures import save_figure
 from .head_words import TrainedHeadWords
+from .head_words_callback import HeadWordFlips
 from .probes import AttentionEditProbe, AttentionUnderDeltaProbe, LayerwiseChangeProbe
 from .trained_run import TrainedRun
 from .words_sweep import WordSubstitutionSweep
@@ -43,6 +44,7 @@ __all__ = [
     "LayerwiseChangeProbe",
     "WordSensitivitySweep",
     "TrainedHeadWords",
+    "HeadWordFlips",
     "TrainedRun",
     "WordSubstitutionSweep",
     "attack_objectives",

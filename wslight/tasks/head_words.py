@@ -18,6 +18,7 @@ from ..features import map_name
 from ..records.summary import nonfinite, trusted, write_summary
 from ..search.settings import DEFAULT_CHUNK_ELEMENTS
 from ..search.substitution import word_substitution
+from .classifier import FeatureMapClassifier
 from .evaluation import EmbeddingsEvaluation
 from .trained_run import TrainedRun
 
@@ -58,7 +59,6 @@ class TrainedHeadWords(EmbeddingsEvaluation):
         super().__init__(trials_per_step, output_dir)
         self.trained = TrainedRun.load(run, checkpoint)
         self.run = str(self.trained.folder)
-        self.map = map_name(self.trained.model.feature_map)
         self.set_embeddings(self.trained.embeddings, "run", self.trained.d, "run", self.trained.n)
         if self.embeddings.source == "synthetic":
             raise ValueError(
@@ -91,83 +91,28 @@ class TrainedHeadWords(EmbeddingsEvaluation):
         """One trial per test review, in the split's order."""
         return [{"trial_key": f"r{k}", "trial": k} for k in range(self.reviews)]
 
-    def word_positions(self, ids: torch.Tensor) -> list[int]:
-        """The positions of `ids` (one review's token ids) that are words within the first n tokens and asked for."""
-        sep = self.words.tokenizer.sep_token_id
-        length = int((ids == sep).nonzero()[0, 0]) if (ids == sep).any() else ids.shape[0]
-        special = set(self.words.tokenizer.all_special_ids)
-        wanted = range(1, self.trained.n) if self.positions == "all" else self.positions
-        return [i for i in wanted if 1 <= i < min(length, self.trained.n) and int(ids[i]) not in special]
-
     def run_trials(self, specs: list[dict]) -> list[dict]:
         """Every position of the step's reviews over the whole admissible vocabulary."""
-        return [record for spec in specs for record in self._review_records(spec)]
-
-    def _review_records(self, spec: dict) -> list[dict]:
-        start = time.perf_counter()
-        model, n, d = self.trained.model, self.trained.n, self.trained.d
-        index = int(self.trained.test_indices[spec["trial"]])
-        X, y = self.store.samples([index], n, d)  # (1, n, d), (1,)
-        ids = self.store.input_ids([index])[0]
-        model.to(self.device)
-        theta, bias = self.trained.theta.to(self.device), self.trained.bias
-        with torch.no_grad():
-            output = float(model(X.to(self.device)))  # the prediction as the trained model makes it
-        positions = self.word_positions(ids)
         records = []
-        for i in positions:
-            allowed, rejected = self.words.admissible(ids, i)
-            sub = word_substitution(
-                model.feature_map,
-                X.to(self.device),
-                [i],
-                self.words.rows(i, d),
-                allowed[None, None],
-                heads=theta[:, None],
-                bias=torch.tensor([bias], dtype=torch.float64),
-                chunk_elements=self.chunk_elements,
+        for spec in specs:
+            index = int(self.trained.test_indices[spec["trial"]])
+            found = review_word_records(
+                self.trained.model,
+                self.store,
+                self.words,
+                index,
+                self.trained.n,
+                self.trained.d,
+                self.positions,
+                self.chunk_elements,
+                self.device,
             )
-            flip_id = int(sub.flip_word[0, 0, 0])  # type: ignore[index]
-            flipped_output = self._output_with(X, i, flip_id) if flip_id >= 0 else None
-            record = {
-                "experiment": "head_words",
-                "trial_key": spec["trial_key"],
-                "record_key": f"{spec['trial_key']}/p{i}",
-                "run": self.run,
-                "checkpoint": self.trained.checkpoint.name,
-                "map": self.map,
-                "d": d,
-                "n": n,
-                "trial": spec["trial"],
-                "sample_id": int(self.store.sample_ids[index]),
-                "position": i,
-                "token": self.words.text(int(ids[i])),
-                "y": float(y[0]),
-                "output": output,
-                "margin": float(y[0]) * output,
-                "correct": (output > 0) == (float(y[0]) > 0),
-                "ws_words": float(sub.ws[0, 0]),
-                "word": self.words.text(int(sub.word[0, 0])),
-                "distance": float(sub.distance[0, 0]),
-                "admissible": int(sub.admissible[0, 0]),
-                "round_trip_rejected": rejected,
-                "flips": int(sub.flips[0, 0, 0]),  # type: ignore[index]
-                "flipped": flip_id >= 0,
-                "flip_word": self.words.text(flip_id) if flip_id >= 0 else None,
-                "flip_output": flipped_output,
-                "phi_norm": float(sub.phi_norm[0]),
-            }
-            record["nonfinite"] = nonfinite(record)
-            records.append(record)
-        seconds = (time.perf_counter() - start) / max(1, len(records))
-        return [r | {"seconds": seconds} for r in records]
-
-    def _output_with(self, X: torch.Tensor, position: int, word: int) -> float:
-        """The head's output with word `word` at `position` (one forward through the trained model)."""
-        Xw = X.clone()
-        Xw[0, position] = self.words.rows(position, self.trained.d)[word]
-        with torch.no_grad():
-            return float(self.trained.model(Xw.to(self.device)))
+            for r in found:
+                r |= {"trial_key": spec["trial_key"], "record_key": f"{spec['trial_key']}/p{r['position']}"}
+                records.append(
+                    r | {"trial": spec["trial"], "run": self.run, "checkpoint": self.trained.checkpoint.name}
+                )
+        return records
 
     def summarize(self, records: list[dict], out_dir: Path) -> None:
         """Log the flip rates; on rank 0 write summary.md (the table and the words that flip the head)."""
@@ -211,3 +156,94 @@ def head_words_table(records: list[dict]) -> dict:
         "accuracy": sum(r["correct"] for r in records) / len(records),
         "median_margin": float(margins.median()),
     }
+
+
+def word_positions(words: Any, ids: torch.Tensor, n: int, positions: Literal["all"] | list[int]) -> list[int]:
+    """The positions of `ids` (one review's token ids) that are words within its first n tokens and asked for."""
+    sep = words.tokenizer.sep_token_id
+    length = int((ids == sep).nonzero()[0, 0]) if (ids == sep).any() else ids.shape[0]
+    special = set(words.tokenizer.all_special_ids)
+    wanted = range(1, n) if positions == "all" else positions
+    return [i for i in wanted if 1 <= i < min(length, n) and int(ids[i]) not in special]
+
+
+def review_word_records(
+    model: FeatureMapClassifier,
+    store: Any,
+    words: Any,
+    index: int,
+    n: int,
+    d: int,
+    positions: Literal["all"] | list[int],
+    chunk_elements: int,
+    device: torch.device,
+) -> list[dict]:
+    """One record per word position of review `index`: the admissible words that flip the trained head there.
+
+    Exact over the admissible vocabulary (`word_substitution` with the head theta and its bias, float64): how many
+    words flip the sign of f(X) = phi(X)^T theta + b, the strongest flipping word and the output the model gives with
+    it, S_words and its best word, and the clean output and margin y f(X) as the model computes them.
+
+    Args:
+        model: the trained classifier (its map, theta and bias).
+        store: the embedding store (`TokenEmbeddings`) of the run's reviews.
+        words: the encoder's vocabulary (`EncoderWords`).
+        index: the review's position in the store.
+        n: the run's tokens per sample.
+        d: the run's embedding coordinates.
+        positions: "all" or the token indices asked for (the review's words among them).
+        chunk_elements: working elements one chunk of words may hold.
+        device: where the map computes.
+    """
+    start = time.perf_counter()
+    X, y = store.samples([index], n, d)  # (1, n, d), (1,)
+    X, label = X.to(device), float(y[0])
+    ids = store.input_ids([index])[0]
+    model.to(device)
+    theta = model.theta.detach().double()[:, None]  # (p, 1)
+    bias = torch.tensor([0.0 if model.bias is None else float(model.bias.detach())], dtype=torch.float64)
+    with torch.no_grad():
+        output = float(model(X))  # the prediction as the trained model makes it
+    records = []
+    for i in word_positions(words, ids, n, positions):
+        allowed, rejected = words.admissible(ids, i)
+        rows = words.rows(i, d)
+        sub = word_substitution(
+            model.feature_map, X, [i], rows, allowed[None, None], heads=theta, bias=bias, chunk_elements=chunk_elements
+        )
+        flip_id = int(sub.flip_word[0, 0, 0])  # type: ignore[index]
+        record = {
+            "experiment": "head_words",
+            "map": map_name(model.feature_map),
+            "d": d,
+            "n": n,
+            "sample_id": int(store.sample_ids[index]),
+            "position": i,
+            "token": words.text(int(ids[i])),
+            "y": label,
+            "output": output,
+            "margin": label * output,
+            "correct": (output > 0) == (label > 0),
+            "ws_words": float(sub.ws[0, 0]),
+            "word": words.text(int(sub.word[0, 0])),
+            "distance": float(sub.distance[0, 0]),
+            "admissible": int(sub.admissible[0, 0]),
+            "round_trip_rejected": rejected,
+            "flips": int(sub.flips[0, 0, 0]),  # type: ignore[index]
+            "flipped": flip_id >= 0,
+            "flip_word": words.text(flip_id) if flip_id >= 0 else None,
+            "flip_output": _output_with(model, X, i, rows[flip_id]) if flip_id >= 0 else None,
+            "phi_norm": float(sub.phi_norm[0]),
+        }
+        record["nonfinite"] = nonfinite(record)
+        records.append(record)
+    seconds = (time.perf_counter() - start) / max(1, len(records))
+    return [r | {"seconds": seconds} for r in records]
+
+
+def _output_with(model: FeatureMapClassifier, X: torch.Tensor, position: int, row: torch.Tensor) -> float:
+    """The model's output with `row` at `position` (one forward through the trained model)."""
+    Xw = X.clone()
+    Xw[0, position] = row.to(Xw)
+    with torch.no_grad():
+        return float(model(Xw))
