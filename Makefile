@@ -29,8 +29,10 @@ TEST_WORKERS ?= 2
 test: env
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
+# The slow suite (multi-process runs, signals, larger searches) on the same workers: a test that waits on its
+# subprocesses' start-up leaves a core to the next one (in-process searches get one torch thread per worker).
 test-slow: env
-	$(PY) -m pytest -q -m slow $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m slow -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 reproduce: env
 	$(if $(filter 0,$(FULL)),HF_HUB_OFFLINE=1 ,)$(PY) -m wslight reproduce --full $(FULL)
