@@ -31,8 +31,9 @@ def side_row(name: str, res: dict, trials: int, ours: dict) -> str:
     errs = [r["err"] for r in res["trials"]]
     yD1 = [r["y"] * r["D1"] for r in res["trials"]]
     return (
-        f"| {name} | {res['time_s']:.2f} s | {res['time_s'] / trials:.3f} s | {res['peak_gib']:.2f} GiB "
-        f"| {sum(errs) / len(errs):.2e} | {sum(yD1) / len(yD1):+.3f} | {res['time_s'] / ours['time_s']:.1f}x |"
+        f"| {name} | {res['time_s']:.2f} s | {res['time_s'] / trials:.3f} s | {res['cpu_s'] / trials:.3f} s "
+        f"| {res['peak_gib']:.2f} GiB | {sum(errs) / len(errs):.2e} | {sum(yD1) / len(yD1):+.3f} "
+        f"| {res['time_s'] / ours['time_s']:.1f}x | {res['cpu_s'] / ours['cpu_s']:.1f}x |"
     )
 
 
@@ -70,8 +71,9 @@ def write_attack_page(folder, sides: dict, largest: dict | None, data: str, a, a
         f"The cell: {a.map}, d = {a.d}, n = {a.n}, N = {a.N}, {a.training}, loss err, {a.trials} trials; data: {data}; "
         f"{ours['threads']} thread(s) per side; seed {a.seed}.",
         "",
-        "| side | time | per trial | peak memory | mean err | mean y*D1 | time / package's |",
-        "|---|---|---|---|---|---|---|",
+        "| side | time | per trial | CPU per trial | peak memory | mean err | mean y*D1 | time / package's "
+        "| CPU / package's |",
+        "|---|---|---|---|---|---|---|---|---|",
         *(side_row(SIDES[k], res, a.trials, ours) for k, res in sides.items()),
         "",
         *(f"- {line}" for line in agreement(sides)),
@@ -96,17 +98,17 @@ def print_sides(sides: dict, a) -> None:
     """The comparison table and the per-trial errors on stdout."""
     ours = sides["ours"]
     print(f"threads per part: {ours['threads']}; own map and training set per trial, the same on every side")
-    print(
-        f"{'':8s} {'time (s)':>9s} {'s/trial':>8s} {'peak (GiB)':>10s} {'mean err':>9s} {'mean y*D1':>9s} {'ratio':>7s}"
-    )
+    head = f"{'':8s} {'time (s)':>9s} {'s/trial':>8s} {'CPU s/tr':>8s} {'peak (GiB)':>10s} {'mean err':>9s}"
+    print(head + f" {'mean y*D1':>9s} {'ratio':>7s} {'CPU ratio':>9s}")
     for name, res in sides.items():
         errs = [r["err"] for r in res["trials"]]
         yD1 = [r["y"] * r["D1"] for r in res["trials"]]
         mean_err, mean_yD1 = sum(errs) / len(errs), sum(yD1) / len(yD1)
         per, ratio = res["time_s"] / a.trials, res["time_s"] / ours["time_s"]
+        cpu, cpu_ratio = res["cpu_s"] / a.trials, res["cpu_s"] / ours["cpu_s"]
         print(
-            f"{name:8s} {res['time_s']:9.2f} {per:8.3f} {res['peak_gib']:10.2f} {mean_err:9.2e} {mean_yD1:9.3f} "
-            f"{ratio:6.1f}x"
+            f"{name:8s} {res['time_s']:9.2f} {per:8.3f} {cpu:8.3f} {res['peak_gib']:10.2f} {mean_err:9.2e} "
+            f"{mean_yD1:9.3f} {ratio:6.1f}x {cpu_ratio:8.1f}x"
         )
     names = [k for k in sides if k != "ours"]
     print(f"{'trial':>5s} " + " ".join(f"{'err ' + k:>12s}" for k in [*names, "ours"]) + f" {'steps':>6s}")
