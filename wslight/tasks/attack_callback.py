@@ -16,7 +16,6 @@ from typing import Any, Literal
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.callbacks import Callback
 from tqdm.auto import tqdm
 
 from ..attack.inputs import draw_samples
@@ -28,6 +27,7 @@ from ..base.seeding import derive_seed
 from ..features import map_name, output_dim
 from ..records.results import ResultsFile, config_key
 from ..records.summary import ATTACK_REQUIRED, attack_scalars, trusted
+from .after_fit import AfterFitOrTest
 from .attack_sweep import attack_objectives, checked_penalties, run_attacks
 from .evaluation import gather_records, one_cpu_thread
 from .figures import attack_figures, save_figure
@@ -52,7 +52,7 @@ def _attackable(fmap: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     return fmap
 
 
-class DeltaAttack(Callback):
+class DeltaAttack(AfterFitOrTest):
     """Run the single-token Delta attack (docs/theory.md §6) on the fitted model's feature map and log what it finds.
 
     At the chosen hook, the training split of the datamodule (`trainer.datamodule`: an EmbeddingDataModule or any
@@ -105,7 +105,7 @@ class DeltaAttack(Callback):
         self.N = validate.integer("N", N, low=1, allow_none=True)
         self.attack = attack if attack is not None else AttackSettings()  # checked when it was made
         self.seed = validate.integer("seed", seed, low=0)
-        self.hook = validate.choice("hook", hook, ("fit_end", "test_end"))
+        self.set_hook(hook)
         self.records: list[dict] = []  # the last attack's de-duplicated records (every rank)
         self.metrics: dict[str, float] = {}  # the last attack's scalars (every rank)
         self.results_path: Path | None = None
@@ -120,18 +120,6 @@ class DeltaAttack(Callback):
             "hook": self.hook,
         }
 
-    # --- hooks ----------------------------------------------------------------------------------------------------
-    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Run the attack on the fitted model when `hook` is "fit_end"."""
-        if self.hook == "fit_end":
-            self.run(trainer, pl_module)
-
-    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Run the attack after testing when `hook` is "test_end"."""
-        if self.hook == "test_end":
-            self.run(trainer, pl_module)
-
-    # --- work -----------------------------------------------------------------------------------------------------
     def _inputs(self, trainer: Trainer, pl_module: LightningModule) -> dict[str, Any]:
         """Check the model and data against the settings and pick the training / context samples (no heavy work)."""
         fmap = getattr(pl_module, "feature_map", None)

@@ -11,12 +11,12 @@ from typing import Any, Literal
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.callbacks import Callback
 
 from ..base import validate
 from ..records.results import ResultsFile, config_key
 from ..records.summary import trusted
 from ..search.settings import DEFAULT_CHUNK_ELEMENTS
+from .after_fit import AfterFitOrTest
 from .classifier import FeatureMapClassifier
 from .evaluation import gather_records, one_cpu_thread
 from .head_words import HEAD_WORDS_REQUIRED, head_words_table, review_word_records
@@ -24,7 +24,7 @@ from .head_words import HEAD_WORDS_REQUIRED, head_words_table, review_word_recor
 HEAD_WORDS_RESULTS_NAME = "head_words.jsonl"
 
 
-class HeadWordFlips(Callback):
+class HeadWordFlips(AfterFitOrTest):
     """Count the real words that flip the fitted head at every word position of held-out reviews, and log the rates.
 
     At the chosen hook, the first `reviews` reviews of the datamodule's test split (an EmbeddingDataModule of real
@@ -56,20 +56,10 @@ class HeadWordFlips(Callback):
             raise ValueError(f'positions: expected "all" or a list of token indices >= 1, got {positions!r}')
         self.positions = positions
         self.chunk_elements = validate.positive_int("chunk_elements", chunk_elements)
-        self.hook = validate.choice("hook", hook, ("fit_end", "test_end"))
+        self.set_hook(hook)
         self.records: list[dict] = []
         self.metrics: dict[str, float] = {}
         self.results_path: Path | None = None
-
-    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Read the fitted head's words when `hook` is "fit_end"."""
-        if self.hook == "fit_end":
-            self.run(trainer, pl_module)
-
-    def on_test_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Read the head's words after testing when `hook` is "test_end"."""
-        if self.hook == "test_end":
-            self.run(trainer, pl_module)
 
     def run(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """This rank's reviews, gathered on every rank; rank 0 writes and logs (one CPU thread per process)."""
