@@ -343,9 +343,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     have_authors = (Path(a.authors_code) / "utils.py").is_file()
     if not have_authors:
-        print(how_to_get(Path(a.authors_code)) + "; running without that row")
         if a.authors_given:
+            print(how_to_get(Path(a.authors_code)), file=sys.stderr)
             raise SystemExit(2)
+        print(how_to_get(Path(a.authors_code)) + "; running without that row")
 
     common = ["--map", a.map, "--d", str(a.d), "--n", str(a.n), "--N", str(a.N), "--training", a.training]
     common += ["--trials", str(a.trials), "--seed", str(a.seed), "--threads", str(a.threads), "--data", a.data]
