@@ -35,11 +35,11 @@ POLISH_JITTER = 0.02
 # first round. RAF and ReLU-RAF as plain modules at d = 384, n = 10, 20 bundled reviews, against the best value of
 # every run (the closed forms' and 256-chain searches included): RAF 55% -> 90-100% within 1% on two draws of
 # reviews and maps (mean ratio 0.979 -> 0.998), ReLU-RAF 70% -> 90% (0.990 -> 0.998); the balls 1.5, 2, 3 r alone
-# gave 85-95%, 32 chains a ball no better (docs/theory.md §4.3). Since the row and removal starts, 4 chains a ball keep
-# it (n = 10 and 50: both maps 100% within 1%, with half the extra random chains too), a third fewer chains a sample.
-# These chains search other balls: a record's `chains` does not count them
+# gave 85-95%, 32 chains a ball no better (docs/theory.md §4.3). 4 chains a ball kept 100% within 1% on one draw of 20
+# reviews and maps (n = 10 and 50) but not on a second (RAF, n = 10, tests/search/test_chains.py). These chains search
+# other balls: a record's `chains` does not count them
 HOMOTOPY_SCALES = (1.25, 1.5, 2.0, 3.0, 4.0)
-HOMOTOPY_CHAINS = 4
+HOMOTOPY_CHAINS = 16
 # The confirmation round's chains start this far (relative to the radius) from the lone best chain's start
 CONFIRM_JITTER = 0.3
 
