@@ -23,6 +23,7 @@ EVALUATIONS = (
     "AttentionEditProbe",
     "LayerwiseChangeProbe",
     "AttentionUnderDeltaProbe",
+    "TrainedHeadWords",
 )
 
 
