@@ -32,7 +32,7 @@ test: env
 # The slow suite (multi-process runs, signals, larger searches) on the same workers: a test that waits on its
 # subprocesses' start-up leaves a core to the next one (in-process searches get one torch thread per worker).
 test-slow: env
-	$(PY) -m pytest -q -m slow -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m slow -n $(TEST_WORKERS) --dist worksteal --durations=12 $(PYTEST_ARGS)
 
 reproduce: env
 	$(if $(filter 0,$(FULL)),HF_HUB_OFFLINE=1 ,)$(PY) -m wslight reproduce --full $(FULL)

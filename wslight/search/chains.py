@@ -119,15 +119,8 @@ def run_chains(
     for t in range(max_steps):
         moving = c.active  # the chains this step moves (a rule may stop some of them before their new point counts)
         x = rule.propose(c, t)
-        if live is None:
-            f, g = evaluate(x)
-        else:
-            f, g = _evaluate_live(live_eval, x, *live)
-        rule.accept(c, x, f, g, t)
-        better = (f > c.best_f) & moving
-        c.best_f = torch.where(better, f, c.best_f)
-        c.best_x = torch.where(better[..., None], x, c.best_x)
-        if not bool(c.active.any()):
+        f, g = evaluate(x) if live is None else _evaluate_live(live_eval, x, *live)
+        if not _take_step(c, rule, t, x, f, g, moving):
             break
         if restrict is not None:
             narrowed = _narrowed(c.active, live)
@@ -147,13 +140,18 @@ def _run_live(live: LiveEvaluate, x0: Tensor, rule: StepRule, max_steps: int) ->
         moving = c.active  # the chains this step moves (a rule may stop some of them before their new point counts)
         x = rule.propose(c, t)
         f, g = live(x, moving)
-        rule.accept(c, x, f, g, t)
-        better = (f > c.best_f) & moving
-        c.best_f = torch.where(better, f, c.best_f)
-        c.best_x = torch.where(better[..., None], x, c.best_x)
-        if not bool(c.active.any()):
+        if not _take_step(c, rule, t, x, f, g, moving):
             break
     return c
+
+
+def _take_step(c: Chains, rule: StepRule, t: int, x: Tensor, f: Tensor, g: Tensor, moving: Tensor) -> bool:
+    """Take step t's values at the proposed points, keep each moving chain's best; whether any chain still moves."""
+    rule.accept(c, x, f, g, t)
+    better = (f > c.best_f) & moving
+    c.best_f = torch.where(better, f, c.best_f)
+    c.best_x = torch.where(better[..., None], x, c.best_x)
+    return bool(c.active.any())
 
 
 def _narrowed(active: Tensor, live: tuple[Tensor, Tensor] | None) -> tuple[Tensor, Tensor] | None:
