@@ -121,6 +121,13 @@ def cpu_trainer() -> CPUTrainer:
 CONF = Path(__file__).resolve().parent / "conf"
 
 
+def tiny_args(cache: Path, logs: Path) -> list[str]:
+    """`--config` of the tiny attack-callback fit, with its embedding cache and log folder (no progress output)."""
+    out = ["--config", str(CONF / "attack" / "callback_raf.yaml"), "--data.init_args.embeddings.cache_dir", str(cache)]
+    out += ["--data.init_args.progress", "false", "--trainer.enable_progress_bar", "false"]
+    return [*out, "--trainer.logger.init_args.save_dir", str(logs)]
+
+
 def tiny_config(name: str, settings: dict | None = None, prefix: str = "model.init_args.") -> list[str]:
     """`--config tests/conf/<name>.yaml`, the tiny test setting of the shipped config `<name>`, then the settings.
 

@@ -299,6 +299,8 @@ def test_row_starts_and_search_starts_bring_a_plain_raf_at_d384_to_the_best_valu
     With the RAF config's search, 20 bundled reviews, a map each: without its row starts the generic path stops more
     than 2% short of the best value found on some review; with them (the shipped generic path) it is within 1% of it on
     every one, and so is the module that names its attracting and steering directions (`search_starts`), within 0.5%.
+    (The 20 searches run as one batch: a chain's path through a float32 forward depends on the batch's size, and on
+    the first 10 reviews alone the search without row starts happens to reach every best value.)
     """
     settings = shipped_search(RandomAttentionFeatures)  # what configs/ws/raf.yaml runs with: the family's defaults
     T, n, d = 20, 10, 384
@@ -321,14 +323,15 @@ def test_row_starts_and_search_starts_bring_a_plain_raf_at_d384_to_the_best_valu
 def test_row_starts_bring_a_plain_relu_raf_at_n250_to_the_closed_forms_value_on_the_bundled_reviews():
     """ReLU-RAF as a plain module at d = 384, n = 250 is within 1% of the closed form's S.
 
-    With the ReLU-RAF config's search, 2 bundled reviews: its best values lie where the moved query attends to itself
-    alone, which the closed form enters with its capture steps and the generic path with the captured row starts.
+    With the ReLU-RAF config's search, the first bundled review: its best value lies where the moved query attends to
+    itself alone, which the closed form enters with its capture steps and the generic path with the captured row
+    starts (without its row starts the generic path stops 1.9% short on this review).
     """
     settings = shipped_search(ReLUAttentionFeatures)  # what configs/ws/relu_raf.yaml runs with: the family's defaults
-    T, n, d = 2, 250, 384
+    T, n, d = 1, 250, 384
     X, _ = load_token_embeddings(EmbeddingSpec(num_samples=40)).samples(list(range(T)), n, d)
     X = X[:, None].float()
-    seeds = [7, 8]
+    seeds = [7]
     maps = [make_map("relu_raf", n, d, s) for s in seeds]
     closed = word_sensitivity(maps, X, seed=seeds, **settings).ws
     plain = word_sensitivity([_Plain(m) for m in maps], X, seed=seeds, **settings).ws
@@ -467,12 +470,12 @@ def test_row_subspaces_are_the_top_right_singular_vectors_of_each_rows_jacobian(
 def test_removal_starts_find_the_pre_trained_layers_higher_maxima_on_the_bundled_reviews(monkeypatch):
     """The removal starts raise the pre-trained layer's S by more than 4% on the bundled reviews.
 
-    The pre-trained attention layer at n = 8 with the zoo config's search, 3 bundled reviews: its highest values lie on
+    The pre-trained attention layer at n = 8 with the zoo config's search, 2 bundled reviews: its highest values lie on
     a path through the nearly removed word, leaning toward a top singular vector of a row's Jacobian, which random,
     attracting and captured starts miss.
     """
     settings = yaml.safe_load((CONFIGS / "ws" / "zoo.yaml").read_text())["model"]["init_args"]["search"]
-    T, n, d = 3, 8, 384
+    T, n, d = 2, 8, 384
     X, _ = load_token_embeddings(EmbeddingSpec(num_samples=20)).samples(list(range(T)), n, d)
     X = X[:, None].float()
     maps = [make_map("pretrained_attn", n, d)] * T

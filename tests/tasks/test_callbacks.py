@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_args
 from lightning.pytorch import Trainer
 from lightning.pytorch.loggers import TensorBoardLogger
 
@@ -230,15 +231,9 @@ def test_config_parses():
     assert info.value.code in (0, None)
 
 
-# The tiny test setting of configs/attack/callback_raf.yaml (an overlay of it): synthetic tokens, n = 6, d = 8,
-# 5 held-out contexts, losses err and align_proj.
-TINY = ROOT / "tests" / "conf" / "attack" / "callback_raf.yaml"
-
-
-def tiny_args(cache: Path, logs: Path) -> list[str]:
-    """`--config` of the tiny callback run, with its embedding cache and log folder (no progress output)."""
-    out = ["--config", str(TINY), "--data.init_args.embeddings.cache_dir", str(cache), "--data.init_args.progress"]
-    return [*out, "false", "--trainer.enable_progress_bar", "false", "--trainer.logger.init_args.save_dir", str(logs)]
+# The subprocess runs below use tests/conf/attack/callback_raf.yaml (conftest.tiny_args), the tiny test setting of
+# configs/attack/callback_raf.yaml (an overlay of it): synthetic tokens, n = 6, d = 8, 5 held-out contexts, losses
+# err and align_proj.
 
 
 @pytest.mark.slow  # a fit and its attack in subprocesses, one and two DDP processes (gloo, CPU)
