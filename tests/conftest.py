@@ -22,6 +22,20 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `make test` runs one worker per cor
     torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The longest slow tests first (`slow(seconds=...)`, their idle duration on one worker).
+
+    With `-n 2 --dist worksteal` a worker that finishes early takes queued tests from the other; started first, the
+    long in-process searches do not end the run alone on one worker.
+    """
+
+    def seconds(item) -> float:
+        mark = item.get_closest_marker("slow")
+        return float(mark.kwargs.get("seconds", 0)) if mark is not None else 0.0
+
+    items.sort(key=seconds, reverse=True)  # stable: the others keep their order
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_home_cache(tmp_path_factory):
     """Keep the tests' embedding caches out of ~/.cache/wslight.

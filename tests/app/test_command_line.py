@@ -237,7 +237,7 @@ def test_ckpt_path_last_resumes_the_newest_last_checkpoint_or_says_there_is_none
 # ------------------------------------------------------------------------------------------- DDP runs end cleanly
 
 
-@pytest.mark.slow  # four 2-process runs: about a minute on 2 cores
+@pytest.mark.slow(seconds=47)  # four 2-process runs
 def test_finished_ddp_runs_exit_0_every_time(tmp_path, squares):
     """A 2-process fit with the attack callback and a 2-process evaluation, twice each, exit 0 every time.
 

@@ -276,7 +276,7 @@ def test_ctrl_c_stops_a_fit_with_status_130(tmp_path, tiny):
     assert proc.returncode == 130
 
 
-@pytest.mark.slow  # evaluate.py on two processes, four times
+@pytest.mark.slow(seconds=36)  # evaluate.py on two processes, four times
 def test_two_processes_print_each_failure_once(tmp_path, squares):
     def run(cfg: Path, *extra: str) -> tuple[int, str]:
         command = [*_command(cfg, 2), *extra]

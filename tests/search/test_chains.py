@@ -144,7 +144,7 @@ def test_reported_s_is_the_best_float64_value_of_the_best_chains(monkeypatch):
     assert (res.ws >= one.ws * (1 - 1e-12)).all()
 
 
-@pytest.mark.slow  # 20 reviews at d = 384, n = 50, and a reference of at least 256 chains each
+@pytest.mark.slow(seconds=25)  # 20 reviews at d = 384, n = 50, and a reference of at least 256 chains each
 def test_relu_raf_at_d384_n50_is_within_one_percent_of_a_16x_reference_on_the_bundled_reviews():
     """The shipped ReLU-RAF settings (configs/ws/relu_raf.yaml) are within 1% of a 16x reference on the bundled reviews.
 
@@ -292,7 +292,7 @@ class _Hinted(_Plain):
         return torch.cat([attract[:, None, None].expand(-1, len(positions), 1, -1), steer[:, keep]], dim=2)
 
 
-@pytest.mark.slow  # four searches of 20 reviews at d = 384, three of them on the generic path
+@pytest.mark.slow(seconds=113)  # four searches of 20 reviews at d = 384, three of them on the generic path
 def test_row_starts_and_search_starts_bring_a_plain_raf_at_d384_to_the_best_value_on_the_bundled_reviews(monkeypatch):
     """RAF as a plain module at d = 384, n = 10 reaches the best value with its row starts or its own starts.
 
@@ -319,7 +319,7 @@ def test_row_starts_and_search_starts_bring_a_plain_raf_at_d384_to_the_best_valu
     assert (hinted >= 0.995 * best).all()
 
 
-@pytest.mark.slow  # a plain module on the generic path at n = 250, d = 384
+@pytest.mark.slow(seconds=90)  # a plain module on the generic path at n = 250, d = 384
 def test_row_starts_bring_a_plain_relu_raf_at_n250_to_the_closed_forms_value_on_the_bundled_reviews():
     """ReLU-RAF as a plain module at d = 384, n = 250 is within 1% of the closed form's S.
 
@@ -466,7 +466,7 @@ def test_row_subspaces_are_the_top_right_singular_vectors_of_each_rows_jacobian(
     assert (cos > 0.99).all()
 
 
-@pytest.mark.slow  # the pre-trained layer at d = 384 on the generic path, searched twice
+@pytest.mark.slow(seconds=49)  # the pre-trained layer at d = 384 on the generic path, searched twice
 def test_removal_starts_find_the_pre_trained_layers_higher_maxima_on_the_bundled_reviews(monkeypatch):
     """The removal starts raise the pre-trained layer's S by more than 4% on the bundled reviews.
 

@@ -167,7 +167,7 @@ def _evaluate_subprocess(config, save_dir, *extra):
     return path
 
 
-@pytest.mark.slow  # four configs, each in a subprocess on one then two DDP processes
+@pytest.mark.slow(seconds=25)  # four configs, each in a subprocess on one then two DDP processes
 @pytest.mark.parametrize(
     "body", [WS_CONFIG, ATTACK_CONFIG, WIDE_ATTACK_CONFIG, WORDS_CONFIG], ids=["ws", "attack", "attack-wide", "words"]
 )
@@ -184,7 +184,7 @@ def test_one_and_two_devices_give_identical_records(tmp_path, config_args, body)
     assert r1 == r2
 
 
-@pytest.mark.slow  # evaluate.py in subprocesses: one process, then one DDP process per core
+@pytest.mark.slow(seconds=26)  # evaluate.py in subprocesses: one process, then one DDP process per core
 @pytest.mark.skipif(available_cores() < 2, reason="one core: nothing to spread")
 def test_the_command_line_runs_a_cpu_evaluation_on_every_core_with_the_same_records(tmp_path, config_args, capfd):
     """`devices: auto` (the shipped configs) on the command line: one DDP process per core.
