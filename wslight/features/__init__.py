@@ -21,6 +21,7 @@ from .base import (
 from .deep_rf import DeepRandomFeatures
 from .elementwise import LinearAttentionFeatures as LinearAttentionFeatures
 from .elementwise import SigmoidAttentionFeatures as SigmoidAttentionFeatures
+from .encoder import PretrainedEncoder as PretrainedEncoder
 from .fresh import FreshMaps, trial_maps
 from .multihead import MultiHeadRAF as MultiHeadRAF
 from .multihead import MultiHeadRAF12 as MultiHeadRAF12

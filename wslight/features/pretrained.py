@@ -2,21 +2,22 @@
 
 Its real query, key, value and output weights and its LayerNorm, copied from the encoder into buffers, applied to
 token embeddings as the other maps are (by default the bundled all-MiniLM-L6-v2's first layer, offline).
+`checked_encoder` and the weight tables are shared with the whole pre-trained encoder (`encoder.py`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
 from ..base import validate
-from ..data.encoders import BUNDLED_MINILM, load_encoder
+from ..data.encoders import BUNDLED_MINILM, EncoderInfo, load_encoder
 from .base import TokenwiseMap, register_map
 from .transformer import attention_sublayer
 
-# buffer name -> the parameter of BertAttention it copies
-_WEIGHTS = {
+# buffer name -> the parameter of BertAttention it copies (the keyword arguments of `attention_sublayer`)
+ATTENTION_WEIGHTS = {
     "Wq": "self.query.weight",
     "bq": "self.query.bias",
     "Wk": "self.key.weight",
@@ -28,6 +29,29 @@ _WEIGHTS = {
     "ln_weight": "output.LayerNorm.weight",
     "ln_bias": "output.LayerNorm.bias",
 }
+# buffer name -> the parameter of BertLayer it copies: its feed-forward sublayer (BertIntermediate, BertOutput)
+FFN_WEIGHTS = {
+    "W1": "intermediate.dense.weight",
+    "b1": "intermediate.dense.bias",
+    "W2": "output.dense.weight",
+    "b2": "output.dense.bias",
+    "ffn_ln_weight": "output.LayerNorm.weight",
+    "ffn_ln_bias": "output.LayerNorm.bias",
+}
+
+
+def checked_encoder(encoder: Any, d: int) -> tuple[Any, EncoderInfo]:
+    """The loaded encoder (model, EncoderInfo) for a map of dimension d, or a clear error.
+
+    Raises:
+        ValueError: `encoder` is not a name or path, or d is not the encoder's hidden size.
+    """
+    if not isinstance(encoder, str):
+        raise ValueError(f"encoder must be a name or path, got {encoder!r}")
+    model, _, info = load_encoder(encoder)
+    if d != info.hidden_size:
+        raise ValueError(f"d must equal the hidden size of encoder {encoder!r} ({info.hidden_size}), got {d}")
+    return model, info
 
 
 @register_map("pretrained_attn")
@@ -51,7 +75,7 @@ class PretrainedAttention(TokenwiseMap):
     """
 
     default_encoder = BUNDLED_MINILM
-    Wq: torch.Tensor  # buffer (d, d); the other buffers of _WEIGHTS are read by name
+    Wq: torch.Tensor  # buffer (d, d); the other buffers of ATTENTION_WEIGHTS are read by name
 
     def __init__(
         self,
@@ -65,17 +89,13 @@ class PretrainedAttention(TokenwiseMap):
         super().__init__()
         self.set_dims(d, n)
         self.encoder = encoder or self.default_encoder
-        if not isinstance(self.encoder, str):
-            raise ValueError(f"encoder must be a name or path, got {self.encoder!r}")
         self.seed = validate.integer("seed", seed, low=0)  # as every map and sweep: a seed is >= 0
-        model, _, info = load_encoder(self.encoder)
+        model, info = checked_encoder(self.encoder, d)
         self.layer = validate.integer("layer", layer, low=0, high=info.num_layers - 1)
-        if d != info.hidden_size:
-            raise ValueError(f"d must equal the hidden size of encoder {self.encoder!r} ({info.hidden_size}), got {d}")
         block = model.encoder.layer[self.layer].attention
         params = dict(block.named_parameters())
         dt = validate.dtype("dtype", dtype)
-        for name, key in _WEIGHTS.items():
+        for name, key in ATTENTION_WEIGHTS.items():
             self.register_buffer(name, params[key].detach().clone().to(dt))
         self.heads = int(block.self.num_attention_heads)
         self.eps = float(block.output.LayerNorm.eps)
@@ -83,7 +103,7 @@ class PretrainedAttention(TokenwiseMap):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """(B, n, d) -> (B, n d)."""
         validate.samples("X", X, self.d, self.n)
-        w = {name: getattr(self, name) for name in _WEIGHTS}
+        w = {name: getattr(self, name) for name in ATTENTION_WEIGHTS}
         Y = attention_sublayer(X.to(self.Wq.dtype), heads=self.heads, eps=self.eps, **w)
         return Y.reshape(X.shape[0], -1)
 

@@ -1,12 +1,14 @@
-"""A random transformer block at initialisation (docs/theory.md §12.3).
+"""A random transformer block at initialisation (docs/theory.md §12.3), and the forward of one BERT layer.
 
 Multi-head softmax attention with query, key, value and output projections, a residual connection and LayerNorm
-(post-LN, as BERT), optionally followed by a feed-forward sublayer. `attention_sublayer` is the forward shared with the
-pre-trained layer (`pretrained.py`).
+(post-LN, as BERT), optionally followed by a feed-forward sublayer. `attention_sublayer`, `feed_forward_sublayer` and
+`bert_layer` are the one forward of these sublayers, shared with the pre-trained attention layer (`pretrained.py`) and
+the pre-trained encoder (`encoder.py`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 import torch
@@ -47,6 +49,56 @@ def attention_sublayer(
     A = torch.softmax(Q @ K.transpose(-1, -2) / dh**0.5, dim=-1)  # (B, H, n, n)
     ctx = (A @ V).transpose(1, 2).reshape(B, n, d)  # (B, H, n, d_h) -> (B, n, d), heads concatenated
     return F.layer_norm(X + F.linear(ctx, Wo, bo), (d,), ln_weight, ln_bias, eps)
+
+
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+# an encoder config's `hidden_act` -> the function (Hugging Face's ACT2FN of the same name, up to rounding)
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu,  # the exact erf form (BERT, MiniLM)
+    "gelu_new": _gelu_tanh,
+    "gelu_pytorch_tanh": _gelu_tanh,
+    "relu": F.relu,
+}
+
+
+def feed_forward_sublayer(
+    Y: torch.Tensor,
+    W1: torch.Tensor,
+    W2: torch.Tensor,
+    eps: float,
+    b1: torch.Tensor | None = None,
+    b2: torch.Tensor | None = None,
+    ln_weight: torch.Tensor | None = None,
+    ln_bias: torch.Tensor | None = None,
+    activation: str = "gelu",
+) -> torch.Tensor:
+    """LayerNorm(Y + act(Y W1^T + b1) W2^T + b2) with nn.Linear's convention: (B, n, d) -> (B, n, d).
+
+    BERT's BertIntermediate and BertOutput without dropout; `activation` names an entry of ACTIVATIONS.
+    """
+    hidden = ACTIVATIONS[activation](F.linear(Y, W1, b1))  # (B, n, w)
+    return F.layer_norm(Y + F.linear(hidden, W2, b2), (Y.shape[-1],), ln_weight, ln_bias, eps)
+
+
+def bert_layer(
+    X: torch.Tensor,
+    attention: Mapping[str, torch.Tensor],
+    ffn: Mapping[str, torch.Tensor],
+    heads: int,
+    eps: float,
+    activation: str = "gelu",
+) -> torch.Tensor:
+    """One post-LN BERT layer, the attention sublayer then the feed-forward sublayer: (B, n, d) -> (B, n, d).
+
+    BertLayer without dropout and without a mask. `attention` holds the keyword arguments of `attention_sublayer`
+    (Wq, Wk, Wv, Wo, and optionally their biases and the LayerNorm's weight and bias), `ffn` those of
+    `feed_forward_sublayer` (W1, W2, and optionally b1, b2, ln_weight, ln_bias); both LayerNorms take `eps`.
+    """
+    Y = attention_sublayer(X, heads=heads, eps=eps, **attention)
+    return feed_forward_sublayer(Y, eps=eps, activation=activation, **ffn)
 
 
 @register_map("transformer")
@@ -107,7 +159,7 @@ class RandomTransformerBlock(TokenwiseMap):
         Wq, Wk, Wv, Wo = self.W
         Y = attention_sublayer(X.to(self.W.dtype), Wq, Wk, Wv, Wo, self.heads, self.eps)
         if self.ffn_ratio:
-            Y = F.layer_norm(Y + F.linear(F.gelu(F.linear(Y, self.W1)), self.W2), (self.d,), eps=self.eps)
+            Y = feed_forward_sublayer(Y, self.W1, self.W2, self.eps)
         return Y.reshape(X.shape[0], -1)
 
     def extra_repr(self) -> str:

@@ -30,6 +30,7 @@ TITLES = {
     "transformer": "random transformer block",
     "pretrained_attn": "pre-trained attention layer",
     "pretrained_attn_bert": "BERT attention layer",
+    "pretrained_encoder": "pre-trained encoder",
 }
 
 
