@@ -5,7 +5,7 @@ import warnings
 import pytest
 import torch
 
-from wslight.attack.heads import fit_heads
+from wslight.attack.heads import fit_heads, min_norm_interpolator, ridge_head
 from wslight.base.numerics import gram
 from wslight.features import RandomAttentionFeatures
 
@@ -136,3 +136,29 @@ def test_gram_from_the_lower_blocks_is_the_symmetric_full_product(N):
     G = gram(Phi, block=4)
     assert G.shape == (2, 3, N, N) and torch.equal(G, G.mT)
     assert torch.allclose(G, Phi @ Phi.mT, rtol=1e-13, atol=1e-12)
+
+
+@pytest.mark.parametrize("N, p", [(30, 50), (50, 30)])
+@pytest.mark.parametrize("ridge", [0.0, 0.3])
+def test_ridge_head_with_bias_equals_the_normal_equations_in_p_space(N, p, ridge):
+    """(theta, b) minimise ||Phi theta + b - Y||^2 + ridge ||theta||^2 (minimum-norm theta where there are many)."""
+    g = torch.Generator().manual_seed(N + p)
+    Phi = torch.randn(N, p, generator=g, dtype=torch.float64) + 0.7  # a mean to centre away
+    Y = torch.randn(N, generator=g, dtype=torch.float64) + 0.2
+    theta, b = ridge_head(Phi, Y, ridge, bias=True)
+    Pc, Yc = Phi - Phi.mean(0), Y - Y.mean()
+    # p-space reference: (Pc^T Pc + ridge I)^+ Pc^T Yc (pinv: the minimum-norm solution when ridge = 0 and N <= p)
+    expected = torch.linalg.pinv(Pc.T @ Pc + ridge * torch.eye(p, dtype=Pc.dtype), hermitian=True) @ Pc.T @ Yc
+    assert torch.allclose(theta, expected, atol=1e-8)
+    assert torch.allclose(b, Y.mean() - Phi.mean(0) @ expected, atol=1e-8)
+
+
+def test_ridge_head_without_penalty_or_bias_is_the_min_norm_interpolator():
+    g = torch.Generator().manual_seed(0)
+    Phi, Y = torch.randn(20, 40, generator=g, dtype=torch.float64), torch.randn(20, generator=g, dtype=torch.float64)
+    theta, b = ridge_head(Phi, Y)
+    assert torch.equal(theta, min_norm_interpolator(Phi, Y)) and float(b) == 0.0
+    theta, _ = ridge_head(Phi, Y, ridge=0.1)  # no bias: theta = Phi^T (G + ridge I)^{-1} Y
+    assert torch.allclose(theta, Phi.T @ torch.linalg.solve(Phi @ Phi.T + 0.1 * torch.eye(20, dtype=Phi.dtype), Y))
+    with pytest.raises(ValueError, match=r"ridge must be a finite number >= 0"):
+        ridge_head(Phi, Y, ridge=-0.1)

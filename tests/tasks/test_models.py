@@ -75,6 +75,24 @@ def test_closed_form_head_interpolates_the_training_set(tmp_path):
     assert torch.allclose(model(X.double()), y.double(), atol=1e-6)
 
 
+def test_closed_form_ridge_head_and_bias_solve_the_penalised_least_squares_of_the_training_set(tmp_path):
+    """With ridge and bias, the closed-form fit is the minimiser of ||Phi theta + b - y||^2 + ridge ||theta||^2."""
+    n, d, ridge = 6, 8, 0.5
+    dm = synthetic_dm(tmp_path, n, d)
+    model = FeatureMapClassifier(
+        RandomFeatures(n, d, seed=0, dtype="float64"), fit_mode="closed_form", bias=True, ridge=ridge
+    )
+    trainer(tmp_path, max_epochs=1).fit(model, datamodule=dm)
+    X, y = dm.embeddings.samples(dm.train_indices, n, d)
+    Phi, y = model.features(X.double()), y.double()
+    theta, b = model.theta.detach(), model.bias.detach()
+    # the stationarity conditions: the residual sums to zero (b unpenalised) and Phi^T r = ridge theta
+    r = Phi @ theta + b - y
+    assert abs(float(r.sum())) < 1e-8 * len(y)
+    assert torch.allclose(Phi.T @ r, -ridge * theta, atol=1e-8)
+    assert float(b) != 0.0 and torch.allclose(model(X.double()), Phi @ theta + b)
+
+
 def test_checkpoint_restores_predictions_with_map_in_checkpoint_or_rebuilt_from_seed(tmp_path):
     n, d = 6, 8
     dm = synthetic_dm(tmp_path, n, d)
@@ -112,6 +130,8 @@ def test_map_built_for_other_sizes_than_the_data_is_rejected_before_training(tmp
         (dict(fit_mode="adam"), r"fit_mode must be one of \['gradient', 'closed_form'\], got 'adam'"),
         (dict(n=0), r"n must be a positive integer or None, got 0"),
         (dict(lr=0.0), r"lr must be a finite number > 0, got 0.0"),
+        (dict(fit_mode="closed_form", ridge=-1.0), r"ridge must be a finite number >= 0(\.0)?, got -1.0"),
+        (dict(ridge=1.0), r"ridge: 1.0 applies to fit_mode closed_form; a gradient fit uses weight_decay"),
     ],
 )
 def test_bad_arguments_name_the_key_the_range_and_the_value(kw, pattern):

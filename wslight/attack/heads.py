@@ -304,3 +304,35 @@ def fit_heads(
         jitter=jitter,
         ill_conditioned=ill,
     )
+
+
+def ridge_head(Phi: Tensor, Y: Tensor, ridge: float = 0.0, bias: bool = False) -> tuple[Tensor, Tensor]:
+    """The least-squares head with a ridge penalty and an optional unpenalised bias, in N x N space (float64).
+
+    (theta, b) = argmin ||Phi theta + b - Y||^2 + ridge ||theta||^2, the minimum-norm minimiser where there are many.
+    With a bias, Phi and Y are centred on their means (b = mean(Y) - mean(Phi) theta); then
+    theta = Phi_c^T (Phi_c Phi_c^T + ridge I)^{-1} Y_c. ridge = 0 without a bias is theta* = Phi^+ Y
+    (`min_norm_interpolator`, the paper's head); ridge = 0 with one is the minimum-norm least-squares solution of the
+    centred problem (rank N - 1 at most: an SVD-based solve rather than the Gram's Cholesky factor).
+
+    Args:
+        Phi: (N, p) training features.
+        Y: (N,) training labels.
+        ridge: the penalty on ||theta||^2, >= 0.
+        bias: fit an unpenalised bias b.
+
+    Returns:
+        theta (p,) and b (a 0-dim tensor, 0 without a bias), float64.
+    """
+    validate.number("ridge", ridge, low=0.0)
+    Phi, Y = Phi.to(torch.float64), Y.to(torch.float64)
+    if not bias and ridge == 0:
+        return min_norm_interpolator(Phi, Y), Phi.new_zeros(())
+    mu, m = (Phi.mean(0), Y.mean()) if bias else (Phi.new_zeros(Phi.shape[1]), Y.new_zeros(()))
+    Pc, Yc = Phi - mu, Y - m
+    if ridge == 0:
+        theta = torch.linalg.lstsq(Pc, Yc[:, None], driver="gelsd").solution[:, 0]
+    else:
+        G = gram(Pc) + ridge * torch.eye(Pc.shape[0], dtype=Pc.dtype)  # (N, N)
+        theta = Pc.T @ torch.cholesky_solve(Yc[:, None], torch.linalg.cholesky(G))[:, 0]
+    return theta, m - mu @ theta

@@ -13,7 +13,7 @@ from torch import nn
 from torchmetrics import MeanSquaredError, Metric
 from torchmetrics.classification import BinaryAccuracy
 
-from ..attack.heads import min_norm_interpolator
+from ..attack.heads import ridge_head
 from ..base.validate import choice, integer, number
 from ..features import FeatureMap, output_dim
 
@@ -36,9 +36,12 @@ class FeatureMapClassifier(pl.LightningModule):
         n: number of tokens per sample (linked from the data in the CLI); sets the head's size for attention maps.
         fit_mode: "gradient": square loss against the labels, optimiser from the config (plain GD from the zero head
             converges to the minimum-norm interpolator); "closed_form": theta* = Phi^+ Y on the whole training set in
-            N x N space, as a one-epoch fit (no p x p matrix).
+            N x N space, as a one-epoch fit (no p x p matrix); with `ridge` or `bias`, the ridge least-squares head
+            and its bias in closed form (`wslight.attack.heads.ridge_head`).
         lr: learning rate of the default optimiser (SGD without momentum); a config `optimizer:` block overrides it.
-        bias: add a trainable bias (the paper has none).
+        bias: add a trainable bias (the paper has none); a closed-form fit solves it with the head.
+        ridge: closed_form only: the penalty on ||theta||^2 of the least-squares head (0: the paper's interpolator).
+            For a gradient fit, an optimiser's weight_decay plays this part.
 
     Validation and test metrics count every held-out sample once: under DDP the predictions of all ranks are gathered
     and de-duplicated by sample id (Lightning's DistributedSampler pads uneven splits with repeated samples).
@@ -55,9 +58,13 @@ class FeatureMapClassifier(pl.LightningModule):
         fit_mode: Literal["gradient", "closed_form"] = "gradient",
         lr: float = 1e-3,
         bias: bool = False,
+        ridge: float = 0.0,
     ) -> None:
         super().__init__()
         choice("fit_mode", fit_mode, ("gradient", "closed_form"))
+        number("ridge", ridge, low=0.0)
+        if ridge > 0 and fit_mode != "closed_form":
+            raise ValueError(f"ridge: {ridge} applies to fit_mode closed_form; a gradient fit uses weight_decay")
         integer("n", n, low=1, allow_none=True)
         number("lr", lr, low=0.0, strict=True)
         self.save_hyperparameters(ignore=["feature_map"])
@@ -116,7 +123,11 @@ class FeatureMapClassifier(pl.LightningModule):
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """Predictions f(X) = phi(X)^T theta (+ bias): (B, n, d) -> (B,)."""
-        out = self.features(X) @ self.theta  # (B, p) @ (p,) -> (B,)
+        return self._head(self.features(X))
+
+    def _head(self, Phi: torch.Tensor) -> torch.Tensor:
+        """phi^T theta (+ bias) of features (B, p) -> (B,)."""
+        out = Phi @ self.theta
         return out + self.bias if self.bias is not None else out
 
     def _log_stage(self, stage: str, pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -181,11 +192,13 @@ class FeatureMapClassifier(pl.LightningModule):
         keep = torch.ones_like(ids, dtype=torch.bool)
         keep[1:] = ids[1:] != ids[:-1]
         Phi, Y = Phi[order][keep], Y[order][keep]
-        theta = min_norm_interpolator(Phi.double(), Y.double())
+        theta, b = ridge_head(Phi.double(), Y.double(), self.hparams["ridge"], self.bias is not None)
         with torch.no_grad():
             self.theta.copy_(theta.to(self.theta.dtype))
+            if self.bias is not None:
+                self.bias.copy_(b.to(self.bias.dtype))
         self._count_solve_as_step()
-        self._log_stage("train", Phi @ self.theta, Y)
+        self._log_stage("train", self._head(Phi), Y)
 
     def _count_solve_as_step(self) -> None:
         """Step the no-op optimiser of `configure_optimizers`: the solve counts as one training step.
