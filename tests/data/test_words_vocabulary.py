@@ -32,6 +32,12 @@ def test_rows_of_a_reviews_tokens_are_its_stored_rows(words, reviews, d):
         # the cache stores float16: the rows agree to its precision, and no other word comes close
         gap = (rows[ids[:, position]] - X[:, position]).norm(dim=-1) / d**0.5
         assert float(gap.max()) < 2e-3
+    # unrescaled, as a run with data.normalize false reads its reviews: the encoder's own rows (norms far from sqrt d)
+    X, _ = reviews.samples([0, 1, 2], 12, d, normalize=False)
+    for position in (1, 5):
+        raw = words.rows(position, d, normalize=False)
+        gap = (raw[ids[:, position]] - X[:, position]).norm(dim=-1) / X[:, position].norm(dim=-1)
+        assert float(gap.max()) < 2e-3 and float(raw.norm(dim=-1).max()) < 0.9 * d**0.5
 
 
 def test_round_trip_keeps_exactly_the_words_the_tokenizer_gives_back(words, reviews):

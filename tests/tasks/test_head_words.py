@@ -93,3 +93,38 @@ def test_a_run_without_its_files_is_refused_naming_what_is_missing(trained, tmp_
         TrainedRun.load(tmp_path)
     with pytest.raises(ValueError, match=r"checkpoint: .*nope.ckpt does not exist; it has .*last.ckpt"):
         TrainedRun.load(trained, "nope.ckpt")
+
+
+def test_a_screened_run_reports_only_real_flips_and_measures_its_recall_against_the_exact_one(
+    trained, tmp_path, cpu_trainer
+):
+    """With `screen`, each checked word is checked exactly: flips <= the exact count, and the summary gives the recall.
+
+    A screen as wide as the vocabulary checks every admissible word: then the records equal the exact run's.
+    """
+    evaluation = TrainedHeadWords(
+        str(trained), reviews=2, positions=[1, 4, 7], screen=50, recall_reviews=2, output_dir=str(tmp_path / "s")
+    )
+    Trainer(**cpu_trainer.kwargs, logger=False).test(evaluation)
+    records = read_records(tmp_path / "s" / "results.jsonl")
+    assert records and all(r["checked"] == min(50, r["admissible"]) for r in records)
+    assert all(r["flips"] <= r["exact_flips"] and r["flipped"] <= r["exact_flipped"] for r in records)
+    assert all(r["ws_words"] <= r["exact_ws_words"] * (1 + 1e-12) for r in records)
+    for r in records:
+        if r["flipped"]:  # the strongest screened flip is a real one, through the trained model
+            assert r["flip_output"] * r["output"] < 0
+    assert sum(r["flips"] for r in records) > 0 and "recall" in (tmp_path / "s" / "summary.md").read_text()
+    wide = TrainedHeadWords(str(trained), reviews=2, positions=[1, 4, 7], screen=10**6, output_dir=str(tmp_path / "w"))
+    Trainer(**cpu_trainer.kwargs, logger=False).test(wide)
+    exact = {(r["trial"], r["position"]): r for r in records}
+    for r in read_records(tmp_path / "w" / "results.jsonl"):
+        e = exact[(r["trial"], r["position"])]
+        assert r["flips"] == e["exact_flips"] and r["flipped"] == e["exact_flipped"]
+        assert r["ws_words"] == pytest.approx(e["exact_ws_words"], rel=1e-12)
+
+
+def test_recall_reviews_needs_a_screen(trained):
+    with pytest.raises(ValueError, match=r"recall_reviews: 1 measures a screen's recall; set screen too"):
+        TrainedHeadWords(str(trained), reviews=2, recall_reviews=1)
+    with pytest.raises(ValueError, match=r"screen must be a positive integer or None, got 0"):
+        TrainedHeadWords(str(trained), reviews=2, screen=0)

@@ -72,7 +72,7 @@ class EncoderWords:
     def __init__(self, encoder: str = "bundled-minilm") -> None:
         self.encoder = encoder
         self.model, self.tokenizer, self.info = load_encoder(encoder)
-        self._rows: dict[tuple[int, int], Tensor] = {}
+        self._rows: dict[tuple[int, int, bool], Tensor] = {}
         self._trips: dict[tuple[tuple[int, ...], tuple[int, ...]], Tensor] = {}
 
     @cached_property
@@ -85,11 +85,15 @@ class EncoderWords:
         """The number of tokens of the vocabulary."""
         return int(self.model.embeddings.word_embeddings.num_embeddings)
 
-    def rows(self, position: int, d: int) -> Tensor:
-        """(V, d) float32: every word at `position` as a sweep reads a review (first d coordinates, norm sqrt(d))."""
-        if (position, d) not in self._rows:
-            self._rows[(position, d)] = preprocess(vocab_hidden0(self.model, position)[:, None], 1, d)[:, 0]
-        return self._rows[(position, d)]
+    def rows(self, position: int, d: int, normalize: bool = True) -> Tensor:
+        """(V, d) float32: every word at `position` as a sweep reads a review (first d coordinates, norm sqrt(d)).
+
+        With normalize False, the rows as the encoder gives them (a review read with `data.normalize: false`).
+        """
+        key = (position, d, normalize)
+        if key not in self._rows:
+            self._rows[key] = preprocess(vocab_hidden0(self.model, position)[:, None], 1, d, normalize)[:, 0]
+        return self._rows[key]
 
     def word_span(self, ids: Tensor, position: int) -> tuple[int, int]:
         """[a, b): the pieces of the word that holds `position` (a: its first piece, b: one past its last).

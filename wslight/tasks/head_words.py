@@ -16,8 +16,9 @@ import torch
 from ..base import validate
 from ..features import map_name
 from ..records.summary import nonfinite, trusted, write_summary
+from ..search.screening import screened_words
 from ..search.settings import DEFAULT_CHUNK_ELEMENTS
-from ..search.substitution import word_substitution
+from ..search.substitution import SubstitutionResult, word_substitution
 from .classifier import FeatureMapClassifier
 from .evaluation import EmbeddingsEvaluation
 from .trained_run import TrainedRun
@@ -42,6 +43,11 @@ class TrainedHeadWords(EmbeddingsEvaluation):
         positions: the tokens substituted: "all" (every word of the review within its first n tokens; [CLS], [SEP]
             and padding are no words) or a list of indices (a review is evaluated at those of them that are words).
         chunk_elements: working elements one chunk of words may hold (bounds the memory of the substitution).
+        screen: None (every admissible word checked, exact) or K: per position only the K words a first-order score
+            ranks most likely to flip the head, each checked exactly (docs/theory.md §13.5): for maps whose forward
+            is costly (a whole pre-trained encoder on a CPU). Every flip reported is real; some may be missed.
+        recall_reviews: with `screen`, the first this many reviews are also checked over the whole admissible
+            vocabulary, and summary.md gives the screen's recall on their positions.
         trials_per_step: reviews per test step (sharded over devices by Lightning).
         output_dir: where results.jsonl and figures go (None: the logger's directory).
     """
@@ -53,6 +59,8 @@ class TrainedHeadWords(EmbeddingsEvaluation):
         reviews: int | None = 20,
         positions: Literal["all"] | list[int] = "all",
         chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+        screen: int | None = None,
+        recall_reviews: int = 0,
         trials_per_step: int = 1,
         output_dir: str | None = None,
     ) -> None:
@@ -76,6 +84,10 @@ class TrainedHeadWords(EmbeddingsEvaluation):
             positions = validate.positions("positions", positions, self.trained.n)
         self.positions = positions
         self.chunk_elements = validate.positive_int("chunk_elements", chunk_elements)
+        self.screen = validate.integer("screen", screen, low=1, allow_none=True)
+        self.recall_reviews = validate.integer("recall_reviews", recall_reviews, 0, self.reviews, why="reviews")
+        if self.recall_reviews and self.screen is None:
+            raise ValueError(f"recall_reviews: {recall_reviews} measures a screen's recall; set screen too")
         self._words: Any = None
 
     @property
@@ -106,6 +118,9 @@ class TrainedHeadWords(EmbeddingsEvaluation):
                 self.positions,
                 self.chunk_elements,
                 self.device,
+                normalize=self.trained.normalize,
+                screen=self.screen,
+                check_exact=spec["trial"] < self.recall_reviews,
             )
             for r in found:
                 r |= {"trial_key": spec["trial_key"], "record_key": f"{spec['trial_key']}/p{r['position']}"}
@@ -126,6 +141,15 @@ class TrainedHeadWords(EmbeddingsEvaluation):
             return
         flippers = Counter(r["flip_word"] for r in records if r["flipped"])
         words = ", ".join(f"`{w}` ({c})" for w, c in flippers.most_common(20)) or "none"
+        recall = screen_recall(records)
+        if recall is not None:
+            words += (
+                f"\n\nScreened: {records[0]['screen']} words checked per position (a first-order ranking), each "
+                f"exactly. Against the whole admissible vocabulary on {recall['positions']} positions of the first "
+                f"{self.recall_reviews} reviews: {recall['found']} of {recall['flipped']} flipped positions found "
+                f"(recall {recall['position_recall']:.3f}), {recall['words']} of {recall['exact_words']} flipping "
+                f"words (recall {recall['word_recall']:.3f}).\n"
+            )
         write_summary(
             out_dir,
             [table],
@@ -135,6 +159,28 @@ class TrainedHeadWords(EmbeddingsEvaluation):
             "accuracy and median_margin, of the clean reviews.\n\n",
             after=f"\nThe most frequent flipping words (positions where each is the strongest): {words}\n",
         )
+
+
+def screen_recall(records: list[dict]) -> dict | None:
+    """The screen's recall on the records checked both ways (None where there are none).
+
+    position_recall: the share of positions some admissible word flips (exact) where the screen found a flip too;
+    word_recall: the share of the flipping words the screen checked (every screened flip is one of them).
+    """
+    both = [r for r in records if "exact_flipped" in r]
+    if not both:
+        return None
+    flipped = [r for r in both if r["exact_flipped"]]
+    exact_words = sum(r["exact_flips"] for r in both)
+    return {
+        "positions": len(both),
+        "flipped": len(flipped),
+        "found": sum(r["flipped"] for r in flipped),
+        "position_recall": sum(r["flipped"] for r in flipped) / len(flipped) if flipped else 1.0,
+        "exact_words": exact_words,
+        "words": sum(r["flips"] for r in both),
+        "word_recall": sum(r["flips"] for r in both) / exact_words if exact_words else 1.0,
+    }
 
 
 def head_words_table(records: list[dict]) -> dict:
@@ -177,12 +223,19 @@ def review_word_records(
     positions: Literal["all"] | list[int],
     chunk_elements: int,
     device: torch.device,
+    normalize: bool = True,
+    screen: int | None = None,
+    check_exact: bool = False,
 ) -> list[dict]:
     """One record per word position of review `index`: the admissible words that flip the trained head there.
 
     Exact over the admissible vocabulary (`word_substitution` with the head theta and its bias, float64): how many
     words flip the sign of f(X) = phi(X)^T theta + b, the strongest flipping word and the output the model gives with
-    it, S_words and its best word, and the clean output and margin y f(X) as the model computes them.
+    it, S_words and its best word, and the clean output and margin y f(X) as the model computes them. With `screen`,
+    only the `screen` words a first-order score ranks first are checked, each exactly (`wslight.search.screening`):
+    every flip is real, `flips` and `ws_words` count the checked words only (lower bounds), and with `check_exact`
+    the whole admissible vocabulary is checked too (`exact_flips`, `exact_flipped`, `exact_ws_words`: the screen's
+    recall).
 
     Args:
         model: the trained classifier (its map, theta and bias).
@@ -194,9 +247,12 @@ def review_word_records(
         positions: "all" or the token indices asked for (the review's words among them).
         chunk_elements: working elements one chunk of words may hold.
         device: where the map computes.
+        normalize: the rows as the run read them: rescaled to norm sqrt(d) (the default) or as the encoder gives them.
+        screen: check only this many words per position, the first of a first-order ranking; None: all of them.
+        check_exact: with `screen`, also check the whole admissible vocabulary (the recall of the screen).
     """
     start = time.perf_counter()
-    X, y = store.samples([index], n, d)  # (1, n, d), (1,)
+    X, y = store.samples([index], n, d, normalize)  # (1, n, d), (1,)
     X, label = X.to(device), float(y[0])
     ids = store.input_ids([index])[0]
     model.to(device)
@@ -207,10 +263,17 @@ def review_word_records(
     records = []
     for i in word_positions(words, ids, n, positions):
         allowed, rejected = words.admissible(ids, i)
-        rows = words.rows(i, d)
-        sub = word_substitution(
-            model.feature_map, X, [i], rows, allowed[None, None], heads=theta, bias=bias, chunk_elements=chunk_elements
-        )
+        rows = words.rows(i, d, normalize)
+
+        def substitute(mask: torch.Tensor, i: int = i, rows: torch.Tensor = rows) -> SubstitutionResult:
+            return word_substitution(
+                model.feature_map, X, [i], rows, mask[None, None], heads=theta, bias=bias, chunk_elements=chunk_elements
+            )
+
+        checked = allowed
+        if screen is not None:
+            checked = screened_words(model.feature_map, X, i, rows, allowed, theta[:, 0], float(bias[0]), screen)
+        sub = substitute(checked)
         flip_id = int(sub.flip_word[0, 0, 0])  # type: ignore[index]
         record = {
             "experiment": "head_words",
@@ -235,6 +298,15 @@ def review_word_records(
             "flip_output": _output_with(model, X, i, rows[flip_id]) if flip_id >= 0 else None,
             "phi_norm": float(sub.phi_norm[0]),
         }
+        if screen is not None:
+            record |= {"screen": screen, "checked": int(checked.sum())}
+            if check_exact:
+                full = substitute(allowed)
+                record |= {
+                    "exact_flips": int(full.flips[0, 0, 0]),  # type: ignore[index]
+                    "exact_flipped": int(full.flip_word[0, 0, 0]) >= 0,  # type: ignore[index]
+                    "exact_ws_words": float(full.ws[0, 0]),
+                }
         record["nonfinite"] = nonfinite(record)
         records.append(record)
     seconds = (time.perf_counter() - start) / max(1, len(records))

@@ -72,10 +72,9 @@ class HeadWordFlips(AfterFitOrTest):
             raise ValueError(f"HeadWordFlips: expected a FeatureMapClassifier, got {type(pl_module).__name__}")
         dm = trainer.datamodule  # type: ignore[attr-defined]
         spec = getattr(dm, "spec", None)  # an EmbeddingDataModule's EmbeddingSpec
-        if spec is None or spec.source == "synthetic" or spec.layer != 0 or not getattr(dm, "normalize", True):
+        if spec is None or spec.source == "synthetic" or spec.layer != 0:
             raise ValueError(
-                "HeadWordFlips: the datamodule must serve real reviews at layer 0, rows at norm sqrt(d) (their words' "
-                f"rows), got {spec!r}"
+                f"HeadWordFlips: the datamodule must serve real reviews at layer 0 (their words' rows), got {spec!r}"
             )
         if len(dm.test_indices) < self.reviews:
             raise ValueError(f"reviews: the test split holds {len(dm.test_indices)} reviews, fewer than {self.reviews}")
@@ -100,6 +99,7 @@ class HeadWordFlips(AfterFitOrTest):
                 self.positions,
                 self.chunk_elements,
                 trainer.strategy.root_device,
+                normalize=bool(getattr(dm, "normalize", True)),
             ):
                 mine.append(r | {"trial": k, "trial_key": f"r{k}", "record_key": f"r{k}/p{r['position']}"})
         records = gather_records(mine, world_size)

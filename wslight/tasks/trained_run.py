@@ -33,6 +33,7 @@ class TrainedRun:
         embeddings: the run's embedding spec (the reviews and their encoder).
         n: tokens per sample; d: embedding coordinates.
         test_indices: (N_test,) int64 positions of the run's test split in the embedding store, in its order.
+        normalize: whether the run read its rows rescaled to norm sqrt(d) (data.init_args.normalize).
     """
 
     folder: Path
@@ -42,6 +43,7 @@ class TrainedRun:
     n: int
     d: int
     test_indices: torch.Tensor
+    normalize: bool = True
 
     @property
     def theta(self) -> torch.Tensor:
@@ -81,8 +83,6 @@ class TrainedRun:
             raise ValueError(f"checkpoint: {ckpt} does not exist{hint}")
         config = yaml.safe_load(config_file.read_text())
         data_args = dict(config["data"]["init_args"])
-        if not data_args.get("normalize", True):
-            raise ValueError("run: its data.init_args.normalize is false; a word's rows are read at norm sqrt(d)")
         spec = EmbeddingSpec(**data_args.pop("embeddings"))
         n, d = int(data_args["n"]), int(data_args["d"])
         model = FeatureMapClassifier.load_from_checkpoint(
@@ -90,7 +90,7 @@ class TrainedRun:
         ).eval()
         datamodule = EmbeddingDataModule(spec, **_split_args(data_args))
         datamodule.setup("test")
-        return cls(folder, ckpt, model, spec, n, d, datamodule.test_indices)
+        return cls(folder, ckpt, model, spec, n, d, datamodule.test_indices, bool(data_args.get("normalize", True)))
 
 
 def _rebuilt_map(entry: dict[str, Any], n: int, d: int) -> torch.nn.Module:
