@@ -145,6 +145,25 @@ def test_a_mask_per_trial_is_each_trials_own():
         assert bool(masks[t].gather(-1, one.word[..., None]).all())  # the best word is one of the trial's own
 
 
+def test_a_narrow_mask_gives_the_words_of_the_narrowed_candidates_in_the_whole_lists_numbering():
+    """Only the words some sample may take are evaluated; the indices returned still number the whole candidate list."""
+    m = build("raf", seed=3)
+    X = unit_rows(B, N, D, seed=4, dtype=torch.float64)
+    g = torch.Generator().manual_seed(9)
+    rows = torch.randn(V, D, generator=g, dtype=torch.float64)
+    heads = torch.randn(N * D, 2, generator=g, dtype=torch.float64)
+    few = torch.tensor([3, 11, V - 1])
+    allowed = torch.zeros(B, len(POSITIONS), V, dtype=torch.bool)
+    allowed[..., few] = True
+    narrow = word_substitution(m, X, POSITIONS, rows, allowed, heads=heads)
+    alone = word_substitution(m, X, POSITIONS, rows[few], heads=heads)  # the three words as the whole list
+    assert torch.equal(narrow.word, few[alone.word]) and torch.equal(narrow.ws, alone.ws)
+    assert torch.equal(narrow.flips, alone.flips)
+    assert torch.equal(narrow.flip_word, torch.where(alone.flip_word >= 0, few[alone.flip_word.clamp_min(0)], -1))
+    none = word_substitution(m, X, POSITIONS, rows, torch.zeros_like(allowed), heads=heads)
+    assert (none.word == -1).all() and none.ws.isnan().all() and (none.flip_word == -1).all()
+
+
 @pytest.mark.parametrize(
     "kwargs, key",
     [

@@ -110,8 +110,19 @@ def word_substitution(
     b = _checked_bias(bias, H, T)  # (T, C) or None
     token = token_move(maps, X4, pos, dt)
     per_word = move_class_for(maps).chain_elements(maps, B, n, d)[0]
-    res = _best_words(token, X4[:, :, pos], cand, ok, H, per_word, chunk_elements, b)
+    # only the words some sample may take are evaluated (a screened or narrow mask costs its own size, not V)
+    kept = ok.flatten(0, 2).any(dim=0).nonzero()[:, 0]  # (V',) indices into the candidates
+    kept = kept if kept.numel() else torch.zeros(1, dtype=torch.long)  # none admissible: one word, masked for all
+    res = _best_words(token, X4[:, :, pos], cand[:, kept], ok[..., kept], H, per_word, chunk_elements, b)
+    res.word = _original_index(res.word, kept)
+    if res.flip_word is not None:
+        res.flip_word = _original_index(res.flip_word, kept)
     return res if trials else _first_trial(res)
+
+
+def _original_index(word: Tensor, kept: Tensor) -> Tensor:
+    """Indices into the kept candidates back to indices into all of them (-1, no word, stays -1)."""
+    return torch.where(word >= 0, kept.to(word.device)[word.clamp_min(0)], word)
 
 
 def _best_words(
