@@ -141,11 +141,15 @@ class TrainedHeadWords(EmbeddingsEvaluation):
             return
         flippers = Counter(r["flip_word"] for r in records if r["flipped"])
         words = ", ".join(f"`{w}` ({c})" for w, c in flippers.most_common(20)) or "none"
+        if self.screen is not None:
+            words += (
+                f"\n\nScreened: {self.screen} words checked per position (the first of a first-order ranking), each "
+                "exactly: every flip is real; flip_rate, flips and ws_words count the checked words (lower bounds)."
+            )
         recall = screen_recall(records)
         if recall is not None:
             words += (
-                f"\n\nScreened: {records[0]['screen']} words checked per position (a first-order ranking), each "
-                f"exactly. Against the whole admissible vocabulary on {recall['positions']} positions of the first "
+                f" Against the whole admissible vocabulary on {recall['positions']} positions of the first "
                 f"{self.recall_reviews} reviews: {recall['found']} of {recall['flipped']} flipped positions found "
                 f"(recall {recall['position_recall']:.3f}), {recall['words']} of {recall['exact_words']} flipping "
                 f"words (recall {recall['word_recall']:.3f}).\n"

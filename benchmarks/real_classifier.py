@@ -1,0 +1,92 @@
+"""One word and a real classifier: the words that flip trained heads on the bundled reviews (docs/theory.md §13.5).
+
+Runs, each as a user types it (train.py, then evaluate.py on the run it printed):
+1. the real classifier: configs/encoder_classifier.yaml (the whole bundled encoder, mean-pooled, a ridge head with a
+   bias), its test accuracy, and its screened words (configs/words/encoder_classifier.yaml);
+2. the RAF head of configs/raf.yaml, its words screened as the classifier's and, on the same 20 reviews, over the whole
+   admissible vocabulary on its first 5 (recall_reviews 5): the screen's recall where the exact check is cheaper.
+
+Writes the results page real_classifier.md (the runs' tables, with date, machine and commit) into --page:
+
+    python benchmarks/real_classifier.py --out /tmp/real --page reports/bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from wslight.records.pages import PageHeader, write_page  # noqa: E402
+
+
+def run(command: list[str], cwd: Path) -> tuple[str, float]:
+    """Run a command in `cwd`; its output and wall seconds (a failure stops the benchmark with its output)."""
+    start = time.perf_counter()
+    proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(command)} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return proc.stdout + proc.stderr, time.perf_counter() - start
+
+
+def train(config: str, cwd: Path) -> tuple[str, float, float]:
+    """train.py fit on `config`: its log folder, test accuracy and wall seconds."""
+    out, seconds = run([sys.executable, str(ROOT / "train.py"), "fit", "--config", config], cwd)
+    logs = re.search(r"^logs: (\S+)", out, re.M)
+    acc = re.search(r"test/acc\s*│\s*([0-9.]+)", out)
+    if logs is None or acc is None:
+        sys.exit(f"train.py printed no logs folder or test accuracy:\n{out[-3000:]}")
+    return logs.group(1), float(acc.group(1)), seconds
+
+
+def words(config: str, logs: str, cwd: Path, *extra: str) -> tuple[str, float]:
+    """evaluate.py on a words config for the run in `logs`: its summary.md text and wall seconds."""
+    command = [sys.executable, str(ROOT / "evaluate.py"), "--config", config, "--model.init_args.run", logs, *extra]
+    out, seconds = run(command, cwd)
+    found = re.search(r"^results: (\S+)", out, re.M)
+    if found is None:
+        sys.exit(f"evaluate.py printed no results file:\n{out[-3000:]}")
+    return (cwd / found.group(1)).parent.joinpath("summary.md").read_text(), seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="working folder for the runs' logs")
+    parser.add_argument("--page", type=Path, default=ROOT / "reports" / "bench", help="where the page goes")
+    a = parser.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    command = ["python", "benchmarks/real_classifier.py", *sys.argv[1:]]
+    enc_logs, enc_acc, enc_fit = train("configs/encoder_classifier.yaml", a.out)
+    enc_words, enc_s = words("configs/words/encoder_classifier.yaml", enc_logs, a.out)
+    raf_logs, raf_acc, raf_fit = train("configs/raf.yaml", a.out)
+    extra = ["--model.init_args.screen", "32", "--model.init_args.recall_reviews", "5"]
+    raf_words, raf_s = words("configs/words/trained_head.yaml", raf_logs, a.out, *extra)
+    body = [
+        __doc__,
+        "",
+        "## The real classifier: the whole bundled encoder and a linear head",
+        "",
+        f"Test accuracy {enc_acc:.3f} on the run's held-out bundled reviews (fit: {enc_fit:.0f} s wall). Its words, "
+        f"screened ({enc_s:.0f} s wall, one process per core):",
+        "",
+        enc_words,
+        "",
+        "## The RAF head of configs/raf.yaml: the screen against the whole vocabulary",
+        "",
+        f"Test accuracy {raf_acc:.3f} (fit: {raf_fit:.0f} s wall). Its words, screened as the classifier's and checked "
+        f"over the whole admissible vocabulary on the first 5 ({raf_s:.0f} s wall):",
+        "",
+        raf_words,
+    ]
+    title = "One word and a real classifier"
+    print(write_page(a.page / "real_classifier.md", title, PageHeader.collect(command), body))
+
+
+if __name__ == "__main__":
+    main()
