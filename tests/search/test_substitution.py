@@ -4,6 +4,8 @@ For every map family the maximum over the words equals the brute force, and so d
 heads' flip counts.
 """
 
+import copy
+
 import pytest
 import torch
 from conftest import unit_rows
@@ -216,3 +218,36 @@ def test_real_vocabulary_subset_equals_the_brute_force(real_words, kind):
         rel = (m(Xp) - phi0).norm(dim=-1) / phi0.norm()
     assert float(res.ws[0, 0]) == pytest.approx(float(rel.max()), rel=1e-6)
     assert int(res.word[0, 0]) == int(rel.argmax())
+
+
+@pytest.mark.parametrize("kind", ["raf", "plain"])
+def test_a_float32_enumeration_rechecks_in_float64_the_words_rounding_could_decide(kind):
+    """Words whose output sits on a head's boundary: float32 alone decides some of them wrongly, the recheck does not.
+
+    Each of 8 heads gets the bias that puts one word's float64 output 1e-12 (relative) past zero, and a second word
+    nearly ties the best change. With the recheck, a float32 map (or the float32 working dtype of a closed form) gives
+    the float64 enumeration's best word, flip counts and strongest flipping words; without it, not everywhere.
+    """
+    m64 = build(kind, seed=2)
+    if kind == "plain":  # a module with float32 weights: the map is those weights, the reference their float64 copy
+        m32, dtype = copy.deepcopy(m64).float(), "float64"  # float64 asked, the module computes in float32
+        m64 = copy.deepcopy(m32).double()
+    else:  # a closed form asked to work in float32
+        m32, dtype = m64, "float32"
+    X = unit_rows(B, N, D, seed=5, dtype=torch.float64)
+    g = torch.Generator().manual_seed(11)
+    rows = torch.randn(V, D, generator=g, dtype=torch.float64) * D**0.5 / 2
+    heads = torch.randn(m64(X).shape[1], 8, generator=g, dtype=torch.float64)
+    i = POSITIONS[0]
+    Xw = X[:1].repeat(V, 1, 1)
+    Xw[:, i] = rows
+    outputs = m64(Xw) @ heads  # (V, 8): sample 0's output with each word at position i
+    scale = heads.norm(dim=0) * m64(Xw).norm(dim=1).max()
+    bias = -outputs[torch.arange(8) * 3, torch.arange(8)] + 1e-12 * scale  # word 3c on head c's boundary
+    reference = word_substitution(m64, X, [i], rows, heads=heads, bias=bias)
+    rechecked = word_substitution(m32, X, [i], rows, heads=heads, bias=bias, dtype=dtype)
+    assert torch.equal(rechecked.word, reference.word) and torch.equal(rechecked.flips, reference.flips)
+    assert torch.equal(rechecked.flip_word, reference.flip_word)
+    torch.testing.assert_close(rechecked.ws, reference.ws, rtol=1e-12, atol=0)
+    alone = word_substitution(m32, X, [i], rows, heads=heads, bias=bias, dtype=dtype, recheck=False)
+    assert not torch.equal(alone.flips, reference.flips)  # the float32 pass alone misjudges some boundary word

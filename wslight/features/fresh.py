@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from ..base import validate
 from .base import MAPS, FeatureMap, MapEntry, make_map
 from .deep_rf import DeepRFMove, deeper_forward64, fresh_deeper_layers
-from .move import TokenMove, _weight_dtype, move_class_for, token_move
+from .move import TokenMove, move_class_for, token_move, weight_dtype
 from .rf import ACTIVATIONS, RFMove, fresh_preactivations
 
 # kinds drawn from the law of (z, V^(i)) instead of being built
@@ -152,7 +152,7 @@ def stacked_features(maps: Sequence[nn.Module], X_ctx: Tensor, X_train: Tensor, 
     T, B = X_ctx.shape[:2]
     out: Tensor | None = None
     for t, m in enumerate(maps):
-        dtype = _weight_dtype(m, X_ctx.dtype)
+        dtype = weight_dtype(m, X_ctx.dtype)
         for first, X in ((0, X_ctx[t]), (B, X_train[t])):
             for s in range(0, X.shape[0], chunk):
                 f = m(X[s : s + chunk].to(dtype))  # (c, p) in the map's dtype

@@ -254,7 +254,7 @@ def _own_starts(maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtyp
     T, B, n, d = X.shape
     out = []
     for t, m in enumerate(maps):
-        s = m.search_starts(X[t].to(_weight_dtype(m, X.dtype)), positions)  # type: ignore[operator]
+        s = m.search_starts(X[t].to(weight_dtype(m, X.dtype)), positions)  # type: ignore[operator]
         if not isinstance(s, Tensor) or s.dim() != 4 or s.shape[:2] != (B, len(positions)) or s.shape[3] != d:
             got = tuple(s.shape) if isinstance(s, Tensor) else type(s).__name__
             raise ValueError(f"search_starts: expected a ({B}, {len(positions)}, k, {d}) tensor, got {got}")
@@ -269,10 +269,11 @@ def _own_starts(maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtyp
 
 def _forward(m: nn.Module, X: Tensor, dtype: torch.dtype) -> Tensor:
     """m(X) computed in the map's own dtype, returned in `dtype`."""
-    return m(X.to(_weight_dtype(m, X.dtype))).to(dtype)
+    return m(X.to(weight_dtype(m, X.dtype))).to(dtype)
 
 
-def _weight_dtype(m: nn.Module, default: torch.dtype) -> torch.dtype:
+def weight_dtype(m: nn.Module, default: torch.dtype) -> torch.dtype:
+    """The dtype a module computes in: its `weight_dtype`, else its first floating parameter or buffer, or `default`."""
     w = getattr(m, "weight_dtype", None)
     if isinstance(w, torch.dtype):
         return w

@@ -18,6 +18,7 @@ No Lightning import: plain maths, called by the evaluation and usable from a not
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from torch import Tensor, nn
 
 from ..base import validate
 from ..features import map_dims
-from ..features.move import TokenMove, move_class_for, token_move
+from ..features.move import GenericMove, TokenMove, move_class_for, token_move, weight_dtype
 from .sensitivity import _device, working_dtype
 from .settings import DEFAULT_CHUNK_ELEMENTS
 
@@ -69,6 +70,7 @@ def word_substitution(
     dtype: Literal["float32", "float64"] | torch.dtype = "float64",
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     bias: Tensor | None = None,
+    recheck: bool = True,
 ) -> SubstitutionResult:
     """For each sample and position, the exact maximum over admissible words of the relative change of phi(X).
 
@@ -88,6 +90,10 @@ def word_substitution(
         chunk_elements: working-dtype elements one chunk of words may hold (bounds the memory).
         bias: the heads' biases b, (C,) or (T, C) (a trained head's, e.g. `FeatureMapClassifier(bias=True)`); None:
             no bias (the paper's heads).
+        recheck: where the words are evaluated below float64 (dtype float32, or a module whose weights are float32 on
+            the generic path), evaluate again in float64 every word rounding could decide: those within `DOUBT` of the
+            best relative change, and (with heads) those whose output lies within `DOUBT` of zero relative to its
+            scale or of the strongest flip's. The best word, S_words and every flip then are float64's.
 
     Returns:
         SubstitutionResult.
@@ -113,11 +119,82 @@ def word_substitution(
     # only the words some sample may take are evaluated (a screened or narrow mask costs its own size, not V)
     kept = ok.flatten(0, 2).any(dim=0).nonzero()[:, 0]  # (V',) indices into the candidates
     kept = kept if kept.numel() else torch.zeros(1, dtype=torch.long)  # none admissible: one word, masked for all
-    res = _best_words(token, X4[:, :, pos], cand[:, kept], ok[..., kept], H, per_word, chunk_elements, b)
+    xi, cand, ok = X4[:, :, pos], cand[:, kept], ok[..., kept]
+    if not recheck or not _below_float64(token, maps):
+        res = _best_words(token, xi, cand, ok, H, per_word, chunk_elements, b)
+    else:  # the words rounding could decide, again in float64
+        token64 = token_move(_float64_maps(maps), X4, pos, torch.float64)
+        sign0 = None if H is None else _clean_signs(token64, H, b)
+        values: list[tuple[Tensor, Tensor | None]] = []
+        res = _best_words(token, xi, cand, ok, H, per_word, chunk_elements, b, sign0, values)
+        doubt = _in_doubt(values, token.phi0.double().norm(dim=-1), H, b) & ok.to(token.phi0.device)
+        exact = _best_words(token64, xi, cand, doubt, H, per_word, chunk_elements, b, sign0)
+        res = _merged(res, exact, values, doubt)
     res.word = _original_index(res.word, kept)
     if res.flip_word is not None:
         res.flip_word = _original_index(res.flip_word, kept)
     return res if trials else _first_trial(res)
+
+
+# A float32 forward is good to about 1e-6 of the scale of its output (through a whole encoder: 2.4e-6 measured, docs/
+# theory.md §12.5); a word within 1e-4 of a decision (in units of ||phi(X)||, or of ||theta|| ||phi|| for an output)
+# is evaluated again in float64.
+DOUBT = 1e-4
+
+
+def _below_float64(token: TokenMove, maps: list[nn.Module]) -> bool:
+    """Whether the words' values come from arithmetic below float64 (the working dtype, or a generic map's weights)."""
+    if token.dtype != torch.float64:
+        return True
+    return isinstance(token, GenericMove) and any(weight_dtype(m, torch.float64) != torch.float64 for m in maps)
+
+
+def _float64_maps(maps: list[nn.Module]) -> list[nn.Module]:
+    """The maps with float64 weights (copies of those that have others)."""
+    return [m if weight_dtype(m, torch.float64) == torch.float64 else copy.deepcopy(m).double() for m in maps]
+
+
+def _clean_signs(token64: TokenMove, heads: Tensor, bias: Tensor | None) -> Tensor:
+    """(T, B, C) signs of the clean outputs phi(X)^T theta_c + b_c, in float64."""
+    out = token64.phi0 @ heads.to(token64.phi0)  # (T, B, p) @ (T, p, C) -> (T, B, C)
+    return torch.sign(out if bias is None else out + bias.to(out)[:, None])
+
+
+def _in_doubt(
+    values: list[tuple[Tensor, Tensor | None]], phi_norm: Tensor, heads: Tensor | None, bias: Tensor | None
+) -> Tensor:
+    """(T, B, P, V) bool: the words whose rank or flip float32 rounding could decide (see `recheck`)."""
+    F = torch.cat([f for f, _ in values], dim=-1).double()  # (T, B, P, V), -inf where not allowed
+    scale = phi_norm.to(F.device)[..., None, None]  # (T, B, 1, 1)
+    S = F.clamp_min(0).sqrt() / scale
+    S = torch.where(F.isfinite(), S, -math.inf)
+    doubt = S >= S.max(dim=-1, keepdim=True).values - DOUBT
+    if heads is not None:
+        opp = torch.cat([o for _, o in values if o is not None], dim=3).double()  # (T, B, P, V, C)
+        size = heads.double().norm(dim=1).to(opp.device)[:, None, None, None, :]  # (T, 1, 1, 1, C): ||theta_c||
+        size = size * (scale[..., None] + F.clamp_min(0).sqrt()[..., None])  # >= |phi_w^T theta_c|
+        if bias is not None:
+            size = size + bias.double().abs().to(opp.device)[:, None, None, None, :]
+        top = opp.masked_fill(opp <= 0, -math.inf).max(dim=3, keepdim=True).values  # the strongest flip's output
+        near = (opp.abs() <= DOUBT * size) | ((opp >= top - DOUBT * size) & (opp > -DOUBT * size))
+        doubt |= near.any(dim=-1)
+    return doubt & F.isfinite()
+
+
+def _merged(
+    first: SubstitutionResult, exact: SubstitutionResult, values: list[tuple[Tensor, Tensor | None]], doubt: Tensor
+) -> SubstitutionResult:
+    """The float32 pass's sure words with the float64 values of the words in doubt (indices into the same list)."""
+    first.ws, first.word, first.distance = exact.ws, exact.word, exact.distance  # the best word is among those in doubt
+    if first.flips is None or exact.flips is None or exact.flip_word is None:
+        return first
+    opp = torch.cat([o for _, o in values if o is not None], dim=3).cpu()  # (T, B, P, V, C)
+    sure = (opp > 0) & ~doubt.cpu()[..., None]  # flips that rounding cannot undo
+    first.flips = sure.sum(dim=3) + exact.flips
+    top, arg = opp.masked_fill(~sure, -math.inf).max(dim=3)
+    fallback = torch.where(top > -math.inf, arg, -1)  # the strongest sure flip, where none in doubt flips
+    first.flip_word = torch.where(exact.flip_word >= 0, exact.flip_word, fallback)
+    return first
 
 
 def _original_index(word: Tensor, kept: Tensor) -> Tensor:
@@ -134,6 +211,8 @@ def _best_words(
     per_word: int,
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
     bias: Tensor | None = None,
+    sign0: Tensor | None = None,
+    values: list[tuple[Tensor, Tensor | None]] | None = None,
 ) -> SubstitutionResult:
     """The exact best words over chunks of candidate rows, given the token-move algebra (checked arguments).
 
@@ -146,6 +225,9 @@ def _best_words(
         per_word: working elements one word's move takes per sample and position (sizes the chunks).
         chunk_elements: working-dtype elements one chunk of words may hold.
         bias: (T, C) the heads' biases, or None.
+        sign0: (T, B, C) the signs of the clean outputs, when known more precisely than the working dtype gives them.
+        values: a list that, when given, receives each chunk's change_sq (T, B, P, R) and the heads' opposite outputs
+            (T, B, P, R, C) (> 0 where the word flips a head), -inf where a word is not allowed.
 
     Returns:
         SubstitutionResult with the trial axis.
@@ -161,7 +243,9 @@ def _best_words(
         Hb = heads.to(device=device, dtype=dt)[:, None].expand(-1, B, -1, -1)  # (T, B, p, C)
         b = torch.zeros(T, heads.shape[-1]) if bias is None else bias
         b = b.to(device=device, dtype=dt)[:, None]  # (T, 1, C)
-        sign0 = torch.sign((token.phi0[:, :, None, :] @ Hb)[:, :, 0] + b)  # (T, B, C)
+        if sign0 is None:
+            sign0 = torch.sign((token.phi0[:, :, None, :] @ Hb)[:, :, 0] + b)  # (T, B, C)
+        sign0 = sign0.to(device=device, dtype=dt)
     chunk = max(1, chunk_elements // max(1, T * B * P * (per_word + d)))
     best = torch.full((T, B, P), -math.inf, dtype=dt, device=device)
     word = torch.full((T, B, P), -1, dtype=torch.long, device=device)
@@ -176,6 +260,8 @@ def _best_words(
             mask = allowed[:, :, :, v0 : v0 + chunk].to(device)  # (T, B, P, R)
             if heads is None:
                 f = token.change_sq(delta)
+                if values is not None:
+                    values.append((f.masked_fill(~mask, -math.inf), None))
             else:  # one forward serves the change and the heads' outputs where the map has no closed forms
                 f, out = token.change_sq_and_readout(delta, Hb)  # (T, B, P, R), (T, B, P, R, C)
             f = f.masked_fill(~mask, -math.inf)  # (T, B, P, R)
@@ -184,8 +270,12 @@ def _best_words(
             best = torch.where(better, top, best)
             word = torch.where(better, arg + v0, word)
             if heads is not None:
-                out = (out + b[:, :, None, None]) * -sign0[:, :, None, None]  # > 0 where the word flips the head
+                out = (out + b[:, :, None, None]) * -cast(Tensor, sign0)[
+                    :, :, None, None
+                ]  # > 0 where the word flips the head
                 flipped = (out > 0) & mask[..., None]
+                if values is not None:
+                    values.append((f, out.masked_fill(~mask[..., None], -math.inf)))
                 flips = flips + flipped.sum(dim=3)
                 top_out, arg_out = out.masked_fill(~flipped, -math.inf).max(dim=3)  # (T, B, P, C)
                 take = top_out > flip_out
