@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # evaluate.py); FULL=1 runs that plan's paper-size list (configs/paper/, a GPU machine with hub access).
 FULL ?= 0
 
-.PHONY: env test test-slow reproduce lint typecheck bench authors-code results-pages gpu-check docs clean
+.PHONY: env test test-slow reproduce lint typecheck bench classifier authors-code results-pages gpu-check docs clean
 
 env: $(VENV)/.installed
 
@@ -67,8 +67,15 @@ authors-code:
 	test -d $(AUTHORS_CODE)/.git || git clone -q https://github.com/simone-bombari/attention-sensitivity $(AUTHORS_CODE)
 	git -C $(AUTHORS_CODE) checkout -q b984775
 
+# A real classifier (the whole bundled encoder and a ridge head, configs/encoder_classifier.yaml), the words that flip
+# it, and the screen's recall on the RAF head: train.py and evaluate.py as a user types them, about 15 minutes on
+# 2 cores; writes reports/classifier/real_classifier.md (the runs' logs beside it).
+classifier: env
+	$(PY) benchmarks/real_classifier.py --out reports/classifier/runs --page reports/classifier
+
 # The results pages of the latest `make reproduce` (reports/offline/) and `make bench` (reports/bench/) runs, with their
-# figures, copied into docs/results/; exits 2 naming the run whose pages are missing. RUNS=bench copies one run's.
+# figures, copied into docs/results/; exits 2 naming the run whose pages are missing. RUNS=bench copies one run's
+# (RUNS=classifier: the page of `make classifier`).
 RUNS ?= reproduce bench
 results-pages: env
 	$(PY) -m wslight.app.results_pages --runs $(RUNS)

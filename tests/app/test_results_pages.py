@@ -48,3 +48,18 @@ def test_one_run_alone_and_its_optional_page(tmp_path):
     argv = ["--reports", str(tmp_path / "reports"), "--docs", str(tmp_path / "docs"), "--runs", "reproduce"]
     copied = results_pages.main(argv)
     assert [p.name for p in copied] == ["reproduction.png", "reproduction.md"]
+
+
+def test_the_classifier_page_is_copied_when_asked_for_and_named_when_missing(tmp_path, capsys):
+    reports, docs = tmp_path / "reports", tmp_path / "docs"
+    write_run(reports, "offline", ["reproduction.md"])
+    write_run(reports, "bench", ["ws_speed.md", "attack_speed.md"])
+    results_pages.main(["--reports", str(reports), "--docs", str(docs)])  # the default runs need no classifier page
+    assert not (docs / "real_classifier.md").exists()
+    with pytest.raises(SystemExit):
+        results_pages.main(["--runs", "bench", "classifier", "--reports", str(reports), "--docs", str(docs)])
+    err = capsys.readouterr().err
+    assert "no `make classifier` run to copy" in err and 'RUNS="bench"' in err
+    write_run(reports, "classifier", ["real_classifier.md"])
+    results_pages.main(["--runs", "classifier", "--reports", str(reports), "--docs", str(docs)])
+    assert (docs / "real_classifier.md").read_text() == (reports / "classifier" / "real_classifier.md").read_text()

@@ -1,11 +1,12 @@
 """`make results-pages`: copy the results pages of the latest runs into docs/results/, with the figures they show.
 
 The pages come from `make reproduce` (reports/offline/: reproduction.md, and beyond_paper.md when the run has its
-one-word stages) and `make bench` (reports/bench/: ws_speed.md, attack_speed.md); each page already carries its
+one-word stages), `make bench` (reports/bench/: ws_speed.md, attack_speed.md) and `make classifier`
+(reports/classifier/: real_classifier.md); each page already carries its
 header (date, machine, commit, command: wslight.records.pages). A run whose pages are missing stops the copy before
 any file is written: one line naming the command that writes them, exit status 2.
 
-    python -m wslight.app.results_pages                     # both runs (= make results-pages)
+    python -m wslight.app.results_pages                     # make reproduce and make bench (= make results-pages)
     python -m wslight.app.results_pages --runs bench        # only the benchmarks' pages
 """
 
@@ -44,7 +45,10 @@ class Run:
 RUNS = {
     "reproduce": Run("make reproduce", "offline", ("reproduction.md",), ("beyond_paper.md",)),
     "bench": Run("make bench", "bench", ("ws_speed.md", "attack_speed.md")),
+    "classifier": Run("make classifier", "classifier", ("real_classifier.md",)),
 }
+
+DEFAULT_RUNS = ("reproduce", "bench")  # as `make results-pages`; `make classifier`'s page is copied when asked for
 
 
 class MissingRun(Exception):
@@ -66,7 +70,7 @@ def pages_to_copy(reports: Path, runs: list[str]) -> list[Path]:
             raise MissingRun(
                 f"no `{run.command}` run to copy: {', '.join(str(folder / p) for p in missing)} "
                 f"{'does' if len(missing) == 1 else 'do'} not exist; run `{run.command}` first, or copy the other "
-                f'runs\' pages only (`make results-pages RUNS="{" ".join(r for r in RUNS if r != name)}"`)'
+                f'runs\' pages only (`make results-pages RUNS="{" ".join(r for r in runs if r != name)}"`)'
             )
         found += [folder / p for p in (*run.pages, *run.optional) if (folder / p).is_file()]
     return found
@@ -96,7 +100,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
         prog="make results-pages",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    parser.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(RUNS), help="whose pages to copy")
+    parser.add_argument("--runs", nargs="+", choices=list(RUNS), default=list(DEFAULT_RUNS), help="whose pages to copy")
     parser.add_argument("--reports", default="reports", help="the reports folder the runs wrote into")
     parser.add_argument("--docs", default="docs/results", help="where the pages go")
     args = parser.parse_args(argv)
