@@ -107,9 +107,9 @@ def test_shipped_overlays_name_their_base_on_the_first_line():
     overlays = {name for name in SHIPPED if len(overlay_chain(find_config(name))) > 1}
     assert {n for n in SHIPPED if n.startswith(("paper/", "reproduce/"))} <= overlays
     assert {"raf_gradient", "attack/callback_raf"} <= overlays
-    whole = {"rf", "deep_rf", "raf", "relu_raf", "attack/fig4", "attack/fig5", "ws/zoo"}
+    whole = {"rf", "deep_rf", "raf", "relu_raf", "encoder_classifier", "attack/fig4", "attack/fig5", "ws/zoo"}
     whole |= {f"ws/{m}" for m in ("rf", "deep_rf", "raf", "relu_raf")}
-    whole |= {f"words/{m}" for m in ("rf", "raf", "zoo", "trained_head")}
+    whole |= {f"words/{m}" for m in ("rf", "raf", "zoo", "trained_head", "encoder_classifier")}
     whole |= {f"probes/{p}" for p in ("attention_edit", "attention_under_delta", "layerwise_change")}
     assert whole == set(SHIPPED) - overlays
     assert {t for t in TINY if len(overlay_chain(CONF / f"{t}.yaml")) > 1} == set(TINY)

@@ -111,9 +111,13 @@ def test_relu_raf_rows_sum_to_one_or_are_zero():
     out = relu(X)
     assert torch.equal(out, torch.zeros_like(out))
     assert torch.isfinite(out).all()
-    A = ReLUAttentionFeatures(8, seed=1).attention(torch.randn(2, 5, 5))
-    sums = A.sum(-1)
-    assert torch.all((sums - 1).abs() < 1e-6)
+    scores = torch.randn(2, 5, 5, generator=torch.Generator().manual_seed(0))
+    scores[0, 2] = -scores[0, 2].abs()  # a row without a positive score
+    sums = ReLUAttentionFeatures(8, seed=1).attention(scores).sum(-1)
+    assert float(sums[0, 2]) == 0.0
+    others = torch.ones_like(sums, dtype=torch.bool)
+    others[0, 2] = False
+    assert torch.all((sums[others] - 1).abs() < 1e-6)
 
 
 def test_softmax_huge_scores_stay_finite(rows):
