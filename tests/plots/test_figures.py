@@ -201,3 +201,19 @@ def test_a_sweep_titles_its_figures_with_its_tokens(tmp_path, monkeypatch):
         evaluate=True,
     )
     assert "synthetic tokens" in titles["ws_raf"]
+
+
+def test_a_trained_heads_flips_are_drawn_against_the_clean_margin_one_point_per_position():
+    from wslight.plots.words import plot_head_word_flips
+
+    records = [
+        {"map": "raf", "n": 40, "margin": m, "flips": f, "flipped": f > 0, "screen": 32}
+        for m, f in ((-0.2, 900), (0.1, 40), (0.8, 0), (1.5, 0), (0.3, 1))
+    ]
+    ax = plot_head_word_flips(records).axes[0]
+    drawn = {tuple(map(float, xy)) for c in ax.collections for xy in c.get_offsets()}
+    assert drawn == {(r["margin"], r["flips"] + 1.0) for r in records}  # flips + 1 on a log axis: 1 is none
+    assert ax.get_yscale() == "log" and "32 words checked" in ax.get_title()
+    assert [c.get_label() for c in ax.collections] == ["some word flips the head", "no word flips it"]
+    with pytest.raises(ValueError, match="records: no trained-head words record to draw"):
+        plot_head_word_flips([])

@@ -59,6 +59,7 @@ def test_every_position_of_a_trained_heads_reviews_equals_the_brute_force(traine
     Trainer(**cpu_trainer.kwargs, logger=False).test(evaluation)
     records = read_records(tmp_path / "results.jsonl")
     assert "flip_rate" in (tmp_path / "summary.md").read_text()
+    assert (tmp_path / "head_words_flips.png").is_file() and (tmp_path / "head_words_flips.pdf").is_file()
     assert {r["trial"] for r in records} == {0, 1} and {r["position"] for r in records} <= {1, 4, 7}
     flipped_somewhere = False
     for r in records:

@@ -1,7 +1,8 @@
 """The one-word substitution against n (docs/theory.md §13).
 
-The continuous S and the exact best real word per map (`plot_words_vs_n`), and the share of reviews where one real word
-flips a head (`plot_flip_rates`).
+The continuous S and the exact best real word per map (`plot_words_vs_n`), the share of reviews where one real word
+flips a head (`plot_flip_rates`), and for a trained head the flipping words against the clean margin
+(`plot_head_word_flips`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from .style import LEGEND_FONTSIZE, line_look, styled
+from .style import LEGEND_FONTSIZE, colour, line_look, styled
 from .ws import TITLES, trials_label
 
 
@@ -128,3 +129,35 @@ def plot_flip_rates(records: list[dict], trainings: Iterable[str]) -> Figure:
     ax.set_ylim(-0.03, 1.03)
     title = f"One real word flips the head ({trials_label(records)})"
     return _finish(fig, ax, sorted(ns_all), "share of reviews with a flipping word", title)
+
+
+@styled
+def plot_head_word_flips(records: list[dict]) -> Figure:
+    """The admissible words that flip a trained head at each position, against its clean margin y f(X).
+
+    One point per (review, position): flipping words + 1 on a log axis (1: none), the margin on the other (< 0: the
+    model got the review wrong); positions with a flip in the first colour. Where the head is sure of its answer, one
+    word rarely flips it; near the boundary, many do.
+
+    Args:
+        records: records of `TrainedHeadWords` (keys margin, flips, flipped, map, n).
+
+    Returns:
+        A matplotlib Figure; close it after use.
+    """
+    if not records:
+        raise ValueError("records: no trained-head words record to draw")
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for flipped, label, c in ((True, "some word flips the head", colour(0)), (False, "no word flips it", colour(1))):
+        chosen = [r for r in records if bool(r["flipped"]) == flipped]
+        ax.scatter([r["margin"] for r in chosen], [r["flips"] + 1 for r in chosen], s=12, color=c, label=label)
+    ax.set_yscale("log")
+    ax.axvline(0.0, color="0.5", lw=0.8)
+    ax.set_xlabel("clean margin y f(X) (< 0: misclassified)")
+    ax.set_ylabel("flipping words + 1")
+    screened = f", {records[0]['screen']} words checked a position" if records[0].get("screen") else ""
+    ax.set_title(f"One word flips the trained head: {records[0]['map']}, n = {records[0]['n']}{screened}")
+    ax.legend(fontsize=LEGEND_FONTSIZE)
+    ax.grid(alpha=0.3, which="both")
+    fig.tight_layout()
+    return fig

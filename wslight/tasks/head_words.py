@@ -154,6 +154,9 @@ class TrainedHeadWords(EmbeddingsEvaluation):
                 f"(recall {recall['position_recall']:.3f}), {recall['words']} of {recall['exact_words']} flipping "
                 f"words (recall {recall['word_recall']:.3f}).\n"
             )
+        from ..plots.words import plot_head_word_flips
+
+        self.add_figure("head_words/flips_vs_margin", plot_head_word_flips(records), "head_words_flips")
         write_summary(
             out_dir,
             [table],
