@@ -292,13 +292,14 @@ class _Hinted(_Plain):
         return torch.cat([attract[:, None, None].expand(-1, len(positions), 1, -1), steer[:, keep]], dim=2)
 
 
-@pytest.mark.slow(seconds=113)  # four searches of 20 reviews at d = 384, three of them on the generic path
+@pytest.mark.slow(seconds=85)  # four searches at d = 384 (20, 20, 10 and 20 reviews), three on the generic path
 def test_row_starts_and_search_starts_bring_a_plain_raf_at_d384_to_the_best_value_on_the_bundled_reviews(monkeypatch):
     """RAF as a plain module at d = 384, n = 10 reaches the best value with its row starts or its own starts.
 
     With the RAF config's search, 20 bundled reviews, a map each: without its row starts the generic path stops more
     than 2% short of the best value found on some review; with them (the shipped generic path) it is within 1% of it on
-    every one, and so is the module that names its attracting and steering directions (`search_starts`), within 0.5%.
+    every one, and the module that names its attracting and steering directions (`search_starts`) is within 0.5% on
+    the first 10.
     (The 20 searches run as one batch: a chain's path through a float32 forward depends on the batch's size, and on
     the first 10 reviews alone the search without row starts happens to reach every best value.)
     """
@@ -310,16 +311,17 @@ def test_row_starts_and_search_starts_bring_a_plain_raf_at_d384_to_the_best_valu
     maps = [make_map("raf", n, d, s) for s in seeds]
     closed = word_sensitivity(maps, X, seed=seeds, **settings).ws
     plain = word_sensitivity([_Plain(m) for m in maps], X, seed=seeds, **settings).ws
-    hinted = word_sensitivity([_Hinted(m) for m in maps], X, seed=seeds, **settings).ws
+    hinted = word_sensitivity([_Hinted(m) for m in maps[:10]], X[:10], seed=seeds[:10], **settings).ws
     monkeypatch.setattr(GenericMove, "row_starts", lambda self, radius, draws, lean: None)
     bare = word_sensitivity([_Plain(m) for m in maps], X, seed=seeds, **settings).ws
-    best = torch.stack([closed, plain, hinted, bare]).max(dim=0).values
+    best = torch.stack([closed, plain, bare]).max(dim=0).values
+    best[:10] = torch.maximum(best[:10], hinted)
     assert int((bare < 0.98 * best).sum()) >= 1
     assert (plain >= 0.99 * best).all()
-    assert (hinted >= 0.995 * best).all()
+    assert (hinted >= 0.995 * best[:10]).all()
 
 
-@pytest.mark.slow(seconds=90)  # a plain module on the generic path at n = 250, d = 384
+@pytest.mark.slow(seconds=99)  # a plain module on the generic path at n = 250, d = 384
 def test_row_starts_bring_a_plain_relu_raf_at_n250_to_the_closed_forms_value_on_the_bundled_reviews():
     """ReLU-RAF as a plain module at d = 384, n = 250 is within 1% of the closed form's S.
 
@@ -466,16 +468,16 @@ def test_row_subspaces_are_the_top_right_singular_vectors_of_each_rows_jacobian(
     assert (cos > 0.99).all()
 
 
-@pytest.mark.slow(seconds=49)  # the pre-trained layer at d = 384 on the generic path, searched twice
+@pytest.mark.slow(seconds=25)  # the pre-trained layer at d = 384 on the generic path, searched twice
 def test_removal_starts_find_the_pre_trained_layers_higher_maxima_on_the_bundled_reviews(monkeypatch):
-    """The removal starts raise the pre-trained layer's S by more than 4% on the bundled reviews.
+    """The removal starts raise the pre-trained layer's S by more than 4% on a bundled review.
 
-    The pre-trained attention layer at n = 8 with the zoo config's search, 2 bundled reviews: its highest values lie on
-    a path through the nearly removed word, leaning toward a top singular vector of a row's Jacobian, which random,
-    attracting and captured starts miss.
+    The pre-trained attention layer at n = 8 with the zoo config's search, the first bundled review: its highest values
+    lie on a path through the nearly removed word, leaning toward a top singular vector of a row's Jacobian, which
+    random, attracting and captured starts miss.
     """
     settings = yaml.safe_load((CONFIGS / "ws" / "zoo.yaml").read_text())["model"]["init_args"]["search"]
-    T, n, d = 2, 8, 384
+    T, n, d = 1, 8, 384
     X, _ = load_token_embeddings(EmbeddingSpec(num_samples=20)).samples(list(range(T)), n, d)
     X = X[:, None].float()
     maps = [make_map("pretrained_attn", n, d)] * T
