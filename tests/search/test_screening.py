@@ -37,3 +37,26 @@ def test_the_screen_keeps_the_admissible_words_predicted_furthest_across_zero():
     toward = -torch.sign(clean) * predicted
     assert toward[kept].min() >= toward[allowed & ~kept].max()
     assert torch.equal(screened_words(phi, X, 1, rows, allowed, theta, 0.0, keep=1000), allowed)
+
+
+def test_a_float32_module_is_screened_in_its_own_dtype():
+    """A module that does not cast its input (float32 weights) is differentiated in float32, read out in float64."""
+    n, d, V = 5, 8, 30
+    g = torch.Generator().manual_seed(2)
+    W = torch.randn(d, d, generator=g)
+
+    class Plain(torch.nn.Module):
+        def __init__(self, W):
+            super().__init__()
+            self.register_buffer("W", W)
+
+        def forward(self, X):
+            return torch.tanh(X @ self.W).flatten(1)
+
+    X = torch.randn(1, n, d, generator=g, dtype=torch.float64)
+    rows = torch.randn(V, d, generator=g, dtype=torch.float64)
+    theta = torch.randn(n * d, generator=g, dtype=torch.float64)
+    clean32, pred32 = first_order_outputs(Plain(W), X, 3, rows, theta, 0.1)
+    clean64, pred64 = first_order_outputs(Plain(W.double()), X, 3, rows, theta, 0.1)
+    assert pred32.dtype == torch.float64 and torch.allclose(pred32, pred64, rtol=1e-4, atol=1e-4)
+    assert abs(float(clean32 - clean64)) < 1e-4

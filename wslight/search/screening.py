@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..base import validate
+from ..features.move import weight_dtype
 
 
 def first_order_outputs(
@@ -36,10 +37,9 @@ def first_order_outputs(
     Returns:
         f(X) (a 0-dim float64 tensor) and (V,) float64 predictions f(X) + g^T (h_w - x_i).
     """
-    dtype = theta.dtype
-    x = X.detach().to(dtype).clone().requires_grad_(True)
+    x = X.detach().to(weight_dtype(feature_map, X.dtype)).clone().requires_grad_(True)  # the map's own dtype
     with torch.enable_grad():
-        out = feature_map(x).reshape(-1).to(dtype) @ theta + bias
+        out = feature_map(x).reshape(-1).double() @ theta.double() + bias
         (grad,) = torch.autograd.grad(out, x)
     g = grad[0, position].double()  # (d,)
     move = rows.to(device=g.device, dtype=torch.float64) - x[0, position].detach().double()  # (V, d)
