@@ -3,6 +3,7 @@
 Modules, from the top down:
 - `sensitivity`: `word_sensitivity(map, X)`, the estimator of S (closed-form token moves or autograd);
 - `substitution`: `word_substitution`, the exact best real word at a position, over a whole vocabulary;
+- `screening`: the first-order ranking that chooses which words a costly map checks exactly;
 - `ascent`: `Search`, the rounds of chains of the estimator and their stop rule;
 - `radius_split`: the radius shared out among the heads of a separable change (multi-head RAF);
 - `starts`: the top-curvature direction and the seeded Gaussian draws the chains start from;
