@@ -116,24 +116,56 @@ def word_substitution(
     b = _checked_bias(bias, H, T)  # (T, C) or None
     token = token_move(maps, X4, pos, dt)
     per_word = move_class_for(maps).chain_elements(maps, B, n, d)[0]
-    # only the words some sample may take are evaluated (a screened or narrow mask costs its own size, not V)
-    kept = ok.flatten(0, 2).any(dim=0).nonzero()[:, 0]  # (V',) indices into the candidates
-    kept = kept if kept.numel() else torch.zeros(1, dtype=torch.long)  # none admissible: one word, masked for all
-    xi, cand, ok = X4[:, :, pos], cand[:, kept], ok[..., kept]
+    xi = X4[:, :, pos]
     if not recheck or not _below_float64(token, maps):
-        res = _best_words(token, xi, cand, ok, H, per_word, chunk_elements, b)
+        res = _best_of(token, xi, cand, ok, H, per_word, chunk_elements, b)
     else:  # the words rounding could decide, again in float64
         token64 = token_move(_float64_maps(maps), X4, pos, torch.float64)
         sign0 = None if H is None else _clean_signs(token64, H, b)
         values: list[tuple[Tensor, Tensor | None]] = []
-        res = _best_words(token, xi, cand, ok, H, per_word, chunk_elements, b, sign0, values)
-        doubt = _in_doubt(values, token.phi0.double().norm(dim=-1), H, b) & ok.to(token.phi0.device)
-        exact = _best_words(token64, xi, cand, doubt, H, per_word, chunk_elements, b, sign0)
+        res = _best_of(token, xi, cand, ok, H, per_word, chunk_elements, b, sign0, values=values)
+        doubt = _in_doubt(values, token.phi0.double().norm(dim=-1), H, b).cpu() & ok
+        exact = _best_of(token64, xi, cand, doubt, H, per_word, chunk_elements, b, sign0)
         res = _merged(res, exact, values, doubt)
+    return res if trials else _first_trial(res)
+
+
+def _best_of(
+    token: TokenMove,
+    xi: Tensor,
+    cand: Tensor,
+    ok: Tensor,
+    heads: Tensor | None,
+    per_word: int,
+    chunk_elements: int,
+    bias: Tensor | None,
+    sign0: Tensor | None = None,
+    values: list[tuple[Tensor, Tensor | None]] | None = None,
+) -> SubstitutionResult:
+    """`_best_words` over the words some sample may take only (a narrow mask costs its own size, not the list's).
+
+    The words' indices it returns number the whole candidate list; `values`, when asked for, hold the whole list
+    (-inf where no sample may take a word).
+    """
+    kept = ok.flatten(0, 2).any(dim=0).nonzero()[:, 0]  # (V',) indices into the candidates
+    kept = kept if kept.numel() else torch.zeros(1, dtype=torch.long)  # none admissible: one word, masked for all
+    part: list[tuple[Tensor, Tensor | None]] | None = [] if values is not None else None
+    res = _best_words(token, xi, cand[:, kept], ok[..., kept], heads, per_word, chunk_elements, bias, sign0, part)
     res.word = _original_index(res.word, kept)
     if res.flip_word is not None:
         res.flip_word = _original_index(res.flip_word, kept)
-    return res if trials else _first_trial(res)
+    if values is not None and part is not None:  # back onto the whole list
+        f = torch.cat([v for v, _ in part], dim=-1)
+        whole_f = f.new_full((*f.shape[:-1], cand.shape[1]), -math.inf)
+        whole_f[..., kept.to(f.device)] = f
+        outs = [o for _, o in part if o is not None]
+        whole_o = None
+        if outs:
+            o = torch.cat(outs, dim=3)
+            whole_o = o.new_full((*o.shape[:3], cand.shape[1], o.shape[-1]), -math.inf)
+            whole_o[:, :, :, kept.to(o.device)] = o
+        values.append((whole_f, whole_o))
+    return res
 
 
 # A float32 forward is good to about 1e-6 of the scale of its output (through a whole encoder: 2.4e-6 measured, docs/
