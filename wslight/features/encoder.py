@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from ..base import validate
 from ..data.encoders import BUNDLED_MINILM
 from .base import TokenwiseMap, register_map
-from .pretrained import ATTENTION_WEIGHTS, FFN_WEIGHTS, checked_encoder
+from .pretrained import ATTENTION_WEIGHTS, FFN_WEIGHTS, open_encoder
 from .transformer import ACTIVATIONS, bert_layer
 
 POOLINGS = ("tokens", "mean", "sentence")
@@ -77,11 +77,8 @@ class PretrainedEncoder(TokenwiseMap):
         n: int | None = None,
     ) -> None:
         super().__init__()
-        self.set_dims(d, n)
-        self.encoder = encoder or self.default_encoder
-        self.seed = validate.integer("seed", seed, low=0)  # as every map and sweep: a seed is >= 0
+        model, info = open_encoder(self, d, n, encoder, seed)
         self.pooling = validate.choice("pooling", pooling, POOLINGS)
-        model, info = checked_encoder(self.encoder, d)
         why = f"encoder {self.encoder!r} has {info.num_layers} layers"
         self.layers = validate.integer("layers", layers, low=1, high=info.num_layers, allow_none=True, why=why)
         self.layers = info.num_layers if self.layers is None else self.layers

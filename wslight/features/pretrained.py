@@ -2,7 +2,7 @@
 
 Its real query, key, value and output weights and its LayerNorm, copied from the encoder into buffers, applied to
 token embeddings as the other maps are (by default the bundled all-MiniLM-L6-v2's first layer, offline).
-`checked_encoder` and the weight tables are shared with the whole pre-trained encoder (`encoder.py`).
+`open_encoder` and the weight tables are shared with the whole pre-trained encoder (`encoder.py`).
 """
 
 from __future__ import annotations
@@ -40,17 +40,22 @@ FFN_WEIGHTS = {
 }
 
 
-def checked_encoder(encoder: Any, d: int) -> tuple[Any, EncoderInfo]:
-    """The loaded encoder (model, EncoderInfo) for a map of dimension d, or a clear error.
+def open_encoder(m: TokenwiseMap, d: int, n: int | None, encoder: Any, seed: int) -> tuple[Any, EncoderInfo]:
+    """Set a pre-trained map's dimensions, encoder and seed; the loaded encoder (model, EncoderInfo), or a clear error.
+
+    `encoder` None is the map's `default_encoder`; the seed is checked (>= 0, as every map's) and unused.
 
     Raises:
-        ValueError: `encoder` is not a name or path, or d is not the encoder's hidden size.
+        ValueError: `encoder` is not a name or path, d is not the encoder's hidden size, or the seed is negative.
     """
-    if not isinstance(encoder, str):
-        raise ValueError(f"encoder must be a name or path, got {encoder!r}")
-    model, _, info = load_encoder(encoder)
+    m.set_dims(d, n)
+    m.encoder = encoder or m.default_encoder
+    m.seed = validate.integer("seed", seed, low=0)  # as every map and sweep: a seed is >= 0
+    if not isinstance(m.encoder, str):
+        raise ValueError(f"encoder must be a name or path, got {m.encoder!r}")
+    model, _, info = load_encoder(m.encoder)
     if d != info.hidden_size:
-        raise ValueError(f"d must equal the hidden size of encoder {encoder!r} ({info.hidden_size}), got {d}")
+        raise ValueError(f"d must equal the hidden size of encoder {m.encoder!r} ({info.hidden_size}), got {d}")
     return model, info
 
 
@@ -87,10 +92,7 @@ class PretrainedAttention(TokenwiseMap):
         n: int | None = None,
     ) -> None:
         super().__init__()
-        self.set_dims(d, n)
-        self.encoder = encoder or self.default_encoder
-        self.seed = validate.integer("seed", seed, low=0)  # as every map and sweep: a seed is >= 0
-        model, info = checked_encoder(self.encoder, d)
+        model, info = open_encoder(self, d, n, encoder, seed)
         self.layer = validate.integer("layer", layer, low=0, high=info.num_layers - 1)
         block = model.encoder.layer[self.layer].attention
         params = dict(block.named_parameters())
