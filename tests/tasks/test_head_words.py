@@ -129,3 +129,5 @@ def test_recall_reviews_needs_a_screen(trained):
         TrainedHeadWords(str(trained), reviews=2, recall_reviews=1)
     with pytest.raises(ValueError, match=r"screen must be a positive integer or None, got 0"):
         TrainedHeadWords(str(trained), reviews=2, screen=0)
+    with pytest.raises(ValueError, match=r"screen_centroids must be .*got -2"):
+        TrainedHeadWords(str(trained), reviews=2, screen=4, screen_centroids=-2)

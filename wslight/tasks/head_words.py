@@ -46,6 +46,8 @@ class TrainedHeadWords(EmbeddingsEvaluation):
         screen: None (every admissible word checked, exact) or K: per position only the K words a first-order score
             ranks most likely to flip the head, each checked exactly (docs/theory.md §13.5): for maps whose forward
             is costly (a whole pre-trained encoder on a CPU). Every flip reported is real; some may be missed.
+        screen_centroids: with `screen`, the k-means centroids of the words' rows at which the screen expands the
+            head too, besides the clean review (each costs a forward and a backward; 0: the clean expansion alone).
         recall_reviews: with `screen`, the first this many reviews are also checked over the whole admissible
             vocabulary, and summary.md gives the screen's recall on their positions.
         trials_per_step: reviews per test step (sharded over devices by Lightning).
@@ -60,6 +62,7 @@ class TrainedHeadWords(EmbeddingsEvaluation):
         positions: Literal["all"] | list[int] = "all",
         chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
         screen: int | None = None,
+        screen_centroids: int = 16,
         recall_reviews: int = 0,
         trials_per_step: int = 1,
         output_dir: str | None = None,
@@ -85,6 +88,7 @@ class TrainedHeadWords(EmbeddingsEvaluation):
         self.positions = positions
         self.chunk_elements = validate.positive_int("chunk_elements", chunk_elements)
         self.screen = validate.integer("screen", screen, low=1, allow_none=True)
+        self.screen_centroids = validate.integer("screen_centroids", screen_centroids, low=0)
         self.recall_reviews = validate.integer("recall_reviews", recall_reviews, 0, self.reviews, why="reviews")
         if self.recall_reviews and self.screen is None:
             raise ValueError(f"recall_reviews: {recall_reviews} measures a screen's recall; set screen too")
@@ -120,6 +124,7 @@ class TrainedHeadWords(EmbeddingsEvaluation):
                 self.device,
                 normalize=self.trained.normalize,
                 screen=self.screen,
+                screen_centroids=self.screen_centroids,
                 check_exact=spec["trial"] < self.recall_reviews,
             )
             for r in found:
@@ -143,7 +148,8 @@ class TrainedHeadWords(EmbeddingsEvaluation):
         words = ", ".join(f"`{w}` ({c})" for w, c in flippers.most_common(20)) or "none"
         if self.screen is not None:
             words += (
-                f"\n\nScreened: {self.screen} words checked per position (the first of a first-order ranking), each "
+                f"\n\nScreened: {self.screen} words checked per position (the first of a first-order ranking, "
+                f"expanded at the clean review and {self.screen_centroids} centroids of the words' rows), each "
                 "exactly: every flip is real; flip_rate, flips and ws_words count the checked words (lower bounds)."
             )
         recall = screen_recall(records)
@@ -233,6 +239,7 @@ def review_word_records(
     normalize: bool = True,
     screen: int | None = None,
     check_exact: bool = False,
+    screen_centroids: int = 0,
 ) -> list[dict]:
     """One record per word position of review `index`: the admissible words that flip the trained head there.
 
@@ -257,6 +264,7 @@ def review_word_records(
         normalize: the rows as the run read them: rescaled to norm sqrt(d) (the default) or as the encoder gives them.
         screen: check only this many words per position, the first of a first-order ranking; None: all of them.
         check_exact: with `screen`, also check the whole admissible vocabulary (the recall of the screen).
+        screen_centroids: the screen's expansion points besides the clean review (`screened_words`).
     """
     start = time.perf_counter()
     X, y = store.samples([index], n, d, normalize)  # (1, n, d), (1,)
@@ -279,7 +287,9 @@ def review_word_records(
 
         checked = allowed
         if screen is not None:
-            checked = screened_words(model.feature_map, X, i, rows, allowed, theta[:, 0], float(bias[0]), screen)
+            checked = screened_words(
+                model.feature_map, X, i, rows, allowed, theta[:, 0], float(bias[0]), screen, screen_centroids
+            )
         sub = substitute(checked)
         flip_id = int(sub.flip_word[0, 0, 0])  # type: ignore[index]
         record = {
@@ -306,7 +316,7 @@ def review_word_records(
             "phi_norm": float(sub.phi_norm[0]),
         }
         if screen is not None:
-            record |= {"screen": screen, "checked": int(checked.sum())}
+            record |= {"screen": screen, "screen_centroids": screen_centroids, "checked": int(checked.sum())}
             if check_exact:
                 full = substitute(allowed)
                 record |= {
