@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from wslight.features import RandomAttentionFeatures
-from wslight.search.screening import first_order_outputs, screened_words, word_centroids
+from wslight.search.screening import SCREEN_CENTROIDS, first_order_outputs, screened_words, word_centroids
 
 
 def _setup(n=6, d=16, V=40):
@@ -32,7 +32,7 @@ def test_the_screen_keeps_the_admissible_words_predicted_furthest_across_zero():
     phi, X, rows, theta = _setup()
     allowed = torch.ones(len(rows), dtype=torch.bool)
     allowed[::3] = False
-    clean, predicted = first_order_outputs(phi, X, 1, rows, theta, 0.0)
+    clean, predicted = first_order_outputs(phi, X, 1, rows, theta, 0.0, SCREEN_CENTROIDS, allowed)
     kept = screened_words(phi, X, 1, rows, allowed, theta, 0.0, keep=7)
     assert int(kept.sum()) == 7 and not (kept & ~allowed).any()
     toward = -torch.sign(clean) * predicted
@@ -117,7 +117,7 @@ def test_the_centroids_find_a_flip_in_a_region_the_clean_gradient_cannot_see():
     phi, theta, allowed = _Needle(u), torch.tensor([-1.0, 10.0], dtype=torch.float64), torch.ones(V, dtype=torch.bool)
     flips = torch.zeros(V, dtype=torch.bool)
     flips[:10] = True
-    plain = screened_words(phi, X, 1, rows, allowed, theta, 0.0, keep=5)
+    plain = screened_words(phi, X, 1, rows, allowed, theta, 0.0, keep=5, centroids=0)
     assert not (plain & flips).any()  # f(X) + 0: no word is predicted to flip, the order is arbitrary
     centred = screened_words(phi, X, 1, rows, allowed, theta, 0.0, keep=5, centroids=4)
     assert (centred & flips).sum() == 5

@@ -29,6 +29,7 @@ from ..features.move import weight_dtype
 
 CENTROID_SEED = 0  # the k-means start is drawn from its own generator: the same words give the same anchors
 CENTROID_ITERATIONS = 8
+SCREEN_CENTROIDS = 16  # the default expansion points besides the clean review (docs/theory.md §13.5)
 
 
 def word_centroids(rows: Tensor, count: int) -> Tensor:
@@ -127,7 +128,7 @@ def screened_words(
     theta: Tensor,
     bias: float,
     keep: int,
-    centroids: int = 0,
+    centroids: int = SCREEN_CENTROIDS,
 ) -> Tensor:
     """(V,) bool: the `keep` admissible words whose predicted output lies furthest beyond zero from f(X)'s side.
 

@@ -16,7 +16,7 @@ import torch
 from ..base import validate
 from ..features import map_name
 from ..records.summary import nonfinite, trusted, write_summary
-from ..search.screening import screened_words
+from ..search.screening import SCREEN_CENTROIDS, screened_words
 from ..search.settings import DEFAULT_CHUNK_ELEMENTS
 from ..search.substitution import SubstitutionResult, word_substitution
 from .classifier import FeatureMapClassifier
@@ -62,7 +62,7 @@ class TrainedHeadWords(EmbeddingsEvaluation):
         positions: Literal["all"] | list[int] = "all",
         chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
         screen: int | None = None,
-        screen_centroids: int = 16,
+        screen_centroids: int = SCREEN_CENTROIDS,
         recall_reviews: int = 0,
         trials_per_step: int = 1,
         output_dir: str | None = None,
@@ -239,7 +239,7 @@ def review_word_records(
     normalize: bool = True,
     screen: int | None = None,
     check_exact: bool = False,
-    screen_centroids: int = 0,
+    screen_centroids: int = SCREEN_CENTROIDS,
 ) -> list[dict]:
     """One record per word position of review `index`: the admissible words that flip the trained head there.
 
