@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # evaluate.py); FULL=1 runs that plan's paper-size list (configs/paper/, a GPU machine with hub access).
 FULL ?= 0
 
-.PHONY: env test test-slow reproduce lint typecheck bench classifier authors-code results-pages gpu-check docs clean
+.PHONY: env test test-slow reproduce lint typecheck bench classifier encoder-words authors-code results-pages gpu-check docs clean
 
 env: $(VENV)/.installed
 
@@ -73,9 +73,15 @@ authors-code:
 classifier: env
 	$(PY) benchmarks/real_classifier.py --out reports/classifier/runs --page reports/classifier
 
+# One real word through the whole pre-trained encoder (L = 1, 2, 6 layers) against n, beside RAF and its single
+# pre-trained attention layer: evaluate.py on configs/words/encoder.yaml, S_words alone, about 30 minutes on 2 cores;
+# writes reports/encoder_words/encoder_words.md (the runs' logs beside it).
+encoder-words: env
+	$(PY) benchmarks/encoder_words.py --out reports/encoder_words/runs --page reports/encoder_words
+
 # The results pages of the latest `make reproduce` (reports/offline/) and `make bench` (reports/bench/) runs, with their
 # figures, copied into docs/results/; exits 2 naming the run whose pages are missing. RUNS=bench copies one run's
-# (RUNS=classifier: the page of `make classifier`).
+# (RUNS=classifier: the page of `make classifier`; RUNS=encoder_words: that of `make encoder-words`).
 RUNS ?= reproduce bench
 results-pages: env
 	$(PY) -m wslight.app.results_pages --runs $(RUNS)

@@ -20,44 +20,21 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from commands import evaluate, train  # noqa: E402
+
 from wslight.records.pages import PageHeader, write_page  # noqa: E402
-
-
-def run(command: list[str], cwd: Path) -> tuple[str, float]:
-    """Run a command in `cwd`; its output and wall seconds (a failure stops the benchmark with its output)."""
-    start = time.perf_counter()
-    proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(command)} exited {proc.returncode}:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return proc.stdout + proc.stderr, time.perf_counter() - start
-
-
-def train(config: str, cwd: Path, *extra: str) -> tuple[str, float, float]:
-    """train.py fit on `config` (and `extra` arguments): its log folder, test accuracy and wall seconds."""
-    out, seconds = run([sys.executable, str(ROOT / "train.py"), "fit", "--config", config, *extra], cwd)
-    logs = re.search(r"^logs: (\S+)", out, re.M)
-    acc = re.search(r"test/acc\s*│\s*([0-9.]+)", out)
-    if logs is None or acc is None:
-        sys.exit(f"train.py printed no logs folder or test accuracy:\n{out[-3000:]}")
-    return logs.group(1), float(acc.group(1)), seconds
 
 
 def words(config: str, logs: str, cwd: Path, *extra: str) -> tuple[str, float]:
     """evaluate.py on a words config for the run in `logs`: its summary.md text and wall seconds."""
-    command = [sys.executable, str(ROOT / "evaluate.py"), "--config", config, "--model.init_args.run", logs, *extra]
-    out, seconds = run(command, cwd)
-    found = re.search(r"^results: (\S+)", out, re.M)
-    if found is None:
-        sys.exit(f"evaluate.py printed no results file:\n{out[-3000:]}")
-    return (cwd / found.group(1)).parent.joinpath("summary.md").read_text(), seconds
+    results, seconds = evaluate(config, cwd, "--model.init_args.run", logs, *extra)
+    return results.parent.joinpath("summary.md").read_text(), seconds
 
 
 def recall_sentence(summary: str) -> str:

@@ -109,7 +109,7 @@ def test_shipped_overlays_name_their_base_on_the_first_line():
     assert {"raf_gradient", "attack/callback_raf"} <= overlays
     whole = {"rf", "deep_rf", "raf", "relu_raf", "encoder_classifier", "attack/fig4", "attack/fig5", "ws/zoo"}
     whole |= {f"ws/{m}" for m in ("rf", "deep_rf", "raf", "relu_raf")}
-    whole |= {f"words/{m}" for m in ("rf", "raf", "zoo", "trained_head", "encoder_classifier")}
+    whole |= {f"words/{m}" for m in ("rf", "raf", "zoo", "trained_head", "encoder_classifier", "encoder")}
     whole |= {f"probes/{p}" for p in ("attention_edit", "attention_under_delta", "layerwise_change")}
     assert whole == set(SHIPPED) - overlays
     assert {t for t in TINY if len(overlay_chain(CONF / f"{t}.yaml")) > 1} == set(TINY)
@@ -248,9 +248,29 @@ def test_words_tiny_setting_writes_the_contract_and_the_exact_best_words(tmp_pat
     assert (out_dir / "words_vs_n.png").exists() and (out_dir / "words_flip_rates.pdf").exists()
 
 
+def test_words_without_the_continuous_search_give_the_same_words_and_a_summary(tmp_path):
+    """continuous: false leaves S out and nothing else: the same maps, the same best words, flips and S_words."""
+    with_s = records(run("words/raf.yaml", tmp_path / "with"))
+    args = ["test", "--config", str(CONF / "words/raf.yaml"), "--trainer.logger.init_args.save_dir", str(tmp_path)]
+    cli = main(
+        [*args, "--trainer.enable_progress_bar", "false", "--model.init_args.continuous", "false"], evaluate=True
+    )
+    alone = records(cli)
+    assert len(alone) == len(with_s)
+    for a, b in zip(alone, with_s, strict=True):
+        assert a["ws"] is a["ws_ratio"] is a["chains"] is a["near_best"] is None and b["ws"] > 0
+        same = ("trial_key", "map_seed", "ws_words", "word", "flips_retrain", "flips_min_norm", "flip_word_finetune")
+        assert {k: a[k] for k in same} == {k: b[k] for k in same}
+    out_dir = Path(cli.model.results_path).parent
+    summary = (out_dir / "summary.md").read_text()
+    assert "| raf | 384 | 4 | 1 | 2 |" in summary and "None" not in summary.split("Slope")[0]
+    assert (out_dir / "words_vs_n.png").exists()
+
+
 @pytest.mark.parametrize(
     "override, key",
     [
+        ("--model.init_args.continuous=1", "continuous"),
         ("--model.init_args.embeddings.layer=2", "embeddings.layer"),
         ("--model.init_args.embeddings.source=synthetic", "embeddings.source"),
         ("--model.init_args.position=0", "position"),

@@ -1,8 +1,9 @@
 """`make results-pages`: copy the results pages of the latest runs into docs/results/, with the figures they show.
 
 The pages come from `make reproduce` (reports/offline/: reproduction.md, and beyond_paper.md when the run has its
-one-word stages), `make bench` (reports/bench/: ws_speed.md, attack_speed.md) and `make classifier`
-(reports/classifier/: real_classifier.md); each page already carries its
+one-word stages), `make bench` (reports/bench/: ws_speed.md, attack_speed.md), `make classifier`
+(reports/classifier/: real_classifier.md) and `make encoder-words` (reports/encoder_words/: encoder_words.md); each
+page already carries its
 header (date, machine, commit, command: wslight.records.pages). A run whose pages are missing stops the copy before
 any file is written: one line naming the command that writes them, exit status 2.
 
@@ -46,9 +47,10 @@ RUNS = {
     "reproduce": Run("make reproduce", "offline", ("reproduction.md",), ("beyond_paper.md",)),
     "bench": Run("make bench", "bench", ("ws_speed.md", "attack_speed.md")),
     "classifier": Run("make classifier", "classifier", ("real_classifier.md",)),
+    "encoder_words": Run("make encoder-words", "encoder_words", ("encoder_words.md",)),
 }
 
-DEFAULT_RUNS = ("reproduce", "bench")  # as `make results-pages`; `make classifier`'s page is copied when asked for
+DEFAULT_RUNS = ("reproduce", "bench")  # as `make results-pages`; the other runs' pages are copied when asked for
 
 
 class MissingRun(Exception):

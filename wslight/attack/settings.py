@@ -128,8 +128,6 @@ def _check(name: str, value: Any) -> Any:
     if name in ("lr", "radius"):
         return validate.number(name, value, 0.0, strict=True)
     if name == "faithful":
-        if not isinstance(value, bool):
-            raise ValueError(f"faithful must be true or false, got {value!r}")
-        return value
+        return validate.boolean(name, value)
     # dtype: "float32" / "float64" (a torch dtype is taken by its name)
     return next(k for k, v in validate.DTYPES.items() if v == validate.dtype(name, value))

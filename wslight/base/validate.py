@@ -44,6 +44,13 @@ def integer(
     return value
 
 
+def boolean(key: str, value: Any) -> bool:
+    """`value` if it is True or False (not 0, 1 or a string)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be true or false, got {value!r}")
+    return value
+
+
 def positive_int(key: str, value: Any) -> int:
     """`value` if it is an int >= 1."""
     return integer(key, value, low=1)

@@ -70,26 +70,31 @@ def _finish(fig: Figure, ax, ns: list[int], ylabel: str, title: str) -> Figure:
 def plot_words_vs_n(records: list[dict]) -> Figure:
     """Mean continuous S (solid) and mean exact best-word sensitivity S_words (dashed) against n, per map, log-log.
 
+    A map whose records have no continuous S (a sweep with `continuous: false`) gets its dashed line alone.
+
     Args:
-        records: words records with keys map, d, n, L, ws, ws_words.
+        records: words records with keys map, d, n, L, ws_words (and ws where searched).
 
     Returns:
         A matplotlib Figure; close it after use.
     """
     cont = _curves(records, "ws", positive=True)
     disc = _curves(records, "ws_words", positive=True)
-    if not cont:
-        raise ValueError("records: no record with a positive ws")
-    keys = sorted(cont)
+    if not cont and not disc:
+        raise ValueError("records: no record with a positive ws or ws_words")
+    keys = sorted(set(cont) | set(disc))
     several_d, several_L = len({k[1] for k in keys}) > 1, len({k[2] for k in keys}) > 1
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for i, key in enumerate(keys):
         c, marker = line_look(i)
-        ax.plot(*cont[key], color=c, marker=marker, ms=4, label=_label(key, several_d, several_L) + r": $\mathcal{S}$")
+        label = _label(key, several_d, several_L)
+        if key in cont:
+            ax.plot(*cont[key], color=c, marker=marker, ms=4, label=label + r": $\mathcal{S}$")
         if key in disc:
-            ax.plot(*disc[key], color=c, marker=marker, ms=4, ls="--", mfc="white", label="  best real word")
+            word_label = "  best real word" if key in cont else label + ": best real word"
+            ax.plot(*disc[key], color=c, marker=marker, ms=4, ls="--", mfc="white", label=word_label)
     ax.set_yscale("log")
-    ns = sorted({n for ns, _ in cont.values() for n in ns})
+    ns = sorted({n for ns, _ in [*cont.values(), *disc.values()] for n in ns})
     title = f"Continuous Delta (solid) vs the exact best real word (dashed), mean ({trials_label(records)})"
     return _finish(fig, ax, ns, "relative change of phi(X)", title)
 

@@ -23,7 +23,8 @@ def with_heads(records: list[dict], training: str) -> list[dict]:
 def words_table(records: list[dict], trainings: Iterable[str]) -> list[dict]:
     """One row per (map, d, n, L) of one-word substitution records.
 
-    The mean discrete S_words, the mean continuous S of the same reviews and maps, the mean of their per-trial ratio,
+    The mean discrete S_words, the mean continuous S of the same reviews and maps, the mean of their per-trial ratio
+    (None where the records have no continuous S: a sweep with `continuous: false`),
     the mean distance of the best words (in units of sqrt(d)), the continuous search's evidence and, per training with
     heads, the flip rate: the share of reviews where some admissible word flips the head (`with_heads`: trials whose
     Gram was ill-conditioned left out).
@@ -35,12 +36,13 @@ def words_table(records: list[dict], trainings: Iterable[str]) -> list[dict]:
     rows = []
     for cell in sorted(cells):
         recs = cells[cell]
+        searched = [r for r in recs if r.get("ws") is not None]
         row = {
             **dict(zip(WORDS_KEYS, cell, strict=True)),
             "count": len(recs),
             "ws_words": statistics.fmean(r["ws_words"] for r in recs),
-            "ws": statistics.fmean(r["ws"] for r in recs),
-            "ratio": statistics.fmean(r["ws_words"] / r["ws"] for r in recs),
+            "ws": statistics.fmean(r["ws"] for r in searched) if searched else None,
+            "ratio": statistics.fmean(r["ws_words"] / r["ws"] for r in searched) if searched else None,
             "distance": statistics.fmean(r["distance"] for r in recs),
             **evidence(recs, columns),
         }
@@ -52,16 +54,16 @@ def words_table(records: list[dict], trainings: Iterable[str]) -> list[dict]:
 
 
 def words_slopes(records: list[dict]) -> list[dict]:
-    """Per (map, d): the slope of log S and of log S_words against log n, side by side.
+    """Per (map, d): the slope of log S and of log S_words against log n, side by side ("-": no fit, e.g. no S).
 
     `slope_table`: least squares over every trial, 95% interval; -0.5 is the 1/sqrt(n) law, 0 order-1 sensitivity.
     """
-    fmt = lambda row: f"{row['slope']:+.2f} [{row['ci_low']:+.2f}, {row['ci_high']:+.2f}]"  # noqa: E731
+    fmt = lambda row: f"{row['slope']:+.2f} [{row['ci_low']:+.2f}, {row['ci_high']:+.2f}]" if row else "-"  # noqa: E731
     cont = {(r["map"], r["d"]): r for r in slope_table(records)}
     disc = {(r["map"], r["d"]): r for r in slope_table([{**r, "ws": r["ws_words"]} for r in records])}
     return [
-        {"map": m, "d": d, "slope of S": fmt(cont[(m, d)]), "slope of S_words": fmt(disc[(m, d)])}
-        for m, d in sorted(set(cont) & set(disc))
+        {"map": m, "d": d, "slope of S": fmt(cont.get((m, d))), "slope of S_words": fmt(disc.get((m, d)))}
+        for m, d in sorted(set(cont) | set(disc))
     ]
 
 

@@ -24,7 +24,7 @@ from ..search.settings import DEFAULT_CHUNK_ELEMENTS, SearchSettings
 from ..search.substitution import word_substitution
 from .grid import MapGridEvaluation
 
-WORDS_REQUIRED = ("ws_words", "ws")  # the values every summarised record needs
+WORDS_REQUIRED = ("ws_words",)  # the value every summarised record needs (ws is absent with continuous: false)
 # The heads a sweep can flip: theta* = Phi^+ Y (min_norm: the head `train.py` fits with fit_mode closed_form) and the
 # attack's fine-tuned and re-trained heads (docs/theory.md §5.2)
 HEADS = ("min_norm", *TRAININGS)
@@ -67,6 +67,8 @@ class WordSubstitutionSweep(MapGridEvaluation):
             "retrain" (theta_r).
         search: the continuous search's settings (`wslight.search.SearchSettings`, as `WordSensitivitySweep.search`;
             unset fields: each map's family defaults).
+        continuous: False leaves the continuous search out (`ws`, `ws_ratio`, `chains` and `near_best` are null):
+            for a map whose search a CPU cannot afford (the whole pre-trained encoder), S_words alone.
         rf_width_ratio: RF neurons k = ratio * n d (the paper: 1); DeepRF widths likewise.
         chunk_elements: working elements one chunk of words may hold (bounds the memory of the substitution).
         seed: the sweep's seed (reviews, maps, the searches' random starts, training sets).
@@ -86,6 +88,7 @@ class WordSubstitutionSweep(MapGridEvaluation):
         N: int = 200,
         trainings: list[Literal["min_norm", "finetune", "retrain"]] | None = None,
         search: SearchSettings | None = None,
+        continuous: bool = True,
         rf_width_ratio: float = 1.0,
         chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
         seed: int = 0,
@@ -95,6 +98,7 @@ class WordSubstitutionSweep(MapGridEvaluation):
         super().__init__(trials_per_step, output_dir)
         self.set_grid(maps, d_values, n_values, depths, trials, rf_width_ratio)
         self.set_search(search)
+        self.continuous = validate.boolean("continuous", continuous)
         self.position = validate.integer("position", position, low=1, high=min(self.n_values) - 1)
         self.N = validate.integer("N", N, low=0)
         self.trainings = validate.choices("trainings", list(HEADS) if trainings is None else trainings, HEADS)
@@ -188,8 +192,12 @@ class WordSubstitutionSweep(MapGridEvaluation):
             for ms in map_seeds
         ]
         restart_seeds = [derive_seed(ms, "words.restarts") for ms in map_seeds]
-        search = word_sensitivity(
-            maps, X, positions=[self.position], search=self.search, seed=restart_seeds, radius=self.radius(d)
+        search = (
+            word_sensitivity(
+                maps, X, positions=[self.position], search=self.search, seed=restart_seeds, radius=self.radius(d)
+            )
+            if self.continuous
+            else None
         )
         heads, ill = None, [False] * len(specs)
         if self.N:
@@ -213,7 +221,8 @@ class WordSubstitutionSweep(MapGridEvaluation):
         ids = self.store.input_ids(index)[:, self.position].tolist()
         records = []
         for t, s in enumerate(specs):
-            ws_words, ws = float(sub.ws[t, 0, 0]), float(search.ws[t, 0])
+            ws_words = float(sub.ws[t, 0, 0])
+            ws = None if search is None else float(search.ws[t, 0])
             word_id = int(sub.word[t, 0, 0])
             record = {
                 "experiment": "words",
@@ -231,9 +240,9 @@ class WordSubstitutionSweep(MapGridEvaluation):
                 "word_id": word_id,
                 "distance": float(sub.distance[t, 0, 0]),
                 "ws": ws,
-                "ws_ratio": ws_words / ws if ws > 0 else math.nan,
-                "chains": int(search.chains[t, 0]),
-                "near_best": int(search.near_best[t, 0]),
+                "ws_ratio": None if ws is None else ws_words / ws if ws > 0 else math.nan,
+                "chains": None if search is None else int(search.chains[t, 0]),
+                "near_best": None if search is None else int(search.near_best[t, 0]),
                 "phi_norm": float(sub.phi_norm[t, 0]),
                 "admissible": int(sub.admissible[t, 0, 0]),
                 "round_trip_rejected": masks[t][1],
@@ -271,7 +280,8 @@ class WordSubstitutionSweep(MapGridEvaluation):
         for row in table:  # curves against n, step = n
             tag = f"words/{row['map']}/d{row['d']}" + (f"/L{row['L']}" if row["L"] != 1 else "")
             self.log_curve(f"{tag}/ws_words", row["n"], row["ws_words"])
-            self.log_curve(f"{tag}/ws", row["n"], row["ws"])
+            if row["ws"] is not None:
+                self.log_curve(f"{tag}/ws", row["n"], row["ws"])
             for training in self.trainings:
                 if row.get(f"flip_rate_{training}") is not None:
                     self.log_curve(f"{tag}/flip_rate_{training}", row["n"], row[f"flip_rate_{training}"])
@@ -282,9 +292,9 @@ class WordSubstitutionSweep(MapGridEvaluation):
             out_dir,
             table,
             caption="One real word against the continuous Delta, per cell: ws_words, the exact best admissible word's "
-            "relative change of phi(X) (mean); ws, the continuous S at the same token; ratio, the mean of ws_words / "
-            "ws; distance, the best word's ||h_w - x_i|| / sqrt(d); flip_rate_<training>, the share of reviews where "
-            "some admissible word flips that head.\n\n",
+            "relative change of phi(X) (mean); ws, the continuous S at the same token (-: not searched, continuous: "
+            "false); ratio, the mean of ws_words / ws; distance, the best word's ||h_w - x_i|| / sqrt(d); "
+            "flip_rate_<training>, the share of reviews where some admissible word flips that head.\n\n",
             after=(
                 "\nSlope of log S and log S_words against log n (95% interval):\n\n" + markdown_table(slopes)
                 if slopes

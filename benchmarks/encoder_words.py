@@ -1,0 +1,114 @@
+"""One real word through the whole pre-trained encoder: S_words of L = 1, 2, 6 layers against n (theory §12.5, §13).
+
+Beside RAF and the encoder's single pre-trained attention layer.
+
+Runs, as a user types them: `evaluate.py --config configs/words/encoder.yaml` (RAF, `pretrained_attn` and the whole
+encoder, 6 layers), then the same config with `maps` set to the encoder's first 1 and first 2 layers. Each record is
+the exact best of every admissible vocabulary word at token 1 of a bundled review (S_words), the same reviews in
+every cell. The continuous S is left out (`continuous: false`): through six layers its search is a job for a GPU.
+
+Writes the results page encoder_words.md (the table, the slopes, the words, with date, machine and commit) into --page:
+
+    python benchmarks/encoder_words.py --out reports/encoder_words/runs --page reports/encoder_words
+    # the same: make encoder-words
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from commands import evaluate  # noqa: E402
+
+from wslight.records.pages import PageHeader, write_page  # noqa: E402
+from wslight.records.summary import markdown_table, slope_table  # noqa: E402
+
+CONFIG = "configs/words/encoder.yaml"
+FEWER_LAYERS = (1, 2)  # the encoder's first L layers, each its own run (one record name per run)
+
+
+def label(record: dict) -> str:
+    """A row's name: the map, and the encoder's number of layers (all 6 unless the run set `layers`)."""
+    if record["map"] != "pretrained_encoder":
+        return record["map"]
+    return f"pretrained_encoder, L = {record.get('map_args', {}).get('layers', 6)}"
+
+
+def table(records: list[dict]) -> list[dict]:
+    """Per map: mean S_words (sd over reviews) at each n, the best word's mean distance, and seconds per review."""
+    rows = []
+    ns = sorted({r["n"] for r in records})
+    for name in dict.fromkeys(label(r) for r in records):
+        mine = [r for r in records if label(r) == name]
+        row: dict = {"map": name}
+        for n in ns:
+            values = [r["ws_words"] for r in mine if r["n"] == n]
+            sd = statistics.stdev(values) if len(values) > 1 else 0.0
+            row[f"S_words, n = {n}"] = f"{statistics.fmean(values):.3f} ± {sd:.3f}" if values else "-"
+        row["distance / sqrt(d)"] = round(statistics.fmean(r["distance"] for r in mine), 3)
+        row["s per review"] = round(statistics.fmean(r["seconds"] for r in mine), 2)
+        rows.append(row)
+    return rows
+
+
+def slopes(records: list[dict]) -> list[dict]:
+    """The slope of log S_words against log n per map (least squares over every review, 95% interval)."""
+    fitted = slope_table([{**r, "map": label(r), "ws": r["ws_words"]} for r in records])
+    return [
+        {"map": r["map"], "slope of S_words": f"{r['slope']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]"}
+        for r in fitted
+    ]
+
+
+def best_words(records: list[dict], k: int = 6) -> str:
+    """The most frequent best words per map (count over its records)."""
+    lines = ["| map | most frequent best words (count) |", "|---|---|"]
+    for name in dict.fromkeys(label(r) for r in records):
+        counts = Counter(r["word"] for r in records if label(r) == name)
+        lines.append(f"| {name} | " + ", ".join(f"`{w}` ({c})" for w, c in counts.most_common(k)) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="working folder for the runs' logs")
+    parser.add_argument("--page", type=Path, default=ROOT / "reports" / "encoder_words", help="where the page goes")
+    a = parser.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    command = ["python", "benchmarks/encoder_words.py", *sys.argv[1:]]
+    runs = [evaluate(CONFIG, a.out)]
+    for L in FEWER_LAYERS:
+        maps = f"[{{class_path: pretrained_encoder, init_args: {{layers: {L}}}}}]"
+        runs.append(evaluate(CONFIG, a.out, "--model.init_args.maps", maps))
+    records = [json.loads(line) for path, _ in runs for line in path.read_text().splitlines()]
+    walls = ", ".join(f"{seconds / 60:.1f} min" for _, seconds in runs)
+    body = [
+        __doc__,
+        "",
+        f"## S_words against n ({len({r['trial'] for r in records})} reviews, token 1, d = 384)",
+        "",
+        f"The runs took {walls} of wall time (the config, then L = {', '.join(map(str, FEWER_LAYERS))}; one process "
+        "per core). S_words is the exact maximum over the admissible vocabulary of ||phi(X with x_1 = h_w) - phi(X)|| "
+        "/ ||phi(X)||, the maps per token (p = n d); mean ± sd over the reviews.",
+        "",
+        markdown_table(table(records)),
+        "",
+        "Slope of log S_words against log n (-0.5: the 1/sqrt(n) law; 0: order-one sensitivity):",
+        "",
+        markdown_table(slopes(records)),
+        "",
+        best_words(records),
+    ]
+    title = "One word through the whole encoder"
+    print(write_page(a.page / "encoder_words.md", title, PageHeader.collect(command), body))
+
+
+if __name__ == "__main__":
+    main()
