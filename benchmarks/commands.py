@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 import sys
@@ -37,3 +38,22 @@ def evaluate(config: str, cwd: Path, *extra: str) -> tuple[Path, float]:
     if found is None:
         sys.exit(f"evaluate.py printed no results file:\n{out[-3000:]}")
     return cwd / found.group(1), seconds
+
+
+def page_arguments(script: str, doc: str, page: str) -> tuple[argparse.Namespace, list[str]]:
+    """The arguments of a benchmark that runs commands and writes one results page, and its command line for the page.
+
+    Args:
+        script: the benchmark's file (its `__file__`).
+        doc: its docstring (the first line describes it in --help).
+        page: the folder under reports/ where its page goes by default.
+
+    Returns:
+        The parsed arguments (`out`, the runs' working folder, created; `page`) and the command as typed.
+    """
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="working folder for the runs' logs")
+    parser.add_argument("--page", type=Path, default=ROOT / "reports" / page, help="where the page goes")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args, ["python", f"benchmarks/{Path(script).name}", *sys.argv[1:]]

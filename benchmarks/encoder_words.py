@@ -15,7 +15,6 @@ Writes the results page encoder_words.md (the table, the slopes, the words, with
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -25,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from commands import evaluate  # noqa: E402
+from commands import evaluate, page_arguments  # noqa: E402
 
 from wslight.records.pages import PageHeader, write_page  # noqa: E402
 from wslight.records.summary import markdown_table, slope_table  # noqa: E402
@@ -77,12 +76,7 @@ def best_words(records: list[dict], k: int = 6) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="working folder for the runs' logs")
-    parser.add_argument("--page", type=Path, default=ROOT / "reports" / "encoder_words", help="where the page goes")
-    a = parser.parse_args()
-    a.out.mkdir(parents=True, exist_ok=True)
-    command = ["python", "benchmarks/encoder_words.py", *sys.argv[1:]]
+    a, command = page_arguments(__file__, __doc__ or "", "encoder_words")
     runs = [evaluate(CONFIG, a.out)]
     for L in FEWER_LAYERS:
         maps = f"[{{class_path: pretrained_encoder, init_args: {{layers: {L}}}}}]"

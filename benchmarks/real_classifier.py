@@ -18,7 +18,6 @@ Writes the results page real_classifier.md (the runs' tables, with date, machine
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -26,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from commands import evaluate, train  # noqa: E402
+from commands import evaluate, page_arguments, train  # noqa: E402
 
 from wslight.records.pages import PageHeader, write_page  # noqa: E402
 
@@ -46,12 +45,7 @@ def recall_sentence(summary: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="working folder for the runs' logs")
-    parser.add_argument("--page", type=Path, default=ROOT / "reports" / "classifier", help="where the page goes")
-    a = parser.parse_args()
-    a.out.mkdir(parents=True, exist_ok=True)
-    command = ["python", "benchmarks/real_classifier.py", *sys.argv[1:]]
+    a, command = page_arguments(__file__, __doc__ or "", "classifier")
     enc_logs, enc_acc, enc_fit = train("configs/encoder_classifier.yaml", a.out)
     enc_words, enc_s = words("configs/words/encoder_classifier.yaml", enc_logs, a.out)
     short = ["--data.init_args.n", "32"]
