@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # evaluate.py); FULL=1 runs that plan's paper-size list (configs/paper/, a GPU machine with hub access).
 FULL ?= 0
 
-.PHONY: env test test-slow reproduce lint typecheck bench classifier encoder-words authors-code results-pages gpu-check docs clean
+.PHONY: env test test-slow reproduce lint typecheck bench classifier encoder-words authors-code results-pages gpu-check gpu-words docs clean
 
 env: $(VENV)/.installed
 
@@ -93,6 +93,13 @@ GPU_PY ?= python3
 GPU_CHECK_ARGS ?=
 gpu-check:
 	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1 $(GPU_PY) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
+
+# On a GPU machine: the real classifier's flips over the whole vocabulary and the screen's recall at n = 128, and the
+# continuous S of the whole encoder against n (benchmarks/gpu_words.py), in about 7 minutes (--budget); writes
+# reports/gpu_words/gpu_words.md and the runs' records beside it. Needs the bundled encoder and reviews (make env's).
+GPU_WORDS_ARGS ?=
+gpu-words:
+	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1 $(GPU_PY) benchmarks/gpu_words.py --out reports/gpu_words/runs --page reports/gpu_words $(GPU_WORDS_ARGS)
 
 clean:
 	rm -rf $(VENV) lightning_logs reports .pytest_cache

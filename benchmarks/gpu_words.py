@@ -1,0 +1,270 @@
+"""One word through the whole encoder on a GPU machine: what the CPU runs of docs/theory.md §13.5 leave out.
+
+Runs, each as a user types it (train.py, then evaluate.py), within one wall-clock budget (--budget):
+1. the real classifier of configs/encoder_classifier.yaml (n = 128): its test accuracy;
+2. its words (configs/words/encoder_classifier.yaml), each review screened with the default 16 centroids and also
+   checked over the whole admissible vocabulary (`recall_reviews` = `reviews`): the classifier's exact flips and the
+   screen's recall at n = 128, on positions the screen was not tuned on. Stopped (Ctrl-C: finished reviews kept) when
+   its share of the budget is spent; the page counts the reviews that finished;
+3. the same reviews screened with 64 centroids, compared position by position with 2's exact check;
+4. configs/words/encoder.yaml with `continuous: true` for the whole encoder (6 layers, then its first layer): the
+   continuous S beside S_words against n, stopped at the budget like 2 (finished cells kept).
+
+Writes gpu_words.md (the tables, with date, machine and commit) and each run's results.jsonl into --page:
+
+    python benchmarks/gpu_words.py --out reports/gpu_words/runs --page reports/gpu_words   # = make gpu-words
+    python benchmarks/gpu_words.py --out /tmp/gw --page /tmp/gw --smoke                   # tiny sizes, any machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from commands import train  # noqa: E402
+from encoder_words import label, slopes  # noqa: E402
+
+from wslight.records.pages import NO_COMMIT, PageHeader, write_page  # noqa: E402
+from wslight.records.summary import markdown_table  # noqa: E402
+from wslight.tasks.head_words import head_words_table, screen_recall  # noqa: E402
+
+CLASSIFIER = "configs/encoder_classifier.yaml"
+WORDS = "configs/words/encoder_classifier.yaml"
+ENCODER = "configs/words/encoder.yaml"
+GRACE = 90  # seconds a stopped run may take to write its finished trials and exit
+
+
+class Budget:
+    """The wall-clock budget of the whole benchmark: each part is given a share of what is left."""
+
+    def __init__(self, seconds: float) -> None:
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return max(0.0, self.end - time.monotonic())
+
+
+def stoppable(command: list[str], cwd: Path, seconds: float) -> tuple[int, float, str]:
+    """Run `command`; Ctrl-C it after `seconds` (a run keeps its finished trials). Status, wall seconds, output."""
+    start = time.perf_counter()
+    with open(cwd / "last_run.log", "w") as log:
+        proc = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, text=True)
+        try:
+            proc.wait(timeout=max(1.0, seconds))
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=GRACE)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    return proc.returncode, time.perf_counter() - start, (cwd / "last_run.log").read_text()
+
+
+def evaluate_until(config: str, cwd: Path, out_dir: Path, seconds: float, *extra: str) -> tuple[list[dict], dict]:
+    """evaluate.py on `config` writing into `out_dir`, stopped after `seconds`: its records and how the run ended."""
+    command = [sys.executable, str(ROOT / "evaluate.py"), "--config", config]
+    command += ["--model.init_args.output_dir", str(out_dir), *extra]
+    status, wall, output = stoppable(command, cwd, seconds)
+    results = out_dir / "results.jsonl"
+    records = [json.loads(line) for line in results.read_text().splitlines()] if results.exists() else []
+    if status not in (0, 130):
+        print(output[-3000:], file=sys.stderr)
+    return records, {"status": status, "wall": wall, "stopped": status == 130}
+
+
+def ended(run: dict) -> str:
+    """How a run ended, in words."""
+    if run["stopped"]:
+        return f"stopped at its share of the budget after {run['wall']:.0f} s (exit 130, finished trials kept)"
+    if run["status"] == 0:
+        return f"finished in {run['wall']:.0f} s"
+    return f"failed with exit status {run['status']} after {run['wall']:.0f} s"
+
+
+def recall_of(screened: list[dict], exact: list[dict]) -> dict | None:
+    """`screen_recall` of a screen-only run against another run's exact check of the same positions."""
+    truth = {r["record_key"]: r for r in exact if "exact_flipped" in r}
+    paired = [
+        r | {k: truth[r["record_key"]][k] for k in ("exact_flipped", "exact_flips", "exact_ws_words")}
+        for r in screened
+        if r["record_key"] in truth
+    ]
+    return screen_recall(paired)
+
+
+def recall_row(name: str, recall: dict | None, records: list[dict]) -> dict:
+    """One row of the recall table."""
+    if recall is None:
+        return {"screen": name, "positions": 0}
+    return {
+        "screen": name,
+        "positions": recall["positions"],
+        "flipped (exact)": recall["flipped"],
+        "found": recall["found"],
+        "position recall": round(recall["position_recall"], 3),
+        "flipping words checked / all": f"{recall['words']} / {recall['exact_words']}",
+        "word recall": round(recall["word_recall"], 3),
+        "s per position": round(statistics.fmean(r["seconds"] for r in records), 2),
+    }
+
+
+def exact_row(records: list[dict]) -> dict:
+    """The classifier over the whole admissible vocabulary at the checked positions (no screen)."""
+    both = [r for r in records if "exact_flipped" in r]
+    reviews: dict[int, bool] = {}
+    for r in both:
+        reviews[r["trial"]] = reviews.get(r["trial"], False) or r["exact_flipped"]
+    return {
+        "reviews": len(reviews),
+        "positions": len(both),
+        "flip rate": round(statistics.fmean(map(float, (r["exact_flipped"] for r in both))), 4),
+        "review flip rate": round(statistics.fmean(map(float, reviews.values())), 3),
+        "flipping words per position": round(statistics.fmean(r["exact_flips"] for r in both), 2),
+        "S_words": round(statistics.fmean(r["exact_ws_words"] for r in both), 4),
+    }
+
+
+def continuous_table(records: list[dict]) -> list[dict]:
+    """Per map and n: mean ± sd over reviews of S and S_words, and their ratio."""
+    rows = []
+    for name in dict.fromkeys(label(r) for r in records):
+        for n in sorted({r["n"] for r in records if label(r) == name}):
+            cell = [r for r in records if label(r) == name and r["n"] == n and r.get("ws") is not None]
+            if not cell:
+                continue
+
+            def spread(key: str, cell: list[dict] = cell) -> str:
+                values = [r[key] for r in cell]
+                sd = statistics.stdev(values) if len(values) > 1 else 0.0
+                return f"{statistics.fmean(values):.3f} ± {sd:.3f}"
+
+            rows.append(
+                {
+                    "map": name,
+                    "n": n,
+                    "reviews": len(cell),
+                    "S (search)": spread("ws"),
+                    "S_words": spread("ws_words"),
+                    "S_words / S": round(statistics.fmean(r["ws_words"] / r["ws"] for r in cell), 3),
+                    "s per review": round(statistics.fmean(r["seconds"] for r in cell), 1),
+                }
+            )
+    return rows
+
+
+def keep(records: list[dict], page: Path, name: str) -> None:
+    """Copy a run's records beside the page."""
+    page.mkdir(parents=True, exist_ok=True)
+    (page / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="working folder for the runs' logs")
+    parser.add_argument("--page", type=Path, default=ROOT / "reports" / "gpu_words", help="where the page goes")
+    parser.add_argument("--budget", type=float, default=420.0, help="wall seconds for the whole benchmark")
+    parser.add_argument("--commit", default=None, help="the commit of a tree that is no git checkout")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: the script end to end on a CPU")
+    a = parser.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    command = ["python", f"benchmarks/{Path(__file__).name}", *sys.argv[1:]]
+    budget = Budget(a.budget)
+
+    # Smoke: 8 tokens of 40 reviews, one position of one review, the continuous search short.
+    data = ["--data.init_args.n", "8", "--data.init_args.embeddings.num_samples", "40"] if a.smoke else []
+    words = ["--model.init_args.positions", "[1]"] if a.smoke else []
+    sweep = ["--model.init_args.n_values", "[8]", "--model.init_args.trials", "1", "--model.init_args.trials_per_step"]
+    sweep = [*sweep, "1", "--model.init_args.search", "{max_steps: 20, max_chains: 4}"] if a.smoke else []
+    reviews = 1 if a.smoke else 20
+    # A GPU holds far more words per chunk than the CPU default: fewer, larger batches through the layers.
+    words += [] if a.smoke else ["--model.init_args.chunk_elements", str(2**28)]
+
+    logs, accuracy, fit = train(CLASSIFIER, a.out, *data)
+    n = 8 if a.smoke else 128
+    both = ["--model.init_args.run", logs, "--model.init_args.reviews", str(reviews), *words]
+    exact, exact_run = evaluate_until(
+        WORDS, a.out, a.out / "c16_exact", 0.45 * budget.left(), *both, "--model.init_args.recall_reviews", str(reviews)
+    )
+    keep(exact, a.page, "classifier_c16_exact")
+    done = len({r["trial"] for r in exact})
+    screen = ["--model.init_args.run", logs, "--model.init_args.reviews", str(max(1, done)), *words]
+    c64, c64_run = evaluate_until(
+        WORDS, a.out, a.out / "c64", 0.25 * budget.left(), *screen, "--model.init_args.screen_centroids", "64"
+    )
+    keep(c64, a.page, "classifier_c64")
+
+    continuous = []
+    runs = []
+    for layers in (6, 1):
+        maps = f"[{{class_path: pretrained_encoder, init_args: {{layers: {layers}}}}}]"
+        share = budget.left() - 20 if layers == 1 else 0.7 * budget.left()
+        recs, run = evaluate_until(
+            ENCODER, a.out, a.out / f"encoder_L{layers}", share,
+            "--model.init_args.maps", maps, "--model.init_args.continuous", "true", *sweep,
+        )  # fmt: skip
+        keep(recs, a.page, f"encoder_L{layers}_continuous")
+        continuous += recs
+        runs.append((layers, run))
+
+    header = PageHeader.collect(command)
+    if header.commit == NO_COMMIT and a.commit:
+        header = dataclasses.replace(header, commit=f"{a.commit} (the tree sent to this machine)")
+    body = [
+        __doc__ or "",
+        "",
+        f"## The real classifier at n = {n}",
+        "",
+        f"Test accuracy {accuracy:.3f} on its held-out bundled reviews (train.py fit: {fit:.0f} s wall).",
+        "",
+        f"Its words with the screen (16 centroids, 32 words checked) and over the whole admissible vocabulary: "
+        f"{ended(exact_run)}; {done} of {reviews} reviews finished.",
+        "",
+        "Over the whole admissible vocabulary (every word at every checked position, no screen):",
+        "",
+        markdown_table([exact_row(exact)]) if exact else "(no position finished)",
+        "",
+        "The screened counts of the same positions (every flip real; flips and S_words count the checked words):",
+        "",
+        markdown_table([head_words_table(exact)]) if exact else "(no position finished)",
+        "",
+        f"The screen's recall against that exact check (64 centroids: {ended(c64_run)}; its seconds are the screen "
+        "and the check of 32 words; those of 16 centroids include the whole vocabulary's check):",
+        "",
+        markdown_table(
+            [
+                recall_row("16 centroids (the default)", screen_recall(exact), exact),
+                recall_row("64 centroids", recall_of(c64, exact), c64 or exact),
+            ]
+        )
+        if exact
+        else "(no position finished)",
+        "",
+        "## The continuous S of the whole encoder against n",
+        "",
+        "configs/words/encoder.yaml with `continuous: true` (the generic search through the layers, beside the exact "
+        "best word): " + "; ".join(f"L = {layers}: {ended(run)}" for layers, run in runs) + ".",
+        "",
+        markdown_table(continuous_table(continuous)) if continuous else "(no cell finished)",
+        "",
+    ]
+    if len({r["n"] for r in continuous}) > 1:
+        body += ["Slope of log S_words against log n:", "", markdown_table(slopes(continuous)), ""]
+    page = write_page(a.page / "gpu_words.md", "One word through the encoder on a GPU", header, body)
+    print(page.read_text())
+    shutil.copy(page, a.out / "gpu_words.md")
+
+
+if __name__ == "__main__":
+    main()
