@@ -253,6 +253,19 @@ def test_delta_attack_on_cuda_matches_cpu(name, training):
     assert (out_gpu["t1"].cpu() - out_cpu["y"]).abs().max() < 1e-6  # both heads interpolate the context sample
 
 
+@pytest.mark.parametrize("ridge", [0.0, 10.0])
+def test_ridge_head_on_cuda_matches_cpu(ridge):
+    from wslight.attack.heads import ridge_head
+
+    g = torch.Generator().manual_seed(5)
+    Phi, Y = torch.randn(30, 12, generator=g, dtype=torch.float64), torch.randn(30, generator=g, dtype=torch.float64)
+    theta, b = ridge_head(Phi, Y, ridge, bias=True)
+    theta_gpu, b_gpu = ridge_head(Phi.to(DEV), Y.to(DEV), ridge, bias=True)
+    assert theta_gpu.device.type == torch.device(DEV).type
+    assert torch.allclose(theta_gpu.cpu(), theta, rtol=1e-9, atol=1e-12)
+    assert abs(float(b_gpu) - float(b)) < 1e-9
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Lightning: train.py fit and evaluate.py on one GPU
 # ----------------------------------------------------------------------------------------------------------------------

@@ -331,8 +331,8 @@ def ridge_head(Phi: Tensor, Y: Tensor, ridge: float = 0.0, bias: bool = False) -
     mu, m = (Phi.mean(0), Y.mean()) if bias else (Phi.new_zeros(Phi.shape[1]), Y.new_zeros(()))
     Pc, Yc = Phi - mu, Y - m
     if ridge == 0:
-        theta = torch.linalg.lstsq(Pc, Yc[:, None], driver="gelsd").solution[:, 0]
+        theta = torch.linalg.lstsq(Pc, Yc[:, None], driver="gelsd" if Pc.is_cpu else None).solution[:, 0]
     else:
-        G = gram(Pc) + ridge * torch.eye(Pc.shape[0], dtype=Pc.dtype)  # (N, N)
+        G = gram(Pc) + ridge * torch.eye(Pc.shape[0], dtype=Pc.dtype, device=Pc.device)  # (N, N)
         theta = Pc.T @ torch.cholesky_solve(Yc[:, None], torch.linalg.cholesky(G))[:, 0]
     return theta, m - mu @ theta
