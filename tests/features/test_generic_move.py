@@ -120,3 +120,62 @@ def test_the_search_hands_its_generic_rounds_the_live_evaluation(monkeypatch):
     search = Search.checked(8, 6, [0], None, SearchSettings(max_steps=5, max_chains=4, power_iters=0).resolved())
     f, x, steps = search._round(token, torch.randn(1, 1, 1, 3, 8), 64)
     assert calls["live"] > 0 and f.shape == (1, 1, 1, 3)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# A module's own single-token forward (`token_moves`): the attention sublayers
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def _attention_maps(n):
+    """The two attention sublayers that offer `token_moves`, in float64 (the pre-trained one with its biases)."""
+    return {
+        "transformer": make_map("transformer", n, 24, seed=1, dtype="float64", heads=4),
+        "pretrained_attn": make_map("pretrained_attn", n, 384, dtype="float64"),
+    }
+
+
+def test_one_token_attention_equals_the_full_forward_and_its_gradient():
+    n, positions = 7, [0, 3, 6]
+    for name, m in _attention_maps(n).items():
+        d = m.d
+        X = unit_rows(3, n, d, seed=2, dtype=torch.float64)
+        moves = m.token_moves(X, positions)
+        b, j = torch.tensor([0, 1, 2, 2, 0, 1, 1]), torch.tensor([0, 1, 2, 0, 2, 1, 0])
+        x = torch.randn(7, d, generator=torch.Generator().manual_seed(4), dtype=torch.float64) * 2 * d**0.5
+        x.requires_grad_(True)
+        onehot = torch.nn.functional.one_hot(torch.tensor(positions)[j], n)[..., None].double()
+        fast, full = moves(b, j, x), m(X[b] + onehot * x[:, None])
+        assert (fast - full).abs().max() <= 1e-12 * full.abs().max(), name
+        probe = torch.randn(full.shape, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+        (g_fast,) = torch.autograd.grad((fast * probe).sum(), x)
+        (g_full,) = torch.autograd.grad((full * probe).sum(), x)
+        assert (g_fast - g_full).abs().max() <= 1e-11 * g_full.abs().max(), name
+
+
+def test_a_module_with_token_moves_searches_as_its_plain_forward_does():
+    n, positions = 6, [0, 4]
+    for name, m in _attention_maps(n).items():
+        X = unit_rows(2, n, m.d, seed=3, dtype=torch.float64)[None]
+        own, plain = (
+            GenericMove([m], X, positions, torch.float64),
+            GenericMove([_Plain(m)], X, positions, torch.float64),
+        )
+        assert own.moves[0] is not None and plain.moves[0] is None
+        delta = torch.randn(1, 2, 2, 5, m.d, generator=torch.Generator().manual_seed(7), dtype=torch.float64) * 3
+        assert torch.allclose(own.features(delta), plain.features(delta), rtol=0, atol=1e-11)
+        live = torch.rand(1, 2, 2, 5, generator=torch.Generator().manual_seed(8)) < 0.6
+        (f_own, g_own), (f_plain, g_plain) = (
+            own.live_value_and_grad(delta, live),
+            plain.live_value_and_grad(delta, live),
+        )
+        assert torch.equal(f_own.isinf(), ~live) and torch.allclose(f_own[live], f_plain[live], rtol=1e-11, atol=0)
+        assert torch.allclose(g_own, g_plain, rtol=0, atol=1e-10 * g_plain.abs().max().item()), name
+        kept = own.select_trials(torch.tensor([0]))
+        assert kept.moves == own.moves
+
+
+def test_token_moves_are_left_to_the_full_forward_where_every_row_changes():
+    X = unit_rows(1, 4, 24, seed=1, dtype=torch.float64)
+    assert make_map("transformer", 4, 24, seed=1, dtype="float64", heads=4, ffn_ratio=2).token_moves(X, [0]) is None
+    assert make_map("transformer", 1, 24, seed=1, dtype="float64", heads=4).token_moves(X[:, :1], [0]) is None

@@ -133,7 +133,10 @@ class GenericMove(TokenMove):
     A module may name its own starting directions for the word-sensitivity search with a method
     `search_starts(X, positions)`: X (B, n, d) in the module's dtype and the moved positions (P of them) ->
     (B, P, k, d), k directions per sample and position (their norm does not matter). The search starts a chain from
-    each, at the ball's radius, besides its own starts (docs/theory.md §4.3).
+    each, at the ball's radius, besides its own starts (docs/theory.md §4.3). A module may also offer a cheaper
+    forward of its moved samples, `token_moves(X, positions)`: X (B, n, d) in the module's dtype -> a callable
+    (b (k,), j (k,), x (k, d)) -> (k, p), the output of sample b with token positions[j] moved by x, or None (e.g.
+    `OneTokenAttention`); the values and gradients are then those of that function instead of the full forward.
     """
 
     def __init__(self, maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtype: torch.dtype) -> None:
@@ -144,6 +147,17 @@ class GenericMove(TokenMove):
         self.onehot[torch.arange(len(positions)), torch.tensor(positions)] = 1
         with torch.no_grad():
             self.phi0 = torch.stack([_forward(m, X[t], dtype) for t, m in enumerate(self.maps)])  # (T, B, p)
+            self.moves = [_token_moves(m, X[t], positions) for t, m in enumerate(self.maps)]
+
+    def _moved(self, t: int, b: Tensor, j: Tensor, x: Tensor) -> Tensor:
+        """Map t's output of sample b[k] with token positions[j[k]] moved by x[k]: (k,), (k,), (k, d) -> (k, p)."""
+        moves = self.moves[t]
+        if moves is not None:
+            m = self.maps[t]
+            return moves(b, j, x.to(weight_dtype(m, x.dtype))).to(self.dtype)
+        # (k, n, d) + (k, n, 1) * (k, 1, d): token positions[j] of sample b moved, the rest clean
+        Xp = self.X[t][b].to(x.dtype) + self.onehot[j] * x[:, None, :]
+        return _forward(self.maps[t], Xp, self.dtype)
 
     def features(self, delta: Tensor) -> Tensor:
         """phi(X^i(Delta)) by the maps' own forward, map t for trial t: (T, B, P, R, d) -> (T, B, P, R, p)."""
@@ -151,6 +165,11 @@ class GenericMove(TokenMove):
         n = self.X.shape[2]
         out = []
         for t, m in enumerate(self.maps):
+            if self.moves[t] is not None:
+                b = torch.arange(B, device=delta.device).repeat_interleave(P * R)
+                j = torch.arange(P, device=delta.device).repeat_interleave(R).repeat(B)
+                out.append(self._moved(t, b, j, delta[t].reshape(-1, d)).reshape(B, P, R, -1))
+                continue
             # (B, 1, 1, n, d) + (P, 1, n, 1) * (B, P, R, 1, d) -> (B, P, R, n, d): token i moved, the rest clean
             Xp = self.X[t][:, None, None].to(delta.dtype) + self.onehot[:, None] * delta[t][..., None, :]
             out.append(_forward(m, Xp.reshape(B * P * R, n, d), self.dtype).reshape(B, P, R, -1))
@@ -169,15 +188,13 @@ class GenericMove(TokenMove):
         flat = delta.detach().reshape(T, B * P * R, d)
         picks, leaves, values = [], [], []
         with torch.enable_grad():
-            for t, m in enumerate(self.maps):
+            for t in range(len(self.maps)):
                 idx = live[t].reshape(-1).nonzero()[:, 0]  # (k,) live chains of trial t, flat over (B, P, R)
                 if len(idx) == 0:
                     continue
                 b, j = idx // (P * R), idx // R % P
                 x = flat[t, idx].requires_grad_(True)  # (k, d)
-                # (k, n, d) + (k, n, 1) * (k, 1, d): token positions[j] of sample b moved, the rest clean
-                Xp = self.X[t][b].to(delta.dtype) + self.onehot[j] * x[:, None, :]
-                values.append(sum_last((_forward(m, Xp, self.dtype) - self.phi0[t][b]).pow(2)))  # (k,)
+                values.append(sum_last((self._moved(t, b, j, x) - self.phi0[t][b]).pow(2)))  # (k,)
                 picks.append((t, idx))
                 leaves.append(x)
             if not leaves:
@@ -195,6 +212,7 @@ class GenericMove(TokenMove):
         TokenMove.__init__(token, [self.maps[i] for i in idx.tolist()], self.X, self.positions, self.dtype)
         idx = idx.to(self.X.device)
         token.X, token.onehot, token.phi0 = self.X[idx], self.onehot, self.phi0[idx]
+        token.moves = [self.moves[i] for i in idx.tolist()]
         return token
 
     def own_starts(self) -> Tensor | None:
@@ -265,6 +283,12 @@ def _own_starts(maps: Sequence[nn.Module], X: Tensor, positions: list[int], dtyp
     if len({s.shape[2] for s in out}) > 1:
         raise ValueError(f"search_starts: every map must give as many directions, got {[s.shape[2] for s in out]}")
     return unit(torch.stack(out))
+
+
+def _token_moves(m: nn.Module, X: Tensor, positions: list[int]) -> Callable[[Tensor, Tensor, Tensor], Tensor] | None:
+    """The module's `token_moves` for its samples X (B, n, d) (see `GenericMove`), or None where it has none."""
+    offer = getattr(m, "token_moves", None)
+    return offer(X.to(weight_dtype(m, X.dtype)), positions) if callable(offer) else None
 
 
 def _forward(m: nn.Module, X: Tensor, dtype: torch.dtype) -> Tensor:

@@ -14,7 +14,7 @@ import torch
 from ..base import validate
 from ..data.encoders import BUNDLED_MINILM, EncoderInfo, load_encoder
 from .base import TokenwiseMap, register_map
-from .transformer import attention_sublayer
+from .transformer import OneTokenAttention, attention_sublayer
 
 # buffer name -> the parameter of BertAttention it copies (the keyword arguments of `attention_sublayer`)
 ATTENTION_WEIGHTS = {
@@ -108,6 +108,13 @@ class PretrainedAttention(TokenwiseMap):
         w = {name: getattr(self, name) for name in ATTENTION_WEIGHTS}
         Y = attention_sublayer(X.to(self.Wq.dtype), heads=self.heads, eps=self.eps, **w)
         return Y.reshape(X.shape[0], -1)
+
+    def token_moves(self, X: torch.Tensor, positions: list[int]) -> OneTokenAttention | None:
+        """The sublayer with one token of X (B, n, d) moved, without the full forward (None for n < 2)."""
+        if X.shape[1] < 2:
+            return None
+        w = {name: getattr(self, name) for name in ATTENTION_WEIGHTS}
+        return OneTokenAttention(X.to(self.Wq.dtype), positions, heads=self.heads, eps=self.eps, **w)
 
     def extra_repr(self) -> str:
         """The layer's encoder, index and heads for its repr."""

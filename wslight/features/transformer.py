@@ -51,6 +51,111 @@ def attention_sublayer(
     return F.layer_norm(X + F.linear(ctx, Wo, bo), (d,), ln_weight, ln_bias, eps)
 
 
+class OneTokenAttention:
+    """`attention_sublayer` of samples with one token moved, at O(n d + d^2) a move (docs/theory.md §12.4).
+
+    Moving token i changes its query, key and value only. Row r != i of head h keeps its scores against the other
+    tokens, so with e_rj = exp(s_rj - m_r) over j != i (m_r their max), Z_r = sum_j e_rj and A_r = sum_j e_rj v_j,
+    its context with the moved token's score s' and value v' is (A_r c + w v') / (Z_r c + w), where m' = max(m_r, s'),
+    c = exp(m_r - m') and w = exp(s' - m'). The output projection is linear: Wo_h A_r is computed once per sample
+    and position, Wo_h v' once per move (d^2), and each row costs H d. Row i attends afresh (n d), then every row
+    takes the residual and the LayerNorm (n d). A module with this algebra offers it as `token_moves(X, positions)`,
+    which the generic path uses instead of the full forward (`wslight.features.move.GenericMove`).
+
+    Args:
+        X: (B, n, d) the clean samples, in the weights' dtype.
+        positions: the tokens that move (P of them).
+        heads, eps and the weights: as `attention_sublayer`.
+    """
+
+    @torch.no_grad()
+    def __init__(
+        self,
+        X: torch.Tensor,
+        positions: list[int],
+        Wq: torch.Tensor,
+        Wk: torch.Tensor,
+        Wv: torch.Tensor,
+        Wo: torch.Tensor,
+        heads: int,
+        eps: float,
+        bq: torch.Tensor | None = None,
+        bk: torch.Tensor | None = None,
+        bv: torch.Tensor | None = None,
+        bo: torch.Tensor | None = None,
+        ln_weight: torch.Tensor | None = None,
+        ln_bias: torch.Tensor | None = None,
+    ) -> None:
+        B, n, d = X.shape
+        self.heads, self.dh, self.eps, self.positions = heads, d // heads, eps, list(positions)
+        self.Wq, self.Wk, self.Wv, self.Wo = Wq, Wk, Wv, Wo
+        self.bq, self.bk, self.bv, self.bo, self.ln_weight, self.ln_bias = bq, bk, bv, bo, ln_weight, ln_bias
+        self.X = X
+        self.residual = X if bo is None else X + bo  # (B, n, d): what every row adds to its attention output
+        split = (B, n, heads, self.dh)
+        self.Q, self.K, self.V = (
+            F.linear(X, W, b).reshape(split).transpose(1, 2) for W, b in ((Wq, bq), (Wk, bk), (Wv, bv))
+        )
+        self.Wo_h = Wo.T.reshape(heads, self.dh, d)  # (H, d_h, d): head h's block of Wo^T
+        S = self.Q @ self.K.transpose(-1, -2) / self.dh**0.5  # (B, H, n, n)
+        self.m, self.Z, self.PA = [], [], []  # per position: (B, H, n), (B, H, n), (B, H, n, d)
+        for i in self.positions:
+            others = S.clone()
+            others[..., i] = -torch.inf
+            m = others.amax(-1)  # (B, H, n)
+            E = torch.exp(others - m[..., None])  # column i is 0
+            self.m.append(m)
+            self.Z.append(E.sum(-1))
+            self.PA.append((E @ self.V) @ self.Wo_h[None])  # (B, H, n, d): Wo_h A_r
+
+    def __call__(self, b: torch.Tensor, j: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Rows of the sublayer, flattened, of sample b[k] with token positions[j[k]] moved by x[k]: (k, n d)."""
+        P = len(self.positions)
+        groups = b * P + j  # the moves of one sample and position share its precomputed parts
+        pieces, order = [], []
+        for bj in torch.unique(groups).tolist():
+            sel = (groups == bj).nonzero()[:, 0]
+            pieces.append(self._moved(bj // P, bj % P, x[sel]))
+            order.append(sel)
+        if len(pieces) == 1:
+            return pieces[0]
+        return torch.cat(pieces)[torch.argsort(torch.cat(order))]
+
+    def _moved(self, b: int, j: int, x: torch.Tensor) -> torch.Tensor:
+        """Sample b with token positions[j] moved by each row of x (k, d): (k, n d)."""
+        i, H, dh = self.positions[j], self.heads, self.dh
+        Xb = self.X[b]  # (n, d)
+        n, d = Xb.shape
+        xi = Xb[i] + x  # (k, d)
+        q, key, v = (
+            F.linear(xi, W, bias).reshape(-1, H, dh)
+            for W, bias in ((self.Wq, self.bq), (self.Wk, self.bk), (self.Wv, self.bv))
+        )
+        Qb, Kb, Vb = self.Q[b], self.K[b], self.V[b]  # (H, n, d_h)
+        # rows r != i: one new score and one new value each
+        s_new = torch.einsum("hnd,khd->khn", Qb, key) / dh**0.5  # (k, H, n)
+        m0, Z0 = self.m[j][b], self.Z[j][b]  # (H, n)
+        m1 = torch.maximum(m0, s_new)
+        c, w = torch.exp(m0 - m1), torch.exp(s_new - m1)
+        g = 1.0 / (Z0 * c + w)
+        u = torch.einsum("khe,hed->khd", v, self.Wo_h)  # (k, H, d): Wo_h v'
+        rows = torch.einsum("khn,hnd->knd", c * g, self.PA[j][b]) + torch.einsum("khn,khd->knd", w * g, u)
+        # row i: the moved query against every key, the moved one in place of key i
+        s_i = torch.einsum("khd,hnd->khn", q, Kb) / dh**0.5
+        s_ii = (q * key).sum(-1, keepdim=True) / dh**0.5  # (k, H, 1)
+        a = torch.softmax(torch.cat([s_i[..., :i], s_ii, s_i[..., i + 1 :]], dim=-1), dim=-1)  # (k, H, n)
+        ctx = torch.einsum(
+            "khn,hne->khe", torch.cat([a[..., :i], torch.zeros_like(a[..., :1]), a[..., i + 1 :]], -1), Vb
+        )
+        ctx = ctx + a[..., i : i + 1] * v  # (k, H, d_h)
+        residual = self.residual[b]  # (n, d)
+        rows = rows + residual  # row i's entry is replaced below
+        row_i = F.linear(ctx.reshape(-1, d), self.Wo) + (residual[i] + x)  # (k, d): the moved token's own residual
+        Y = torch.cat([rows[:, :i], row_i[:, None], rows[:, i + 1 :]], dim=1)  # (k, n, d)
+        Y = F.layer_norm(Y, (d,), self.ln_weight, self.ln_bias, self.eps)
+        return Y.reshape(len(x), n * d)
+
+
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return F.gelu(x, approximate="tanh")
 
@@ -161,6 +266,16 @@ class RandomTransformerBlock(TokenwiseMap):
         if self.ffn_ratio:
             Y = feed_forward_sublayer(Y, self.W1, self.W2, self.eps)
         return Y.reshape(X.shape[0], -1)
+
+    def token_moves(self, X: torch.Tensor, positions: list[int]) -> OneTokenAttention | None:
+        """The block with one token of X (B, n, d) moved, without the full forward.
+
+        None with a feed-forward sublayer (its every row changes) or for n < 2.
+        """
+        if self.ffn_ratio or X.shape[1] < 2:
+            return None
+        Wq, Wk, Wv, Wo = self.W
+        return OneTokenAttention(X.to(self.W.dtype), positions, Wq, Wk, Wv, Wo, self.heads, self.eps)
 
     def extra_repr(self) -> str:
         """The block's sizes and seed for its repr."""
