@@ -4,9 +4,10 @@ A map handed to `word_sensitivity` as a plain `nn.Module` that only forwards (`P
 the search takes the generic path (autograd through the full forward, the generic starts: row, removal and homotopy
 starts, a polishing round; docs/theory.md §4.3). For each (map, d, n) row: `trials` bundled reviews (IMDb token
 embeddings of the bundled MiniLM, rows of norm sqrt(d)), a map each (the same built weights on both sides), token 0,
-float32, the family's shipped search settings (configs/ws/<map>.yaml: the family's defaults) on both sides, maps built
-outside the timed calls, one call per side over all trials, the closed form first, then the plain module, in the same
-process. The best known value of a review is the largest S of the two runs and of a closed-form search with 64 chains
+float32, the family's shipped search settings (configs/ws/<map>.yaml, or zoo.yaml's for the zoo's attention
+sublayers; the family's defaults) on both sides, maps built outside the timed calls, one call per side over all
+trials, the closed form first, then the plain module, in the same process. For the attention sublayers
+(`transformer`, `pretrained_attn`) the first side is their single-token forward on the generic path (`token_moves`). The best known value of a review is the largest S of the two runs and of a closed-form search with 64 chains
 a round (at most 256); tightness is the share of reviews within 1% of it (S >= 0.99 S_best).
 
 Columns: seconds per trial of the closed form and of the plain module, their ratio (target: at most 3), and each
@@ -16,6 +17,8 @@ side's share within 1% of the best known value (target: >= 95%) with its worst r
     python benchmarks/generic.py --maps rf deep_rf --threads 1                # RF at d = 384, DeepRF at its config's d
     python benchmarks/generic.py --maps raf --n 10 --trials 6 --threads 1     # one quick row
     python benchmarks/generic.py --threads 1 --page docs/results              # also write generic_speed.md there
+    python benchmarks/generic.py --maps pretrained_attn --n 16 64 --trials 6  # the single-token forward against the
+                                                                              # full one (configs/ws/zoo.yaml's search)
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from wslight.records.pages import PageHeader, write_page
 from wslight.search import SearchSettings
 from wslight.search.sensitivity import word_sensitivity
 
-# (map, d): RAF, ReLU-RAF and RF at the bundled MiniLM's width, DeepRF at its config's d (configs/ws/deep_rf.yaml)
-DIMS = {"rf": 384, "deep_rf": 64, "raf": 384, "relu_raf": 384}
+# (map, d): RAF, ReLU-RAF and RF at the bundled MiniLM's width, DeepRF at its config's d (configs/ws/deep_rf.yaml); the
+# attention sublayers of the zoo, whose own side is their single-token forward on the generic path (`token_moves`)
+DIMS = {"rf": 384, "deep_rf": 64, "raf": 384, "relu_raf": 384, "transformer": 384, "pretrained_attn": 384}
 COLUMNS = ["map", "d", "n", "closed form s/trial", "plain module s/trial", "ratio", "closed form within 1% (worst)"]
 COLUMNS += ["plain module within 1% (worst)", "target"]
 
@@ -70,7 +74,8 @@ def row(name: str, d: int, n: int, a: argparse.Namespace) -> list[str]:
     X = samples("imdb", a.trials, n, d, a.seed)[:, None].float()  # (T, 1, n, d): one review per trial
     maps = [make_map(name, n, d, s) for s in map_seeds(a.seed, a.trials)]
     seeds = start_seeds(a.seed, a.trials)
-    settings = shipped_search(name, CONFIGS / f"{name}.yaml")
+    config = CONFIGS / f"{name}.yaml"
+    settings = shipped_search(name, config if config.exists() else CONFIGS / "zoo.yaml")
     closed, closed_sec = timed(maps, X, seeds, settings)
     plain, plain_sec = timed([Plain(m) for m in maps], X, seeds, settings)
     wide, _ = timed(maps, X, seeds, settings.replace(chains_per_round=64, max_chains=256))
