@@ -7,8 +7,9 @@ embeddings of the bundled MiniLM, rows of norm sqrt(d)), a map each (the same bu
 float32, the family's shipped search settings (configs/ws/<map>.yaml, or zoo.yaml's for the zoo's attention
 sublayers; the family's defaults) on both sides, maps built outside the timed calls, one call per side over all
 trials, the closed form first, then the plain module, in the same process. For the attention sublayers
-(`transformer`, `pretrained_attn`) the first side is their single-token forward on the generic path (`token_moves`). The best known value of a review is the largest S of the two runs and of a closed-form search with 64 chains
-a round (at most 256); tightness is the share of reviews within 1% of it (S >= 0.99 S_best).
+(`transformer`, `pretrained_attn`) the first side is their single-token forward on the generic path (`token_moves`).
+The best known value of a review is the largest S of the two runs and of a closed-form search with 64 chains a round
+(at most 256); tightness is the share of reviews within 1% of it (S >= 0.99 S_best).
 
 Columns: seconds per trial of the closed form and of the plain module, their ratio (target: at most 3), and each
 side's share within 1% of the best known value (target: >= 95%) with its worst ratio S / S_best.
