@@ -62,10 +62,8 @@ class OneTokenAttention:
     takes the residual and the LayerNorm (n d). A module with this algebra offers it as `token_moves(X, positions)`,
     which the generic path uses instead of the full forward (`wslight.features.move.GenericMove`).
 
-    Args:
-        X: (B, n, d) the clean samples, in the weights' dtype.
-        positions: the tokens that move (P of them).
-        heads, eps and the weights: as `attention_sublayer`.
+    Built from the clean samples X (B, n, d), in the weights' dtype, the tokens that move (`positions`, P of them) and
+    `attention_sublayer`'s heads, eps and weights.
     """
 
     @torch.no_grad()
