@@ -162,17 +162,9 @@ class GenericMove(TokenMove):
     def features(self, delta: Tensor) -> Tensor:
         """phi(X^i(Delta)) by the maps' own forward, map t for trial t: (T, B, P, R, d) -> (T, B, P, R, p)."""
         T, B, P, R, d = delta.shape
-        n = self.X.shape[2]
-        out = []
-        for t, m in enumerate(self.maps):
-            if self.moves[t] is not None:
-                b = torch.arange(B, device=delta.device).repeat_interleave(P * R)
-                j = torch.arange(P, device=delta.device).repeat_interleave(R).repeat(B)
-                out.append(self._moved(t, b, j, delta[t].reshape(-1, d)).reshape(B, P, R, -1))
-                continue
-            # (B, 1, 1, n, d) + (P, 1, n, 1) * (B, P, R, 1, d) -> (B, P, R, n, d): token i moved, the rest clean
-            Xp = self.X[t][:, None, None].to(delta.dtype) + self.onehot[:, None] * delta[t][..., None, :]
-            out.append(_forward(m, Xp.reshape(B * P * R, n, d), self.dtype).reshape(B, P, R, -1))
+        b = torch.arange(B, device=delta.device).repeat_interleave(P * R)  # the moves flat over (B, P, R)
+        j = torch.arange(P, device=delta.device).repeat_interleave(R).repeat(B)
+        out = [self._moved(t, b, j, delta[t].reshape(-1, d)).reshape(B, P, R, -1) for t in range(T)]
         return torch.stack(out)  # (T, B, P, R, p)
 
     def live_value_and_grad(self, delta: Tensor, live: Tensor) -> tuple[Tensor, Tensor]:

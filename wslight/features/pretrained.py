@@ -105,16 +105,18 @@ class PretrainedAttention(TokenwiseMap):
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """(B, n, d) -> (B, n d)."""
         validate.samples("X", X, self.d, self.n)
-        w = {name: getattr(self, name) for name in ATTENTION_WEIGHTS}
-        Y = attention_sublayer(X.to(self.Wq.dtype), heads=self.heads, eps=self.eps, **w)
+        Y = attention_sublayer(X.to(self.Wq.dtype), heads=self.heads, eps=self.eps, **self.weights())
         return Y.reshape(X.shape[0], -1)
 
     def token_moves(self, X: torch.Tensor, positions: list[int]) -> OneTokenAttention | None:
         """The sublayer with one token of X (B, n, d) moved, without the full forward (None for n < 2)."""
         if X.shape[1] < 2:
             return None
-        w = {name: getattr(self, name) for name in ATTENTION_WEIGHTS}
-        return OneTokenAttention(X.to(self.Wq.dtype), positions, heads=self.heads, eps=self.eps, **w)
+        return OneTokenAttention(X.to(self.Wq.dtype), positions, self.weights(), self.heads, self.eps)
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The sublayer's buffers as the keyword arguments of `attention_sublayer`."""
+        return {name: getattr(self, name) for name in ATTENTION_WEIGHTS}
 
     def extra_repr(self) -> str:
         """The layer's encoder, index and heads for its repr."""

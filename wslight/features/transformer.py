@@ -62,32 +62,22 @@ class OneTokenAttention:
     takes the residual and the LayerNorm (n d). A module with this algebra offers it as `token_moves(X, positions)`,
     which the generic path uses instead of the full forward (`wslight.features.move.GenericMove`).
 
-    Built from the clean samples X (B, n, d), in the weights' dtype, the tokens that move (`positions`, P of them) and
-    `attention_sublayer`'s heads, eps and weights.
+    Built from the clean samples X (B, n, d), in the weights' dtype, the tokens that move (`positions`, P of them),
+    the head count and LayerNorm eps, and `weights`: the keyword arguments of `attention_sublayer` (Wq, Wk, Wv, Wo,
+    and optionally their biases and the LayerNorm's weight and bias), as `bert_layer` takes them.
     """
 
     @torch.no_grad()
     def __init__(
-        self,
-        X: torch.Tensor,
-        positions: list[int],
-        Wq: torch.Tensor,
-        Wk: torch.Tensor,
-        Wv: torch.Tensor,
-        Wo: torch.Tensor,
-        heads: int,
-        eps: float,
-        bq: torch.Tensor | None = None,
-        bk: torch.Tensor | None = None,
-        bv: torch.Tensor | None = None,
-        bo: torch.Tensor | None = None,
-        ln_weight: torch.Tensor | None = None,
-        ln_bias: torch.Tensor | None = None,
+        self, X: torch.Tensor, positions: list[int], weights: Mapping[str, torch.Tensor], heads: int, eps: float
     ) -> None:
         B, n, d = X.shape
         self.heads, self.dh, self.eps, self.positions = heads, d // heads, eps, list(positions)
+        Wq, Wk, Wv, Wo = (weights[k] for k in ("Wq", "Wk", "Wv", "Wo"))
+        bq, bk, bv, bo = (weights.get(k) for k in ("bq", "bk", "bv", "bo"))
         self.Wq, self.Wk, self.Wv, self.Wo = Wq, Wk, Wv, Wo
-        self.bq, self.bk, self.bv, self.bo, self.ln_weight, self.ln_bias = bq, bk, bv, bo, ln_weight, ln_bias
+        self.bq, self.bk, self.bv = bq, bk, bv
+        self.ln_weight, self.ln_bias = weights.get("ln_weight"), weights.get("ln_bias")
         self.X = X
         self.residual = X if bo is None else X + bo  # (B, n, d): what every row adds to its attention output
         split = (B, n, heads, self.dh)
@@ -273,7 +263,8 @@ class RandomTransformerBlock(TokenwiseMap):
         if self.ffn_ratio or X.shape[1] < 2:
             return None
         Wq, Wk, Wv, Wo = self.W
-        return OneTokenAttention(X.to(self.W.dtype), positions, Wq, Wk, Wv, Wo, self.heads, self.eps)
+        weights = {"Wq": Wq, "Wk": Wk, "Wv": Wv, "Wo": Wo}
+        return OneTokenAttention(X.to(self.W.dtype), positions, weights, self.heads, self.eps)
 
     def extra_repr(self) -> str:
         """The block's sizes and seed for its repr."""
