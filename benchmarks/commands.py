@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,13 +41,16 @@ def evaluate(config: str, cwd: Path, *extra: str) -> tuple[Path, float]:
     return cwd / found.group(1), seconds
 
 
-def page_arguments(script: str, doc: str, page: str) -> tuple[argparse.Namespace, list[str]]:
+def page_arguments(
+    script: str, doc: str, page: str, more: Callable[[argparse.ArgumentParser], None] | None = None
+) -> tuple[argparse.Namespace, list[str]]:
     """The arguments of a benchmark that runs commands and writes one results page, and its command line for the page.
 
     Args:
         script: the benchmark's file (its `__file__`).
         doc: its docstring (the first line describes it in --help).
         page: the folder under reports/ where its page goes by default.
+        more: adds the benchmark's own arguments to the parser.
 
     Returns:
         The parsed arguments (`out`, the runs' working folder, created; `page`) and the command as typed.
@@ -54,6 +58,8 @@ def page_arguments(script: str, doc: str, page: str) -> tuple[argparse.Namespace
     parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="working folder for the runs' logs")
     parser.add_argument("--page", type=Path, default=ROOT / "reports" / page, help="where the page goes")
+    if more is not None:
+        more(parser)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     return args, ["python", f"benchmarks/{Path(script).name}", *sys.argv[1:]]

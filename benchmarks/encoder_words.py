@@ -40,6 +40,12 @@ def label(record: dict) -> str:
     return f"pretrained_encoder, L = {record.get('map_args', {}).get('layers', 6)}"
 
 
+def mean_sd(values: list[float]) -> str:
+    """`mean ± sd` of a cell's values (sd 0 for a single value)."""
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.fmean(values):.3f} ± {sd:.3f}"
+
+
 def table(records: list[dict]) -> list[dict]:
     """Per map: mean S_words (sd over reviews) at each n, the best word's mean distance, and seconds per review."""
     rows = []
@@ -49,8 +55,7 @@ def table(records: list[dict]) -> list[dict]:
         row: dict = {"map": name}
         for n in ns:
             values = [r["ws_words"] for r in mine if r["n"] == n]
-            sd = statistics.stdev(values) if len(values) > 1 else 0.0
-            row[f"S_words, n = {n}"] = f"{statistics.fmean(values):.3f} ± {sd:.3f}" if values else "-"
+            row[f"S_words, n = {n}"] = mean_sd(values) if values else "-"
         row["distance / sqrt(d)"] = round(statistics.fmean(r["distance"] for r in mine), 3)
         row["s per review"] = round(statistics.fmean(r["seconds"] for r in mine), 2)
         rows.append(row)

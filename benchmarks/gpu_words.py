@@ -32,8 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from commands import train  # noqa: E402
-from encoder_words import label, slopes  # noqa: E402
+from commands import page_arguments, train  # noqa: E402
+from encoder_words import label, mean_sd, slopes  # noqa: E402
+from gpu_check import Budget  # noqa: E402
 
 from wslight.records.pages import PageHeader, write_page  # noqa: E402
 from wslight.records.summary import markdown_table  # noqa: E402
@@ -43,16 +44,6 @@ CLASSIFIER = "configs/encoder_classifier.yaml"
 WORDS = "configs/words/encoder_classifier.yaml"
 ENCODER = "configs/words/encoder.yaml"
 GRACE = 90  # seconds a stopped run may take to write its finished trials and exit
-
-
-class Budget:
-    """The wall-clock budget of the whole benchmark: each part is given a share of what is left."""
-
-    def __init__(self, seconds: float) -> None:
-        self.end = time.monotonic() + seconds
-
-    def left(self) -> float:
-        return max(0.0, self.end - time.monotonic())
 
 
 def stoppable(command: list[str], cwd: Path, seconds: float) -> tuple[int, float, str]:
@@ -93,15 +84,15 @@ def ended(run: dict) -> str:
     return f"failed with exit status {run['status']} after {run['wall']:.0f} s"
 
 
+EXACT = ("exact_flipped", "exact_flips", "exact_ws_words")  # what a record checked over the whole vocabulary adds
+
+
 def recall_of(screened: list[dict], exact: list[dict]) -> dict | None:
     """`screen_recall` of a screen-only run against another run's exact check of the same positions."""
     truth = {r["record_key"]: r for r in exact if "exact_flipped" in r}
-    paired = [
-        r | {k: truth[r["record_key"]][k] for k in ("exact_flipped", "exact_flips", "exact_ws_words")}
-        for r in screened
-        if r["record_key"] in truth
-    ]
-    return screen_recall(paired)
+    return screen_recall(
+        [r | {k: truth[r["record_key"]][k] for k in EXACT} for r in screened if r["record_key"] in truth]
+    )
 
 
 def recall_row(name: str, recall: dict | None, records: list[dict]) -> dict:
@@ -121,19 +112,9 @@ def recall_row(name: str, recall: dict | None, records: list[dict]) -> dict:
 
 
 def exact_row(records: list[dict]) -> dict:
-    """The classifier over the whole admissible vocabulary at the checked positions (no screen)."""
-    both = [r for r in records if "exact_flipped" in r]
-    reviews: dict[int, bool] = {}
-    for r in both:
-        reviews[r["trial"]] = reviews.get(r["trial"], False) or r["exact_flipped"]
-    return {
-        "reviews": len(reviews),
-        "positions": len(both),
-        "flip rate": round(statistics.fmean(map(float, (r["exact_flipped"] for r in both))), 4),
-        "review flip rate": round(statistics.fmean(map(float, reviews.values())), 3),
-        "flipping words per position": round(statistics.fmean(r["exact_flips"] for r in both), 2),
-        "S_words": round(statistics.fmean(r["exact_ws_words"] for r in both), 4),
-    }
+    """`head_words_table` of the records as the whole admissible vocabulary's check counts them (no screen)."""
+    checked = [r for r in records if "exact_flipped" in r]
+    return head_words_table([r | dict(zip(("flipped", "flips", "ws_words"), (r[k] for k in EXACT))) for r in checked])
 
 
 def continuous_table(records: list[dict]) -> list[dict]:
@@ -144,19 +125,13 @@ def continuous_table(records: list[dict]) -> list[dict]:
             cell = [r for r in records if label(r) == name and r["n"] == n and r.get("ws") is not None]
             if not cell:
                 continue
-
-            def spread(key: str, cell: list[dict] = cell) -> str:
-                values = [r[key] for r in cell]
-                sd = statistics.stdev(values) if len(values) > 1 else 0.0
-                return f"{statistics.fmean(values):.3f} ± {sd:.3f}"
-
             rows.append(
                 {
                     "map": name,
                     "n": n,
                     "reviews": len(cell),
-                    "S (search)": spread("ws"),
-                    "S_words": spread("ws_words"),
+                    "S (search)": mean_sd([r["ws"] for r in cell]),
+                    "S_words": mean_sd([r["ws_words"] for r in cell]),
                     "S_words / S": round(statistics.fmean(r["ws_words"] / r["ws"] for r in cell), 3),
                     "s per review": round(statistics.fmean(r["seconds"] for r in cell), 1),
                 }
@@ -170,16 +145,15 @@ def keep(records: list[dict], page: Path, name: str) -> None:
     (page / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="working folder for the runs' logs")
-    parser.add_argument("--page", type=Path, default=ROOT / "reports" / "gpu_words", help="where the page goes")
+def own_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of this benchmark beside --out and --page."""
     parser.add_argument("--budget", type=float, default=420.0, help="wall seconds for the whole benchmark")
     parser.add_argument("--commit", default=None, help="the commit of the tree, where it is no checkout of it")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: the script end to end on a CPU")
-    a = parser.parse_args()
-    a.out.mkdir(parents=True, exist_ok=True)
-    command = ["python", f"benchmarks/{Path(__file__).name}", *sys.argv[1:]]
+
+
+def main() -> None:
+    a, command = page_arguments(__file__, __doc__ or "", "gpu_words", own_arguments)
     budget = Budget(a.budget)
 
     # Smoke: 8 tokens of 40 reviews, one position of one review, the continuous search short.
