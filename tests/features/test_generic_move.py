@@ -141,8 +141,9 @@ def test_one_token_attention_equals_the_full_forward_and_its_gradient():
         d = m.d
         X = unit_rows(3, n, d, seed=2, dtype=torch.float64)
         moves = m.token_moves(X, positions)
-        b, j = torch.tensor([0, 1, 2, 2, 0, 1, 1]), torch.tensor([0, 1, 2, 0, 2, 1, 0])
-        x = torch.randn(7, d, generator=torch.Generator().manual_seed(4), dtype=torch.float64) * 2 * d**0.5
+        # position 0: samples moved unequally often (sample by sample), 1 and 2: equally (one batch)
+        b, j = torch.tensor([0, 1, 2, 2, 0, 1, 1, 0]), torch.tensor([0, 1, 2, 0, 2, 1, 0, 0])
+        x = torch.randn(8, d, generator=torch.Generator().manual_seed(4), dtype=torch.float64) * 2 * d**0.5
         x.requires_grad_(True)
         onehot = torch.nn.functional.one_hot(torch.tensor(positions)[j], n)[..., None].double()
         fast, full = moves(b, j, x), m(X[b] + onehot * x[:, None])
@@ -173,6 +174,36 @@ def test_a_module_with_token_moves_searches_as_its_plain_forward_does():
         assert torch.allclose(g_own, g_plain, rtol=0, atol=1e-10 * g_plain.abs().max().item()), name
         kept = own.select_trials(torch.tensor([0]))
         assert kept.moves == own.moves
+
+
+def test_row_starts_read_through_token_moves_equal_those_of_the_full_forward(monkeypatch):
+    """The row, capture and removal starts of a module with `token_moves` read its moved copies through it.
+
+    Every power step, capture step and removal subspace step then moves one token. The row and removal starts equal
+    those read through the full forward of every moved copy to 1e-10 (float64); the 4 captured ones (starts 4 to 7)
+    come out of 100 normalised descent steps each, which carry rounding differences further: the same points to a
+    cosine of 0.9999.
+    """
+    from wslight.features.rows import REMOVAL_ROWS, REMOVAL_SINGULAR
+    from wslight.search.starts import seeded_draws
+
+    n, i = 6, 2
+    for name, m in _attention_maps(n).items():
+        d = m.d
+        X = unit_rows(2, n, d, seed=9, dtype=torch.float64)[None]
+        own, plain = GenericMove([m], X, [i], torch.float64), GenericMove([_Plain(m)], X, [i], torch.float64)
+        draws = seeded_draws([2], [i], 2, n, d, "rows").double()
+        lean = seeded_draws([2], [i], 2, REMOVAL_ROWS * REMOVAL_SINGULAR, d, "removal").double()
+        forwards = []
+        inner = type(m).forward
+        monkeypatch.setattr(type(m), "forward", lambda self, x: forwards.append(len(x)) or inner(self, x))
+        fast, through_moves = own.row_starts(d**0.5, draws, lean), len(forwards)
+        full = plain.row_starts(d**0.5, draws, lean)
+        assert through_moves == 0 and len(forwards) > 100, name  # no full forward of a moved copy: the moves' own
+        assert fast.shape == full.shape and fast.shape[3] == 8 + 2 * REMOVAL_SINGULAR * 2 * min(n, REMOVAL_ROWS)
+        rows = torch.cat([fast[..., :4, :] - full[..., :4, :], fast[..., 8:, :] - full[..., 8:, :]], dim=-2)
+        assert rows.abs().max() <= 1e-10, name
+        assert ((fast[..., 4:8, :] * full[..., 4:8, :]).sum(-1) > 0.9999).all(), name
 
 
 def test_token_moves_are_left_to_the_full_forward_where_every_row_changes():

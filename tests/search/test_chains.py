@@ -13,7 +13,7 @@ from conftest import unit_rows
 
 from wslight.data import EmbeddingSpec, load_token_embeddings
 from wslight.features import FreshMaps, RandomAttentionFeatures, ReLUAttentionFeatures, make_map, move
-from wslight.features.move import GenericMove, float64_forward, token_move
+from wslight.features.move import GenericMove, float64_moves, token_move
 from wslight.features.rows import (
     REMOVAL_ANGLES,
     REMOVAL_ROWS,
@@ -21,6 +21,7 @@ from wslight.features.rows import (
     ROW_LIMIT,
     SELF_CAPTURE_MIXES,
     captured,
+    forward_moves,
     read_rows,
     removal_mixes,
     row_directions,
@@ -352,7 +353,7 @@ def test_row_directions_are_the_key_directions_of_an_attention_map(name):
     m = make_map(name, n, d, seed=6, dtype="float64")
     rows = read_rows(n, i)
     v0 = seeded_draws([3], [i], B, n, d, "rows")[0, :, 0].double()
-    v = row_directions(float64_forward(m), X, i, rows, d**0.5, v0)  # (B, n, d)
+    v = row_directions(float64_moves(m), X, i, rows, d**0.5, v0)  # (B, n, d)
     keys = unit(X[:, rows] @ m.W)  # (B, n, d): row k is (W^T x_k)^T
     cos = (v * keys).sum(-1)
     # the value path (weight a_ki on x_i + Delta) tilts it, most where key i holds a row's whole (ReLU) weight
@@ -457,7 +458,7 @@ def test_row_subspaces_are_the_top_right_singular_vectors_of_each_rows_jacobian(
     m = _Linear(n, d, i)
     rows = read_rows(n, i)
     v0 = seeded_draws([4], [i], B, n * REMOVAL_SINGULAR, d, "removal")[0, :, 0].double()
-    V = row_subspaces(m, X, i, rows, d**0.5, v0.unflatten(1, (n, -1)))  # (B, n, s, d)
+    V = row_subspaces(forward_moves(m), X, i, rows, d**0.5, v0.unflatten(1, (n, -1)))  # (B, n, s, d)
     assert V.shape == (B, n, REMOVAL_SINGULAR, d)
     gram = V @ V.transpose(-1, -2)
     torch.testing.assert_close(gram, torch.eye(REMOVAL_SINGULAR, dtype=torch.float64).expand_as(gram))
@@ -503,7 +504,7 @@ def test_captured_points_make_the_moved_query_attend_to_itself_alone():
         draws = seeded_draws([1], [i], B, n, d, "rows").double()
         lean = seeded_draws([1], [i], B, REMOVAL_ROWS * REMOVAL_SINGULAR, d, "removal").double()
         mixes = token.row_starts(r, draws, lean)[0, :, 0, :4]  # (B, 4, d)
-        points = captured(float64_forward(m), X, i, mixes, r)
+        points = captured(float64_moves(m), X, i, mixes, r)
         torch.testing.assert_close(points.norm(dim=-1), torch.ones(B, 4, dtype=torch.float64))
 
         def residual(u):  # ||row_i - y|| / ||y|| at Delta = r u, y = x_i + Delta

@@ -24,8 +24,10 @@ from ..base.numerics import sum_last
 from .rows import (
     REMOVAL_ROWS,
     REMOVAL_SINGULAR,
+    Moves,
     captured,
     evenly_spaced,
+    forward_moves,
     read_rows,
     removal_mixes,
     row_directions,
@@ -226,7 +228,7 @@ class GenericMove(TokenMove):
         4 points `captured` from each of them, then the `removal_mixes` of the moved token and +- the REMOVAL_SINGULAR
         top right-singular vectors (`row_subspaces`) of at most REMOVAL_ROWS of those rows (evenly spaced, the own row
         first): S = 8 + 2 REMOVAL_SINGULAR len(REMOVAL_ANGLES) min(n, REMOVAL_ROWS). None for any other output. Computed
-        with float64 copies of the maps.
+        with float64 copies of the maps (through their `token_moves` where they have one, `float64_moves`).
 
         Args:
             radius: r.
@@ -238,22 +240,22 @@ class GenericMove(TokenMove):
             return None
         out = []
         for t, m in enumerate(self.maps):
-            forward = float64_forward(m)
+            moves = float64_moves(m)
             X64 = self.X[t].to(torch.float64)
             per_position = []
             for j, i in enumerate(self.positions):
                 rows = read_rows(n, i)
                 v0 = draws[t, :, j, : len(rows)].to(X64)
-                dirs = row_directions(forward, X64, i, rows, radius, v0)  # (B, K, d)
+                dirs = row_directions(moves, X64, i, rows, radius, v0)  # (B, K, d)
                 total = dirs.sum(dim=1)
                 xi = unit(X64[:, i])
                 attract = torch.where(total.norm(dim=-1, keepdim=True) > 0, unit(total), xi)
                 mixes = token_mixes(X64[:, i], attract)  # (B, 4, d)
                 leaning = evenly_spaced(rows, REMOVAL_ROWS)
                 v1 = lean[t, :, j, : len(leaning) * REMOVAL_SINGULAR].to(X64).unflatten(1, (len(leaning), -1))
-                tops = row_subspaces(forward, X64, i, leaning, radius, v1).flatten(1, 2)  # (B, K' s, d)
+                tops = row_subspaces(moves, X64, i, leaning, radius, v1).flatten(1, 2)  # (B, K' s, d)
                 removal = removal_mixes(X64[:, i], torch.cat([tops, -tops], dim=1))
-                per_position.append(torch.cat([mixes, captured(forward, X64, i, mixes, radius), removal], dim=1))
+                per_position.append(torch.cat([mixes, captured(moves, X64, i, mixes, radius), removal], dim=1))
             out.append(torch.stack(per_position, dim=1))  # (B, P, S, d)
         return torch.stack(out).to(self.dtype)
 
@@ -409,6 +411,25 @@ def float64_forward(feature_map: nn.Module) -> Callable[[Tensor], Tensor]:
     """The forward of a float64 copy of the map (its weights cast): x -> phi(x) in float64."""
     double = copy.deepcopy(feature_map).to(torch.float64)
     return lambda x: double(x.to(torch.float64))
+
+
+def float64_moves(feature_map: nn.Module) -> Moves:
+    """The moved copies of a float64 copy of the map (`wslight.features.rows.Moves`).
+
+    Through the map's `token_moves` where it offers one for the copies (one clean forward of them, then each move at
+    the price of one token), else its full forward of every moved copy.
+    """
+    double = copy.deepcopy(feature_map).to(torch.float64)
+    full = forward_moves(lambda x: double(x.to(torch.float64)))
+
+    def moves(X: Tensor, i: int) -> Callable[[Tensor], Tensor]:
+        one = _token_moves(double, X, [i])
+        if one is None:
+            return full(X, i)
+        b, j = torch.arange(len(X), device=X.device), torch.zeros(len(X), dtype=torch.long, device=X.device)
+        return lambda delta: one(b, j, delta)
+
+    return moves
 
 
 def matmul64(h: Tensor, V: Tensor, rows: int = 2048) -> Tensor:

@@ -14,6 +14,16 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+# (copies (C, n, d), i) -> (delta (C, d) -> (C, n d)): the features of each copy with its token i moved by its delta,
+# in float64; built once per set of copies, so a map with a cheaper forward of one moved token (`token_moves`) pays
+# its clean forward once and each move at the price of one token (`wslight.features.move.float64_moves`)
+Moves = Callable[[Tensor, int], Callable[[Tensor], Tensor]]
+
+
+def forward_moves(forward: Callable[[Tensor], Tensor]) -> Moves:
+    """The `Moves` of a full forward (C, n, d) -> (C, n d): each move is a forward of the whole moved copy."""
+    return lambda X, i: lambda delta: forward(_moved(X, i, delta))
+
 
 def unit(v: Tensor) -> Tensor:
     """Every row of v scaled to norm 1 (a start's direction)."""
@@ -101,9 +111,7 @@ def evenly_spaced(items: Tensor, k: int) -> Tensor:
     return items[torch.linspace(0, len(items) - 1, k).round().long()]
 
 
-def row_directions(
-    forward: Callable[[Tensor], Tensor], X: Tensor, i: int, rows: Tensor, radius: float, v0: Tensor
-) -> Tensor:
+def row_directions(moves: Moves, X: Tensor, i: int, rows: Tensor, radius: float, v0: Tensor) -> Tensor:
     """For each output row k of `rows`, the unit direction of Delta in which row k of phi(X^i(Delta)) moves fastest.
 
     Signed so that the move r v changes that row more than -r v.
@@ -115,7 +123,7 @@ def row_directions(
     scores and keeps their directions; of the two readings the one with the larger singular value is kept.
 
     Args:
-        forward: (C, n, d) -> (C, n d) float64, the map's forward in float64 (row-major output rows).
+        moves: the map's moved copies in float64 (`Moves`; row-major output rows).
         X: (B, n, d) float64 clean samples.
         i: the moved position.
         rows: (K,) the rows to read (`read_rows`).
@@ -136,20 +144,18 @@ def row_directions(
     start = torch.cat([v0, v0], dim=1).flatten(0, 1)
     parts = [
         _top_directions(
-            forward, copies[c : c + chunk], reads[c : c + chunk], i, start[c : c + chunk, None], radius, ROW_POWER_STEPS
+            moves, copies[c : c + chunk], reads[c : c + chunk], i, start[c : c + chunk, None], radius, ROW_POWER_STEPS
         )
         for c in range(0, len(copies), chunk)
     ]
     v = torch.cat([p[0] for p in parts]).reshape(B, 2, K, d)
     sigma = torch.cat([p[1] for p in parts]).reshape(B, 2, K)
     v = torch.where((sigma[:, 0] >= sigma[:, 1])[..., None], v[:, 0], v[:, 1])  # (B, K, d)
-    change = _row_changes(forward, base.flatten(0, 1), reads[: B * K], i, radius * v.flatten(0, 1), chunk)
+    change = _row_changes(moves, base.flatten(0, 1), reads[: B * K], i, radius * v.flatten(0, 1), chunk)
     return torch.where((change[:, 0] >= change[:, 1]).reshape(B, K, 1), v, -v)
 
 
-def row_subspaces(
-    forward: Callable[[Tensor], Tensor], X: Tensor, i: int, rows: Tensor, radius: float, v0: Tensor
-) -> Tensor:
+def row_subspaces(moves: Moves, X: Tensor, i: int, rows: Tensor, radius: float, v0: Tensor) -> Tensor:
     """For each output row k of `rows`, the top s right-singular vectors of d row_k / d x_i at Delta = 0.
 
     Read as in `row_directions` (row i through a copy of token i; no reflection, no sign), by REMOVAL_POWER_STEPS steps
@@ -163,7 +169,7 @@ def row_subspaces(
     chunk = max(1, ROW_CHUNK_ELEMENTS // (n * d * s))
     parts = [
         _top_directions(
-            forward, copies[c : c + chunk], reads[c : c + chunk], i, start[c : c + chunk], radius, REMOVAL_POWER_STEPS
+            moves, copies[c : c + chunk], reads[c : c + chunk], i, start[c : c + chunk], radius, REMOVAL_POWER_STEPS
         )[0]
         for c in range(0, len(copies), chunk)
     ]
@@ -182,9 +188,7 @@ def _row_copies(X: Tensor, i: int, rows: Tensor) -> tuple[Tensor, Tensor]:
     return base, torch.where(own, (i + 1) % n, rows)
 
 
-def _row_changes(
-    forward: Callable[[Tensor], Tensor], X: Tensor, reads: Tensor, i: int, delta: Tensor, chunk: int
-) -> Tensor:
+def _row_changes(moves: Moves, X: Tensor, reads: Tensor, i: int, delta: Tensor, chunk: int) -> Tensor:
     """||row reads[c] of phi(X^i(+-delta)) - the same row of phi(X)|| for each copy c: (C, 2), + then -.
 
     `chunk` copies at a time.
@@ -192,16 +196,18 @@ def _row_changes(
     out = []
     for s in range(0, len(X), chunk):
         part, rows, step = X[s : s + chunk], reads[s : s + chunk], delta[s : s + chunk]
-        clean = _rows(forward, part, rows)
-        moved = [_rows(forward, _moved(part, i, sign * step), rows) for sign in (1.0, -1.0)]
+        at = moves(part, i)
+        d = step.shape[-1]
+        clean = _rows(at(torch.zeros_like(step)), rows, d)
+        moved = [_rows(at(sign * step), rows, d) for sign in (1.0, -1.0)]
         out.append(torch.stack([(m - clean).norm(dim=-1) for m in moved], dim=-1))
     return torch.cat(out)
 
 
-def _rows(forward: Callable[[Tensor], Tensor], X: Tensor, reads: Tensor) -> Tensor:
-    """Output row reads[c] of copy c: (C, n, d) -> (C, d)."""
-    C, n, d = X.shape
-    return forward(X).reshape(C, n, d)[torch.arange(C, device=X.device), reads]
+def _rows(features: Tensor, reads: Tensor, d: int) -> Tensor:
+    """Output row reads[c] of copy c's features: (C, n d) -> (C, d)."""
+    C = features.shape[0]
+    return features.reshape(C, -1, d)[torch.arange(C, device=features.device), reads]
 
 
 def _moved(X: Tensor, i: int, delta: Tensor) -> Tensor:
@@ -212,7 +218,7 @@ def _moved(X: Tensor, i: int, delta: Tensor) -> Tensor:
 
 
 def _top_directions(
-    forward: Callable[[Tensor], Tensor], X: Tensor, reads: Tensor, i: int, V: Tensor, radius: float, steps: int
+    moves: Moves, X: Tensor, reads: Tensor, i: int, V: Tensor, radius: float, steps: int
 ) -> tuple[Tensor, Tensor]:
     """The top s right-singular vectors of d row_k / d x_i at Delta = 0 for each copy (C, n, d).
 
@@ -226,13 +232,12 @@ def _top_directions(
     v = _orthonormal(V).reshape(C * s, d)
     sigma = torch.zeros(C, s, dtype=X.dtype, device=X.device)
     with torch.enable_grad():
+        at = moves(Xs, i)
         delta = torch.zeros_like(v, requires_grad=True)
-        row = _rows(forward, _moved(Xs, i, delta), rs)
+        row = _rows(at(delta), rs, d)
         for _ in range(steps):
             with torch.no_grad():
-                u = (_rows(forward, _moved(Xs, i, eps * v), rs) - _rows(forward, _moved(Xs, i, -eps * v), rs)) / (
-                    2 * eps
-                )
+                u = (_rows(at(eps * v), rs, d) - _rows(at(-eps * v), rs, d)) / (2 * eps)
             (g,) = torch.autograd.grad(row, delta, grad_outputs=u, retain_graph=True)
             sigma = g.norm(dim=-1).reshape(C, s)
             v = _orthonormal(g.reshape(C, s, d)).reshape(C * s, d)
@@ -250,7 +255,7 @@ def _orthonormal(V: Tensor) -> Tensor:
     return torch.stack(out, dim=-2)
 
 
-def captured(forward: Callable[[Tensor], Tensor], X: Tensor, i: int, dirs: Tensor, radius: float) -> Tensor:
+def captured(moves: Moves, X: Tensor, i: int, dirs: Tensor, radius: float) -> Tensor:
     """Where the moved token's output row comes closest to the moved token itself.
 
     From r dirs, CAPTURE_STEPS normalised descent steps along the sphere of radius r on ||row_i(X^i(Delta)) - (x_i +
@@ -259,7 +264,7 @@ def captured(forward: Callable[[Tensor], Tensor], X: Tensor, i: int, dirs: Tenso
     steps, for a map whose output rows live where its tokens do.
 
     Args:
-        forward: (C, n, d) -> (C, n d) float64.
+        moves: the map's moved copies in float64 (`Moves`).
         X: (B, n, d) float64 clean samples.
         i: the moved position.
         dirs: (B, K, d) unit start directions.
@@ -273,11 +278,12 @@ def captured(forward: Callable[[Tensor], Tensor], X: Tensor, i: int, dirs: Tenso
     copies = X[:, None].expand(B, K, n, d).reshape(B * K, n, d)
     delta = radius * dirs.reshape(B * K, d)
     best, best_g = delta, torch.full((B * K,), math.inf, dtype=X.dtype, device=X.device)
+    at, own = moves(copies, i), torch.full((B * K,), i, device=X.device)
     for step in range(CAPTURE_STEPS + 1):
         with torch.enable_grad():
             moving = delta.clone().requires_grad_(True)
             y = copies[:, i] + moving
-            row = _rows(forward, _moved(copies, i, moving), torch.full((B * K,), i, device=X.device))
+            row = _rows(at(moving), own, d)
             g = ((row - y) ** 2).sum(-1) / (y**2).sum(-1)
             (grad,) = torch.autograd.grad(g.sum(), moving)
         better = g.detach() < best_g

@@ -86,7 +86,7 @@ class OneTokenAttention:
         )
         self.Wo_h = Wo.T.reshape(heads, self.dh, d)  # (H, d_h, d): head h's block of Wo^T
         S = self.Q @ self.K.transpose(-1, -2) / self.dh**0.5  # (B, H, n, n)
-        self.m, self.Z, self.PA = [], [], []  # per position: (B, H, n), (B, H, n), (B, H, n, d)
+        self.m, self.Z, self.PA = [], [], []  # per position: (B, H, n), (B, H, n), (B, n, H, d)
         for i in self.positions:
             others = S.clone()
             others[..., i] = -torch.inf
@@ -94,54 +94,70 @@ class OneTokenAttention:
             E = torch.exp(others - m[..., None])  # column i is 0
             self.m.append(m)
             self.Z.append(E.sum(-1))
-            self.PA.append((E @ self.V) @ self.Wo_h[None])  # (B, H, n, d): Wo_h A_r
+            # Wo_h A_r, row-major over (r, h): a row's heads side by side (ghnd would make einsum copy it per call)
+            self.PA.append(((E @ self.V) @ self.Wo_h[None]).transpose(1, 2).contiguous())
 
     def __call__(self, b: torch.Tensor, j: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """Rows of the sublayer, flattened, of sample b[k] with token positions[j[k]] moved by x[k]: (k, n d)."""
-        P = len(self.positions)
-        groups = b * P + j  # the moves of one sample and position share its precomputed parts
+        """Rows of the sublayer, flattened, of sample b[k] with token positions[j[k]] moved by x[k]: (k, n d).
+
+        The moves of one position go in one batch when each of its samples moves as often (a search's chains, copies of
+        a sample that move one token each), else sample by sample.
+        """
+        P, every = len(self.positions), torch.arange(len(x), device=x.device)
         pieces, order = [], []
-        for bj in torch.unique(groups).tolist():
-            sel = (groups == bj).nonzero()[:, 0]
-            pieces.append(self._moved(bj // P, bj % P, x[sel]))
-            order.append(sel)
-        if len(pieces) == 1:
+        for jj in [0] if P == 1 else torch.unique(j).tolist():
+            mine = every if P == 1 else (j == jj).nonzero()[:, 0]
+            if len(self.X) == 1:  # one sample (a search's trial): every move in one batch, in order
+                batches = [(b[:1], mine)]
+            else:
+                samples, counts = torch.unique(b[mine], return_counts=True)
+                if bool((counts == counts[0]).all()):
+                    batches = [(samples, mine[torch.argsort(b[mine], stable=True)])]
+                else:
+                    batches = [(samples[g : g + 1], mine[b[mine] == s]) for g, s in enumerate(samples.tolist())]
+            for bs, sel in batches:
+                pieces.append(self._moved(bs, jj, x[sel].reshape(len(bs), -1, x.shape[-1])).flatten(0, 1))
+                order.append(sel)
+        if len(pieces) == 1 and (order[0] is every or torch.equal(order[0], every)):
             return pieces[0]
         return torch.cat(pieces)[torch.argsort(torch.cat(order))]
 
-    def _moved(self, b: int, j: int, x: torch.Tensor) -> torch.Tensor:
-        """Sample b with token positions[j] moved by each row of x (k, d): (k, n d)."""
+    def _moved(self, bs: torch.Tensor, j: int, x: torch.Tensor) -> torch.Tensor:
+        """Samples bs (G,) with token positions[j] moved by each of their k rows of x (G, k, d): (G, k, n d)."""
         i, H, dh = self.positions[j], self.heads, self.dh
-        Xb = self.X[b]  # (n, d)
-        n, d = Xb.shape
-        xi = Xb[i] + x  # (k, d)
+        whole = len(bs) == len(self.X) and bool((bs == torch.arange(len(bs), device=bs.device)).all())
+        pick = (lambda t: t) if whole else (lambda t: t[bs])  # every sample in order: no gathered copy
+        Xb = pick(self.X)  # (G, n, d)
+        G, n, d = Xb.shape
+        k = x.shape[1]
+        xi = Xb[:, i, None] + x  # (G, k, d)
         q, key, v = (
-            F.linear(xi, W, bias).reshape(-1, H, dh)
+            F.linear(xi, W, bias).reshape(G, k, H, dh)
             for W, bias in ((self.Wq, self.bq), (self.Wk, self.bk), (self.Wv, self.bv))
         )
-        Qb, Kb, Vb = self.Q[b], self.K[b], self.V[b]  # (H, n, d_h)
+        Qb, Kb, Vb = pick(self.Q), pick(self.K), pick(self.V)  # (G, H, n, d_h)
         # rows r != i: one new score and one new value each
-        s_new = torch.einsum("hnd,khd->khn", Qb, key) / dh**0.5  # (k, H, n)
-        m0, Z0 = self.m[j][b], self.Z[j][b]  # (H, n)
+        s_new = torch.einsum("ghnd,gkhd->gkhn", Qb, key) / dh**0.5  # (G, k, H, n)
+        m0, Z0 = pick(self.m[j])[:, None], pick(self.Z[j])[:, None]  # (G, 1, H, n)
         m1 = torch.maximum(m0, s_new)
         c, w = torch.exp(m0 - m1), torch.exp(s_new - m1)
         g = 1.0 / (Z0 * c + w)
-        u = torch.einsum("khe,hed->khd", v, self.Wo_h)  # (k, H, d): Wo_h v'
-        rows = torch.einsum("khn,hnd->knd", c * g, self.PA[j][b]) + torch.einsum("khn,khd->knd", w * g, u)
+        u = torch.einsum("gkhe,hed->gkhd", v, self.Wo_h)  # (G, k, H, d): Wo_h v'
+        rows = torch.einsum("gkhn,gnhd->gknd", c * g, pick(self.PA[j])) + torch.einsum("gkhn,gkhd->gknd", w * g, u)
         # row i: the moved query against every key, the moved one in place of key i
-        s_i = torch.einsum("khd,hnd->khn", q, Kb) / dh**0.5
-        s_ii = (q * key).sum(-1, keepdim=True) / dh**0.5  # (k, H, 1)
-        a = torch.softmax(torch.cat([s_i[..., :i], s_ii, s_i[..., i + 1 :]], dim=-1), dim=-1)  # (k, H, n)
+        s_i = torch.einsum("gkhd,ghnd->gkhn", q, Kb) / dh**0.5
+        s_ii = (q * key).sum(-1, keepdim=True) / dh**0.5  # (G, k, H, 1)
+        a = torch.softmax(torch.cat([s_i[..., :i], s_ii, s_i[..., i + 1 :]], dim=-1), dim=-1)  # (G, k, H, n)
         ctx = torch.einsum(
-            "khn,hne->khe", torch.cat([a[..., :i], torch.zeros_like(a[..., :1]), a[..., i + 1 :]], -1), Vb
+            "gkhn,ghne->gkhe", torch.cat([a[..., :i], torch.zeros_like(a[..., :1]), a[..., i + 1 :]], -1), Vb
         )
-        ctx = ctx + a[..., i : i + 1] * v  # (k, H, d_h)
-        residual = self.residual[b]  # (n, d)
+        ctx = ctx + a[..., i : i + 1] * v  # (G, k, H, d_h)
+        residual = pick(self.residual)[:, None]  # (G, 1, n, d)
         rows = rows + residual  # row i's entry is replaced below
-        row_i = F.linear(ctx.reshape(-1, d), self.Wo) + (residual[i] + x)  # (k, d): the moved token's own residual
-        Y = torch.cat([rows[:, :i], row_i[:, None], rows[:, i + 1 :]], dim=1)  # (k, n, d)
+        row_i = F.linear(ctx.reshape(G, k, d), self.Wo) + (residual[:, :, i] + x)  # the moved token's own residual
+        Y = torch.cat([rows[:, :, :i], row_i[:, :, None], rows[:, :, i + 1 :]], dim=2)  # (G, k, n, d)
         Y = F.layer_norm(Y, (d,), self.ln_weight, self.ln_bias, self.eps)
-        return Y.reshape(len(x), n * d)
+        return Y.reshape(G, k, n * d)
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
