@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # evaluate.py); FULL=1 runs that plan's paper-size list (configs/paper/, a GPU machine with hub access).
 FULL ?= 0
 
-.PHONY: env test test-slow reproduce lint typecheck bench classifier encoder-words authors-code results-pages gpu-check gpu-words docs clean
+.PHONY: env test test-slow reproduce lint typecheck bench classifier encoder-words authors-code results-pages gpu-check gpu-words encoder-continuous docs clean
 
 env: $(VENV)/.installed
 
@@ -79,9 +79,16 @@ classifier: env
 encoder-words: env
 	$(PY) benchmarks/encoder_words.py --out reports/encoder_words/runs --page reports/encoder_words
 
+# The continuous S of the whole encoder (L = 1, 2; 6 at n = 8, 16) beside S_words, RAF and the single layer:
+# evaluate.py on configs/words/encoder.yaml with continuous: true, 3 reviews a cell, about 75 minutes on 2 cores;
+# writes reports/encoder_continuous/encoder_continuous.md after each run (resumable: run it again after a stop).
+encoder-continuous: env
+	$(PY) benchmarks/encoder_continuous.py --out reports/encoder_continuous/runs --page reports/encoder_continuous
+
 # The results pages of the latest `make reproduce` (reports/offline/) and `make bench` (reports/bench/) runs, with their
 # figures, copied into docs/results/; exits 2 naming the run whose pages are missing. RUNS=bench copies one run's
-# (RUNS=classifier: the page of `make classifier`; RUNS=encoder_words: that of `make encoder-words`).
+# (RUNS=classifier: the page of `make classifier`; RUNS=encoder_words: that of `make encoder-words`;
+# RUNS=encoder_continuous: that of `make encoder-continuous`).
 RUNS ?= reproduce bench
 results-pages: env
 	$(PY) -m wslight.app.results_pages --runs $(RUNS)

@@ -2,7 +2,7 @@
 
 Does a whole trained encoder make one token (any Delta of norm sqrt(d)) and one real word matter more or less than
 the paper's random attention? Runs, as a user types them, `evaluate.py --config configs/words/encoder.yaml` with
-`continuous: true` (the continuous search at token 1 beside the exact best word there), one process (one thread):
+`continuous: true` (the continuous search at token 1 beside the exact best word there), one process per core:
 
 1. RAF and `pretrained_attn` (the encoder's first attention sublayer alone), n in --n;
 2. the encoder's first L layers (`pretrained_encoder`, per token) for L = 1, 2, n in --n;
@@ -85,7 +85,6 @@ def main() -> None:
             "--model.init_args.continuous=true",
             f"--model.init_args.trials={a.reviews}",
             "--model.init_args.trials_per_step=1",
-            "--trainer.devices=1",
         )
         records += [json.loads(line) for line in path.read_text().splitlines()]
         walls.append(f"{name}: {seconds / 60:.1f} min")
@@ -96,7 +95,7 @@ def main() -> None:
             "",
             f"## S and S_words against n ({a.reviews} reviews, token 1, d = 384)",
             "",
-            f"Wall time of each run: {'; '.join(walls)}."
+            f"Wall time of each run (a resumed run's counts only the trials it computed): {'; '.join(walls)}."
             + (f" Not finished when this page was written: {', '.join(left)}." if left else ""),
             "S is the continuous search's best relative change of phi(X) over every Delta of norm at most sqrt(d) "
             "at token 1 (a lower bound; confirmed: a second chain ended within 1% of it), S_words the exact best "

@@ -2,9 +2,10 @@
 
 The pages come from `make reproduce` (reports/offline/: reproduction.md, and beyond_paper.md when the run has its
 one-word stages), `make bench` (reports/bench/: ws_speed.md, attack_speed.md), `make classifier`
-(reports/classifier/: real_classifier.md), `make encoder-words` (reports/encoder_words/: encoder_words.md) and, on a
-GPU machine, `make gpu-words` (reports/gpu_words/: gpu_words.md); each page already carries its header (date,
-machine, commit, command: wslight.records.pages). A run whose pages are missing stops the copy before any file is
+(reports/classifier/: real_classifier.md), `make encoder-words` (reports/encoder_words/: encoder_words.md), `make
+encoder-continuous` (reports/encoder_continuous/: encoder_continuous.md) and, on a GPU machine, `make gpu-words`
+(reports/gpu_words/: gpu_words.md); each page already carries its header (date, machine, commit, command:
+wslight.records.pages). A run whose pages are missing stops the copy before any file is
 written: one line naming the command that writes them, exit status 2.
 
     python -m wslight.app.results_pages                     # make reproduce and make bench (= make results-pages)
@@ -48,6 +49,7 @@ RUNS = {
     "bench": Run("make bench", "bench", ("ws_speed.md", "attack_speed.md")),
     "classifier": Run("make classifier", "classifier", ("real_classifier.md",)),
     "encoder_words": Run("make encoder-words", "encoder_words", ("encoder_words.md",)),
+    "encoder_continuous": Run("make encoder-continuous", "encoder_continuous", ("encoder_continuous.md",)),
     "gpu_words": Run("make gpu-words", "gpu_words", ("gpu_words.md",)),
 }
 
