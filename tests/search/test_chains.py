@@ -235,7 +235,8 @@ def test_generic_path_first_round_runs_more_random_chains_after_the_usual_starts
 def test_homotopy_starts_are_the_best_points_of_the_larger_balls_brought_back_to_the_radius():
     """Each homotopy start is the direction of the best point of HOMOTOPY_CHAINS chains on the ball of radius s r.
 
-    That point lies on (or in) its ball and beats the chains' own starting points there.
+    That point lies on (or in) its ball and beats the chains' own starting points there; the balls, searched in one
+    round, give the points of one round per ball (float64, to 1e-12).
     """
     B, n, d = 2, 8, 16
     X = unit_rows(B, n, d, seed=3)
@@ -252,7 +253,8 @@ def test_homotopy_starts_are_the_best_points_of_the_larger_balls_brought_back_to
         R = scale * search.radius
         u0 = unit(seeded_draws([5], [0, 3], B, ascent.HOMOTOPY_CHAINS, d, "homotopy", k)).to(torch.float64) * R
         f0 = token.change_sq(u0)  # (1, B, 2, K) the chains' starting values on that ball
-        f_best, x_best, _ = search._round(token, u0, 64, R)
+        balls = torch.full((ascent.HOMOTOPY_CHAINS, 1), R, dtype=torch.float64)
+        f_best, x_best, _ = search._round(token, u0, 64, balls)  # one ball's round alone
         best = x_best.gather(3, f_best.argmax(-1)[..., None, None].expand(-1, -1, -1, 1, d))[:, :, :, 0]
         assert (best.norm(dim=-1) <= R * (1 + 1e-12)).all()
         assert (f_best.max(-1).values > f0.max(-1).values).all()  # the chains climbed on the larger ball

@@ -344,13 +344,13 @@ def float64_twin(token: TokenMove, X: Tensor) -> TokenMove:
     return twin if twin is not None else token_move(token.maps, X, token.positions, torch.float64)
 
 
-def project_ball(delta: Tensor, radius: float) -> Tensor:
-    """Project every Delta (..., d) onto the ball of the given radius around 0."""
+def project_ball(delta: Tensor, radius: float | Tensor) -> Tensor:
+    """Project every Delta (..., d) onto the ball of the given radius around 0 (a tensor: broadcast, (..., 1))."""
     norm = delta.norm(dim=-1, keepdim=True)
     return delta * torch.where(norm > radius, radius / norm.clamp_min(1e-300), torch.ones_like(norm))
 
 
-def tangent(x: Tensor, g: Tensor, radius: float) -> Tensor:
+def tangent(x: Tensor, g: Tensor, radius: float | Tensor) -> Tensor:
     """The ascent direction of the gradient g (..., d) at x (..., d) in the ball of the given radius.
 
     g itself, or its tangential part where x sits on the sphere and g points outwards (docs/theory.md §4.2).

@@ -126,8 +126,9 @@ class Search:
         for c0 in range(0, len(self.positions), pos_chunk):
             pos = self.positions[c0 : c0 + pos_chunk]
             token = build(pos)
+            chunk = self._generic_chunk(T * B * len(pos) * per_chain) if isinstance(token, GenericMove) else chain_chunk
             f_c, delta_c, j_c, steps_c, values_c = self._search(
-                token, self._starts(token, pos, seeds, dt, X, chain_chunk), pos, seeds, dt, chain_chunk
+                token, self._starts(token, pos, seeds, dt, X, chunk), pos, seeds, dt, chunk
             )
             values.append(values_c)
             # Deviation: the ball is centred on the clean token; the authors centre it at the noisy start
@@ -183,6 +184,16 @@ class Search:
             # position get the whole budget: splitting them would only re-read that memory once per batch
             chain_chunk = max(1, self.chunk_elements // max(1, T * B * per_chain))
         return pos_chunk, chain_chunk
+
+    def _generic_chunk(self, per_chain: int) -> int:
+        """Chains per batch on the generic path: as many as `chunk_elements` holds, at least `chains_per_round`.
+
+        `per_chain`: the elements one chain of every trial, sample and position takes. A batch costs a forward and a
+        backward of the module a step, much of it per call at small n (the pre-trained layer at n = 8, one review: 7 s
+        with every chain of a round in one batch, 28 s in batches of a round's width, the same S), and the chains are
+        independent: the same paths, batched otherwise.
+        """
+        return max(self.chains_per_round, self.chunk_elements // max(1, per_chain))
 
     def _starts(
         self, token: TokenMove, pos: list[int], seeds: list[int], dt: torch.dtype, X: Tensor, chain_chunk: int = 64
@@ -241,14 +252,18 @@ class Search:
         the best points of larger balls, brought back to radius r, start closer to them (docs/theory.md §4.3).
         """
         T, B, _, d = X.shape
-        out = [torch.zeros(T, B, len(pos), 0, d, dtype=dt, device=X.device)]
-        for k, scale in enumerate(HOMOTOPY_SCALES):
-            draws = seeded_draws(seeds, pos, B, HOMOTOPY_CHAINS, d, "homotopy", k)
-            radius = scale * self.radius
-            f, x, _ = self._round(token, unit(draws).to(device=X.device, dtype=dt) * radius, chain_chunk, radius)
-            best = f.argmax(dim=-1, keepdim=True).to(x.device)  # (T, B, P, 1)
-            out.append(unit(x.gather(3, best[..., None].expand(*best.shape, d))))
-        return torch.cat(out, dim=3)
+        K = len(HOMOTOPY_SCALES)
+        if K == 0:
+            return torch.zeros(T, B, len(pos), 0, d, dtype=dt, device=X.device)
+        draws = [seeded_draws(seeds, pos, B, HOMOTOPY_CHAINS, d, "homotopy", k) for k in range(K)]
+        scales = torch.tensor(HOMOTOPY_SCALES, dtype=dt, device=X.device).repeat_interleave(HOMOTOPY_CHAINS)
+        radius = (scales * self.radius)[:, None]  # (K HOMOTOPY_CHAINS, 1): each chain on its scale's ball
+        starts = unit(torch.cat(draws, dim=3)).to(device=X.device, dtype=dt) * radius
+        # every ball's chains in one round (its chains are independent: the same paths as one round per ball)
+        f, x, _ = self._round(token, starts, chain_chunk, radius)
+        best = f.unflatten(3, (K, HOMOTOPY_CHAINS)).argmax(dim=-1).to(x.device)  # (T, B, P, K)
+        best += torch.arange(K, device=x.device) * HOMOTOPY_CHAINS
+        return unit(x.gather(3, best[..., None].expand(*best.shape, d)))
 
     def _search(
         self, token: TokenMove, starts: Tensor, pos: list[int], seeds: list[int], dt: torch.dtype, chain_chunk: int
@@ -410,11 +425,12 @@ class Search:
         return isinstance(token, GenericMove)
 
     def _round(
-        self, token: TokenMove, starts: Tensor, chain_chunk: int, radius: float | None = None
+        self, token: TokenMove, starts: Tensor, chain_chunk: int, radius: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
         """One round: every chain of `starts` (T, B, P, R, d) run to convergence, `chain_chunk` chains at a time.
 
-        On the ball of radius `radius` (None: the search's own; another one, for the homotopy starts, with plain steps).
+        On the ball of the search's radius, or (the homotopy starts, with plain steps) chain r on the ball of radius
+        radius[r] ((R, 1)).
 
         Returns:
             f (T, B, P, R) float64 on the CPU, each chain's best objective; x (T, B, P, R, d) its point; steps.
@@ -437,10 +453,13 @@ class Search:
         # the generic path (autograd, no structured starts) walks ridges, and so do closed forms with kinks (DeepRF's
         # ReLU layers); the other closed forms keep plain steps
         ridge = (closed is None or getattr(token, "ridges", False)) and radius is None
-        rule = MonotoneAscent(self.radius if radius is None else radius, self.lr, self.tol, self.window, ridge=ridge)
         live = getattr(token, "live_value_and_grad", None)  # the generic path: only the moving chains are evaluated
-        chunks = [starts[:, :, :, r0 : r0 + chain_chunk].contiguous() for r0 in range(0, starts.shape[3], chain_chunk)]
-        out = [run_chains(evaluate, x0, rule, self.max_steps, restrict, live) for x0 in chunks]
+        out = []
+        for r0 in range(0, starts.shape[3], chain_chunk):
+            ball = self.radius if radius is None else radius[r0 : r0 + chain_chunk]
+            rule = MonotoneAscent(ball, self.lr, self.tol, self.window, ridge=ridge)
+            x0 = starts[:, :, :, r0 : r0 + chain_chunk].contiguous()
+            out.append(run_chains(evaluate, x0, rule, self.max_steps, restrict, live))
         return (
             torch.cat([c.best_f for c in out], dim=3).to(torch.float64).cpu(),
             torch.cat([c.best_x for c in out], dim=3),

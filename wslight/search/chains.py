@@ -199,7 +199,7 @@ class MonotoneAscent:
     steps zig-zag across and stall (docs/theory.md §4.3).
     """
 
-    radius: float
+    radius: float | Tensor  # a tensor (C, 1): one radius per chain column (the homotopy starts' balls)
     lr: float
     tol: float
     window: int
@@ -219,7 +219,7 @@ class MonotoneAscent:
             use = (c.extra["rejected"].abs().sum(-1, keepdim=True) > 0) & (shortest.abs().sum(-1, keepdim=True) > 0)
             direction = torch.where(use, shortest, direction)
         direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-        return project_ball(c.x + (c.extra["eta"] * self.radius)[..., None] * direction, self.radius)
+        return project_ball(c.x + c.extra["eta"][..., None] * self.radius * direction, self.radius)
 
     def accept(self, c: Chains, x: Tensor, f: Tensor, g: Tensor, t: int) -> None:
         """Keep each point that raised its chain's value; stop the chains that stalled.
