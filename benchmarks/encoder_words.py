@@ -5,7 +5,8 @@ Beside RAF and the encoder's single pre-trained attention layer.
 Runs, as a user types them: `evaluate.py --config configs/words/encoder.yaml` (RAF, `pretrained_attn` and the whole
 encoder, 6 layers), then the same config with `maps` set to the encoder's first 1 and first 2 layers. Each record is
 the exact best of every admissible vocabulary word at token 1 of a bundled review (S_words), the same reviews in
-every cell. The continuous S is left out (`continuous: false`): through six layers its search is a job for a GPU.
+every cell. The continuous S is left out (`continuous: false`): through six layers its search takes about 10 minutes
+a review on one core (benchmarks/encoder_continuous.py runs it on fewer reviews and cells).
 
 Writes the results page encoder_words.md (the table, the slopes, the words, with date, machine and commit) into --page:
 

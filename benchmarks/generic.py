@@ -18,6 +18,7 @@ side's share within 1% of the best known value (target: >= 95%) with its worst r
     python benchmarks/generic.py --maps rf deep_rf --threads 1                # RF at d = 384, DeepRF at its config's d
     python benchmarks/generic.py --maps raf --n 10 --trials 6 --threads 1     # one quick row
     python benchmarks/generic.py --threads 1 --page docs/results              # also write generic_speed.md there
+    python benchmarks/generic.py --maps rf deep_rf --n-for rf=10 --page reports/bench --page-name generic_rf.md
     python benchmarks/generic.py --maps pretrained_attn --n 16 64 --trials 6  # the single-token forward against the
                                                                               # full one (configs/ws/zoo.yaml's search)
 """
@@ -107,7 +108,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--trials", type=int, default=20, help="reviews per row, each with its own map")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--page", type=Path, default=None, help="a folder to write generic_speed.md into")
+    p.add_argument("--n-for", nargs="+", default=[], metavar="MAP=N,N", help="n of one map, e.g. rf=10")
+    p.add_argument("--page", type=Path, default=None, help="a folder to write the page into")
+    p.add_argument("--page-name", default="generic_speed.md", help="the page's file name")
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     lines = [
@@ -119,10 +122,11 @@ def main(argv: list[str] | None = None) -> None:
         "|" + "---|" * len(COLUMNS),
     ]
     print("\n".join(lines), flush=True)
+    n_for = {m: [int(v) for v in ns.split(",")] for m, ns in (item.split("=", 1) for item in a.n_for)}
     for name in a.maps:
         d = a.d or DIMS[name]
         warm_up(name, d)
-        for n in a.n:
+        for n in n_for.get(name, a.n):
             lines.append("| " + " | ".join(row(name, d, n, a)) + " |")
             print(lines[-1], flush=True)
     lines += ["", "target: the plain module within 3x the closed form's seconds, >= 95% of reviews within 1%"]
@@ -130,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.page is not None:
         command = ["python", "benchmarks/generic.py", *(sys.argv[1:] if argv is None else argv)]
         title = "A user's own map against the closed form"
-        print(write_page(a.page / "generic_speed.md", title, PageHeader.collect(command), [__doc__, "", *lines]))
+        print(write_page(a.page / a.page_name, title, PageHeader.collect(command), [__doc__, "", *lines]))
 
 
 if __name__ == "__main__":
