@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # evaluate.py); FULL=1 runs that plan's paper-size list (configs/paper/, a GPU machine with hub access).
 FULL ?= 0
 
-.PHONY: env test test-slow reproduce lint typecheck bench classifier encoder-words authors-code results-pages gpu-check gpu-words encoder-continuous docs clean
+.PHONY: env test test-slow reproduce lint typecheck bench classifier encoder-words authors-code results-pages gpu-check gpu-words encoder-continuous generic-speed docs clean
 
 env: $(VENV)/.installed
 
@@ -60,6 +60,14 @@ bench: env
 	$(PY) benchmarks/ws.py
 	$(PY) benchmarks/attack.py
 
+# Each map family as a plain module (the generic autograd path) against its closed form, on the same maps and 20
+# bundled reviews, with the tightness of both (benchmarks/generic.py): RAF and ReLU-RAF at n = 10, 50, then RF at
+# n = 10 and DeepRF at n = 10, 50; about 35 minutes on one thread; writes reports/generic/generic_speed.md and
+# generic_rf.md.
+generic-speed: env
+	$(PY) benchmarks/generic.py --maps raf relu_raf --page reports/generic
+	$(PY) benchmarks/generic.py --maps rf deep_rf --n-for rf=10 --page reports/generic --page-name generic_rf.md
+
 # The authors' own code, the baseline of benchmarks/attack.py: their public repository at commit b984775, cloned
 # into benchmarks/authors/ (git-ignored; it has no license, so none of it is copied into this repository).
 AUTHORS_CODE := benchmarks/authors/attention-sensitivity
@@ -88,7 +96,7 @@ encoder-continuous: env
 # The results pages of the latest `make reproduce` (reports/offline/) and `make bench` (reports/bench/) runs, with their
 # figures, copied into docs/results/; exits 2 naming the run whose pages are missing. RUNS=bench copies one run's
 # (RUNS=classifier: the page of `make classifier`; RUNS=encoder_words: that of `make encoder-words`;
-# RUNS=encoder_continuous: that of `make encoder-continuous`).
+# RUNS=encoder_continuous: that of `make encoder-continuous`; RUNS=generic: those of `make generic-speed`).
 RUNS ?= reproduce bench
 results-pages: env
 	$(PY) -m wslight.app.results_pages --runs $(RUNS)
