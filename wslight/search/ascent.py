@@ -186,14 +186,14 @@ class Search:
         return pos_chunk, chain_chunk
 
     def _generic_chunk(self, per_chain: int) -> int:
-        """Chains per batch on the generic path: as many as `chunk_elements` holds, at least `chains_per_round`.
+        """Chains per batch on the generic path: as many as `chunk_elements` holds (at least one).
 
         `per_chain`: the elements one chain of every trial, sample and position takes. A batch costs a forward and a
         backward of the module a step, much of it per call at small n (the pre-trained layer at n = 8, one review: 7 s
         with every chain of a round in one batch, 28 s in batches of a round's width, the same S), and the chains are
         independent: the same paths, batched otherwise.
         """
-        return max(self.chains_per_round, self.chunk_elements // max(1, per_chain))
+        return max(1, self.chunk_elements // max(1, per_chain))
 
     def _starts(
         self, token: TokenMove, pos: list[int], seeds: list[int], dt: torch.dtype, X: Tensor, chain_chunk: int = 64

@@ -199,7 +199,9 @@ class MonotoneAscent:
     steps zig-zag across and stall (docs/theory.md §4.3).
     """
 
-    radius: float | Tensor  # a tensor (C, 1): one radius per chain column (the homotopy starts' balls)
+    # a tensor (C, 1): one radius per chain column (the homotopy starts' balls), for engines that keep every column
+    # in place (the generic path's live evaluation; a narrowing `restrict` would reorder the columns)
+    radius: float | Tensor
     lr: float
     tol: float
     window: int
