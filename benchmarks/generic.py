@@ -12,7 +12,8 @@ The best known value of a review is the largest S of the two runs and of a close
 (at most 256); tightness is the share of reviews within 1% of it (S >= 0.99 S_best).
 
 Columns: seconds per trial of the closed form and of the plain module, their ratio (target: at most 3), and each
-side's share within 1% of the best known value (target: >= 95%) with its worst ratio S / S_best.
+side's share within 1% of the best known value (target: >= 95%) with its worst ratio S / S_best. The attention
+sublayers' rows have no target (their first side is no closed form: the larger the ratio, the more it gains).
 
     python benchmarks/generic.py --threads 1                                  # RAF and ReLU-RAF, d = 384, n = 10, 50
     python benchmarks/generic.py --maps rf deep_rf --threads 1                # RF at d = 384, DeepRF at its config's d
@@ -42,6 +43,7 @@ from wslight.search.sensitivity import word_sensitivity
 # (map, d): RAF, ReLU-RAF and RF at the bundled MiniLM's width, DeepRF at its config's d (configs/ws/deep_rf.yaml); the
 # attention sublayers of the zoo, whose own side is their single-token forward on the generic path (`token_moves`)
 DIMS = {"rf": 384, "deep_rf": 64, "raf": 384, "relu_raf": 384, "transformer": 384, "pretrained_attn": 384}
+SINGLE_TOKEN = ("transformer", "pretrained_attn")  # no closed form: their first side is their `token_moves`
 COLUMNS = ["map", "d", "n", "closed form s/trial", "plain module s/trial", "ratio", "closed form within 1% (worst)"]
 COLUMNS += ["plain module within 1% (worst)", "target"]
 
@@ -84,10 +86,11 @@ def row(name: str, d: int, n: int, a: argparse.Namespace) -> list[str]:
     best = torch.stack([closed, plain, wide]).max(dim=0).values
     ratio = plain_sec / closed_sec
     ok = ratio <= 3 and (plain >= 0.99 * best).double().mean().item() >= 0.95
+    target = "-" if name in SINGLE_TOKEN else "PASS" if ok else "FAIL"  # the 3x target is a closed form's
     return [name, str(d), str(n), f"{closed_sec:.3f}", f"{plain_sec:.3f}", f"{ratio:.1f}x"] + [
         tightness(closed, best),
         tightness(plain, best),
-        "PASS" if ok else "FAIL",
+        target,
     ]
 
 
