@@ -14,7 +14,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from .move import per_trial, project_ball, tangent_unit
+from .ball import project_ball, tangent_unit
+from .move import per_trial
 from .rows import token_mixes, unit
 
 # ReLU-RAF self-capture starts: their steps (their mixes of x_i and the attracting direction: `token_mixes`)

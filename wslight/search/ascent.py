@@ -15,8 +15,10 @@ import torch
 from torch import Tensor
 
 from ..base import validate
-from ..features.move import GenericMove, TokenMove, project_ball, trial_selector
+from ..features.ball import project_ball
+from ..features.move import GenericMove, TokenMove, trial_selector
 from ..features.rows import REMOVAL_ROWS, REMOVAL_SINGULAR, ROW_LIMIT, unit
+from .batching import chunk_sizes, generic_chunk
 from .chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
 from .kept import KeptChains, candidate_values
 from .radius_split import ALLOCATION_RANDOM, allocated_start
@@ -117,7 +119,7 @@ class Search:
             one_chunk: all positions in one chunk (the algebra draws its map for exactly these positions).
         """
         T, B, n, d = X.shape
-        pos_chunk, chain_chunk = self._chunks(T, B, per_chain, per_pos, one_chunk)
+        pos_chunk, chain_chunk = chunk_sizes(self, T, B, per_chain, per_pos, one_chunk)
         steps = torch.zeros(T, B, dtype=torch.long)  # most steps of any chain
         # the best chains of every chunk, FINAL_CANDIDATES each: their objective, Delta, position, S, ||phi(X)||,
         # bound factor (S and ||phi(X)|| stay NaN unless the algebra has an exact64)
@@ -126,7 +128,8 @@ class Search:
         for c0 in range(0, len(self.positions), pos_chunk):
             pos = self.positions[c0 : c0 + pos_chunk]
             token = build(pos)
-            chunk = self._generic_chunk(T * B * len(pos) * per_chain) if isinstance(token, GenericMove) else chain_chunk
+            generic = isinstance(token, GenericMove)
+            chunk = generic_chunk(self.chunk_elements, T * B * len(pos) * per_chain) if generic else chain_chunk
             f_c, delta_c, j_c, steps_c, values_c = self._search(
                 token, self._starts(token, pos, seeds, dt, X, chunk), pos, seeds, dt, chunk
             )
@@ -170,30 +173,6 @@ class Search:
             near_best=near_best(every, chosen(f), squared=True),
             bound=None if factor_best.isnan().all() else factor_best * delta_norm / chosen(phi_norm),
         )
-
-    def _chunks(self, T: int, B: int, per_chain: int, per_pos: int, one_chunk: bool) -> tuple[int, int]:
-        """Positions per chunk and chains per batch, within `chunk_elements`."""
-        # the first round carries the second round's chains when there is a second round (`_search`)
-        wide = self.chains_per_round * (2 if self.max_chains > self.chains_per_round else 1)
-        chains_per_pos = T * B * wide
-        pos_chunk = max(1, self.chunk_elements // (chains_per_pos * per_chain + T * per_pos))
-        pos_chunk = len(self.positions) if one_chunk else pos_chunk
-        chain_chunk = wide
-        if pos_chunk == 1 and chains_per_pos * per_chain + T * per_pos > self.chunk_elements:
-            # the position's own memory (e.g. RF blocks) is held whatever the chain batching, so the chains of one
-            # position get the whole budget: splitting them would only re-read that memory once per batch
-            chain_chunk = max(1, self.chunk_elements // max(1, T * B * per_chain))
-        return pos_chunk, chain_chunk
-
-    def _generic_chunk(self, per_chain: int) -> int:
-        """Chains per batch on the generic path: as many as `chunk_elements` holds (at least one).
-
-        `per_chain`: the elements one chain of every trial, sample and position takes. A batch costs a forward and a
-        backward of the module a step, much of it per call at small n (the pre-trained layer at n = 8, one review: 7 s
-        with every chain of a round in one batch, 28 s in batches of a round's width, the same S), and the chains are
-        independent: the same paths, batched otherwise.
-        """
-        return max(1, self.chunk_elements // max(1, per_chain))
 
     def _starts(
         self, token: TokenMove, pos: list[int], seeds: list[int], dt: torch.dtype, X: Tensor, chain_chunk: int = 64
