@@ -27,9 +27,10 @@ sys.path.insert(0, str(ROOT))
 
 from commands import evaluate, page_arguments  # noqa: E402
 from encoder_words import CONFIG, best_words, label, mean_sd  # noqa: E402
+from encoder_words import slopes as word_slopes  # noqa: E402
 
 from wslight.records.pages import PageHeader, write_page  # noqa: E402
-from wslight.records.summary import markdown_table, slope_table  # noqa: E402
+from wslight.records.summary import markdown_table  # noqa: E402
 
 
 def encoder(layers: int) -> str:
@@ -58,9 +59,8 @@ def slopes(records: list[dict]) -> list[dict]:
     """The slopes of log S and log S_words against log n per map (least squares over every review, 95% interval)."""
     out: dict[str, dict] = {}
     for key, column in (("ws", "slope of S"), ("ws_words", "slope of S_words")):
-        for r in slope_table([{**r, "map": label(r), "ws": r[key]} for r in records]):
-            interval = f"{r['slope']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]"
-            out.setdefault(r["map"], {"map": r["map"]})[column] = interval
+        for r in word_slopes(records, key, column):
+            out.setdefault(r["map"], {"map": r["map"]})[column] = r[column]
     return [{"map": m, **{c: row.get(c, "-") for c in ("slope of S", "slope of S_words")}} for m, row in out.items()]
 
 

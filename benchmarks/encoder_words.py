@@ -63,13 +63,10 @@ def table(records: list[dict]) -> list[dict]:
     return rows
 
 
-def slopes(records: list[dict]) -> list[dict]:
-    """The slope of log S_words against log n per map (least squares over every review, 95% interval)."""
-    fitted = slope_table([{**r, "map": label(r), "ws": r["ws_words"]} for r in records])
-    return [
-        {"map": r["map"], "slope of S_words": f"{r['slope']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]"}
-        for r in fitted
-    ]
+def slopes(records: list[dict], key: str = "ws_words", column: str = "slope of S_words") -> list[dict]:
+    """The slope of log records[key] against log n per map (least squares over every review, 95% interval)."""
+    fitted = slope_table([{**r, "map": label(r), "ws": r[key]} for r in records])
+    return [{"map": r["map"], column: f"{r['slope']:+.2f} [{r['ci_low']:+.2f}, {r['ci_high']:+.2f}]"} for r in fitted]
 
 
 def best_words(records: list[dict], k: int = 6) -> str:

@@ -385,7 +385,11 @@ def trial_features(maps: Sequence[nn.Module], X: Tensor) -> Tensor:
 
 def float64_forward(feature_map: nn.Module) -> Callable[[Tensor], Tensor]:
     """The forward of a float64 copy of the map (its weights cast): x -> phi(x) in float64."""
-    double = copy.deepcopy(feature_map).to(torch.float64)
+    return _forward64(copy.deepcopy(feature_map).to(torch.float64))
+
+
+def _forward64(double: nn.Module) -> Callable[[Tensor], Tensor]:
+    """The forward of a map already cast to float64: x -> double(x) in float64."""
     return lambda x: double(x.to(torch.float64))
 
 
@@ -396,7 +400,7 @@ def float64_moves(feature_map: nn.Module) -> Moves:
     the price of one token), else its full forward of every moved copy.
     """
     double = copy.deepcopy(feature_map).to(torch.float64)
-    full = forward_moves(lambda x: double(x.to(torch.float64)))
+    full = forward_moves(_forward64(double))
 
     def moves(X: Tensor, i: int) -> Callable[[Tensor], Tensor]:
         one = _token_moves(double, X, [i])
