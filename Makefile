@@ -63,13 +63,15 @@ bench: env
 # Each map family as a plain module (the generic autograd path) against its closed form, on the same maps and 20
 # bundled reviews, with the tightness of both (benchmarks/generic.py): RAF and ReLU-RAF at n = 10, 50, then RF at
 # n = 10 and DeepRF at n = 10, 50; then the zoo's attention sublayers, their single-token forward against their full
-# one (4 reviews, n = 16, 64); about an hour on one thread; writes reports/generic/generic_speed.md, generic_rf.md and
-# generic_attention.md.
+# one (4 reviews, n = 16, 64); then what the plain modules' starts cost and buy (benchmarks/generic_starts.py: RAF and
+# ReLU-RAF with some starts left out); about 1.5 hours on one thread; writes reports/generic/generic_speed.md,
+# generic_rf.md, generic_attention.md and generic_starts.md.
 generic-speed: env
 	$(PY) benchmarks/generic.py --maps raf relu_raf --page reports/generic
 	$(PY) benchmarks/generic.py --maps rf deep_rf --n-for rf=10 --page reports/generic --page-name generic_rf.md
 	$(PY) benchmarks/generic.py --maps pretrained_attn transformer --n 16 64 --trials 4 --page reports/generic \
 		--page-name generic_attention.md
+	$(PY) benchmarks/generic_starts.py --page reports/generic
 
 # The authors' own code, the baseline of benchmarks/attack.py: their public repository at commit b984775, cloned
 # into benchmarks/authors/ (git-ignored; it has no license, so none of it is copied into this repository).

@@ -4,7 +4,7 @@ The pages come from `make reproduce` (reports/offline/: reproduction.md, and bey
 one-word stages), `make bench` (reports/bench/: ws_speed.md, attack_speed.md), `make classifier`
 (reports/classifier/: real_classifier.md), `make encoder-words` (reports/encoder_words/: encoder_words.md), `make
 encoder-continuous` (reports/encoder_continuous/: encoder_continuous.md), `make generic-speed` (reports/generic/:
-generic_speed.md, generic_rf.md, generic_attention.md) and, on a GPU machine, `make gpu-words`
+generic_speed.md, generic_rf.md, generic_attention.md, generic_starts.md) and, on a GPU machine, `make gpu-words`
 (reports/gpu_words/: gpu_words.md); each page already carries its header (date, machine, commit, command:
 wslight.records.pages). A run whose pages are missing stops the copy before any file is
 written: one line naming the command that writes them, exit status 2.
@@ -52,7 +52,11 @@ RUNS = {
     "encoder_words": Run("make encoder-words", "encoder_words", ("encoder_words.md",)),
     "encoder_continuous": Run("make encoder-continuous", "encoder_continuous", ("encoder_continuous.md",)),
     "gpu_words": Run("make gpu-words", "gpu_words", ("gpu_words.md",)),
-    "generic": Run("make generic-speed", "generic", ("generic_speed.md", "generic_rf.md", "generic_attention.md")),
+    "generic": Run(
+        "make generic-speed",
+        "generic",
+        ("generic_speed.md", "generic_rf.md", "generic_attention.md", "generic_starts.md"),
+    ),
 }
 
 DEFAULT_RUNS = ("reproduce", "bench")  # as `make results-pages`; the other runs' pages are copied when asked for
