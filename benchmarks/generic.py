@@ -13,7 +13,8 @@ The best known value of a review is the largest S of the two runs and of a close
 
 Columns: seconds per trial of the closed form and of the plain module, their ratio (target: at most 3), and each
 side's share within 1% of the best known value (target: >= 95%) with its worst ratio S / S_best. The attention
-sublayers' rows have no target (their first side is no closed form: the larger the ratio, the more it gains).
+sublayers' rows have no target (their first side is no closed form: the larger the ratio, the more it gains); a run
+of those alone names its sides "single-token forward" and "full forward".
 
     python benchmarks/generic.py --threads 1                                  # RAF and ReLU-RAF, d = 384, n = 10, 50
     python benchmarks/generic.py --maps rf deep_rf --threads 1                # RF at d = 384, DeepRF at its config's d
@@ -44,8 +45,14 @@ from wslight.search.sensitivity import word_sensitivity
 # attention sublayers of the zoo, whose own side is their single-token forward on the generic path (`token_moves`)
 DIMS = {"rf": 384, "deep_rf": 64, "raf": 384, "relu_raf": 384, "transformer": 384, "pretrained_attn": 384}
 SINGLE_TOKEN = ("transformer", "pretrained_attn")  # no closed form: their first side is their `token_moves`
-COLUMNS = ["map", "d", "n", "closed form s/trial", "plain module s/trial", "ratio", "closed form within 1% (worst)"]
-COLUMNS += ["plain module within 1% (worst)", "target"]
+
+
+def columns(maps: list[str]) -> list[str]:
+    """The table's header: the two sides named as they are for these maps (a closed form, or a single-token forward)."""
+    first = "single-token forward" if all(m in SINGLE_TOKEN for m in maps) else "closed form"
+    second = "full forward" if first == "single-token forward" else "plain module"
+    sides = [f"{first} s/trial", f"{second} s/trial", "ratio", f"{first} within 1% (worst)"]
+    return ["map", "d", "n", *sides, f"{second} within 1% (worst)", "target"]
 
 
 class Plain(nn.Module):
@@ -121,8 +128,8 @@ def main(argv: list[str] | None = None) -> None:
         "float32, the family's shipped search on both sides; best known: the largest S of both runs and of a "
         "closed-form search with 64 chains a round",
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        "| " + " | ".join(columns(a.maps)) + " |",
+        "|" + "---|" * len(columns(a.maps)),
     ]
     print("\n".join(lines), flush=True)
     n_for = {m: [int(v) for v in ns.split(",")] for m, ns in (item.split("=", 1) for item in a.n_for)}
