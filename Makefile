@@ -92,8 +92,8 @@ classifier: env
 encoder-words: env
 	$(PY) benchmarks/encoder_words.py --out reports/encoder_words/runs --page reports/encoder_words
 
-# The continuous S of the whole encoder (L = 1, 2; 6 at n = 8, 16) beside S_words, RAF and the single layer:
-# evaluate.py on configs/words/encoder.yaml with continuous: true, 3 reviews a cell, about 75 minutes on 2 cores;
+# The continuous S of the whole encoder (L = 1, 2 and 6 at n = 8, 16, 32) beside S_words, RAF and the single layer:
+# evaluate.py on configs/words/encoder.yaml with continuous: true, 3 reviews a cell, about two hours on 2 cores;
 # writes reports/encoder_continuous/encoder_continuous.md after each run (resumable: run it again after a stop).
 encoder-continuous: env
 	$(PY) benchmarks/encoder_continuous.py --out reports/encoder_continuous/runs --page reports/encoder_continuous

@@ -6,7 +6,8 @@ the paper's random attention? Runs, as a user types them, `evaluate.py --config 
 
 1. RAF and `pretrained_attn` (the encoder's first attention sublayer alone), n in --n;
 2. the encoder's first L layers (`pretrained_encoder`, per token) for L = 1, 2, n in --n;
-3. all 6 layers, n in --n-deep (the search through six layers costs about six times one layer's).
+3. all 6 layers, one run per entry of --n-deep (a comma list: those n in one run; the search through six layers
+   costs about six times one layer's, so a larger n is a run of its own, added without touching the finished ones).
 
 Each record holds S (the generic search's lower bound, with its chains and `near_best`, the chains that ended within
 1% of it) and S_words of the same review and token. The page is rewritten after each run, so an interrupted run
@@ -64,16 +65,29 @@ def slopes(records: list[dict]) -> list[dict]:
     return [{"map": m, **{c: row.get(c, "-") for c in ("slope of S", "slope of S_words")}} for m, row in out.items()]
 
 
+def n_list(text: str) -> list[int]:
+    """One --n-deep entry: n values separated by commas, run together."""
+    return [int(n) for n in text.split(",")]
+
+
 def arguments(parser) -> None:  # type: ignore[no-untyped-def]
     parser.add_argument("--reviews", type=int, default=3, help="bundled reviews per cell (the same in every cell)")
     parser.add_argument("--n", type=int, nargs="+", default=[8, 16, 32], help="n of RAF, the single layer, L = 1, 2")
-    parser.add_argument("--n-deep", type=int, nargs="+", default=[8, 16], help="n of the whole encoder (L = 6)")
+    parser.add_argument(
+        "--n-deep",
+        type=n_list,
+        nargs="+",
+        default=[[8, 16], [32]],
+        help="n of the whole encoder (L = 6), a run per entry",
+    )
 
 
 def main() -> None:
     a, command = page_arguments(__file__, __doc__ or "", "encoder_continuous", arguments)
     runs = [("RAF and the single layer", "[raf, pretrained_attn]", a.n)]
-    runs += [(f"L = {L}", encoder(L), a.n) for L in (1, 2)] + [("L = 6", encoder(6), a.n_deep)]
+    runs += [(f"L = {L}", encoder(L), a.n) for L in (1, 2)]
+    for ns in a.n_deep:
+        runs.append((f"L = 6 (n = {', '.join(map(str, ns))})", encoder(6), ns))
     records: list[dict] = []
     walls: list[str] = []
     for done, (name, maps, ns) in enumerate(runs, 1):
