@@ -34,11 +34,17 @@ from pathlib import Path
 from unittest import mock
 
 import torch
-from generic import DIMS, Plain, tightness, timed, warm_up  # benchmarks/generic.py, beside this
-from ws import CONFIGS, map_seeds, samples, shipped_search, start_seeds  # benchmarks/ws.py
+from generic import (
+    DIMS,
+    Plain,
+    best_known,
+    cell_inputs,
+    tightness,
+    timed,
+    warm_up,
+)  # benchmarks/generic.py, beside this
 
 import wslight.search.ascent as ascent
-from wslight.features import make_map
 from wslight.features.move import GenericMove
 from wslight.records.pages import PageHeader, write_page
 
@@ -55,7 +61,7 @@ COLUMNS = ["map", "n", "search", "s/trial", "ratio to closed form", "within 1% (
 
 @contextmanager
 def starts_left_out(homotopy: bool, extra: bool, rows: bool) -> Iterator[None]:
-    """The generic search with the starts switched off left out, for the duration of the block."""
+    """The generic search without the starts whose switch is False, for the duration of the block."""
     with ExitStack() as stack:
         if not homotopy:
             stack.enter_context(mock.patch.object(ascent, "HOMOTOPY_SCALES", ()))
@@ -68,17 +74,12 @@ def starts_left_out(homotopy: bool, extra: bool, rows: bool) -> Iterator[None]:
 
 def cell(name: str, n: int, a: argparse.Namespace) -> list[list[str]]:
     """The rows of one (map, n): the closed form, then each variant of the plain module's search."""
-    d = DIMS[name]
-    X = samples("imdb", a.trials, n, d, a.seed)[:, None].float()  # (T, 1, n, d): one review per trial
-    maps = [make_map(name, n, d, s) for s in map_seeds(a.seed, a.trials)]
-    seeds = start_seeds(a.seed, a.trials)
-    settings = shipped_search(name, CONFIGS / f"{name}.yaml")
+    X, maps, seeds, settings = cell_inputs(name, DIMS[name], n, a)
     runs = {"closed form": timed(maps, X, seeds, settings)}
     for label, switches in VARIANTS.items():
         with starts_left_out(*switches):
             runs[label] = timed([Plain(m) for m in maps], X, seeds, settings)
-    wide, _ = timed(maps, X, seeds, settings.replace(chains_per_round=64, max_chains=256))
-    best = torch.stack([S for S, _ in runs.values()] + [wide]).max(dim=0).values
+    best = best_known([S for S, _ in runs.values()], maps, X, seeds, settings)
     closed_sec = runs["closed form"][1]
     return [
         [name, str(n), label, f"{sec:.3f}", f"{sec / closed_sec:.1f}x", tightness(S, best)]
