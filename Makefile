@@ -101,10 +101,13 @@ encoder-continuous: env
 # The results pages of the latest `make reproduce` (reports/offline/) and `make bench` (reports/bench/) runs, with their
 # figures, copied into docs/results/; exits 2 naming the run whose pages are missing. RUNS=bench copies one run's
 # (RUNS=classifier: the page of `make classifier`; RUNS=encoder_words: that of `make encoder-words`;
-# RUNS=encoder_continuous: that of `make encoder-continuous`; RUNS=generic: those of `make generic-speed`).
+# RUNS=encoder_continuous: that of `make encoder-continuous`; RUNS=generic: those of `make generic-speed`). A page that
+# covers less than the one in docs/results/ (a section missing, fewer records: a run of a few stages) is refused with
+# exit 2 before anything is copied; REPLACE=1 replaces it anyway.
 RUNS ?= reproduce bench
+REPLACE ?= 0
 results-pages: env
-	$(PY) -m wslight.app.results_pages --runs $(RUNS)
+	$(PY) -m wslight.app.results_pages --runs $(RUNS)$(if $(filter 1,$(REPLACE)), --replace,)
 
 # On a GPU machine: `pytest -m gpu` and a short GPU benchmark (benchmarks/gpu_check.py) in about 8 minutes, with the
 # python that already holds a CUDA build of torch (no virtual environment is made); prints a markdown table and writes

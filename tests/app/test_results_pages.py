@@ -63,3 +63,47 @@ def test_the_classifier_page_is_copied_when_asked_for_and_named_when_missing(tmp
     write_run(reports, "classifier", ["real_classifier.md"])
     results_pages.main(["--runs", "classifier", "--reports", str(reports), "--docs", str(docs)])
     assert (docs / "real_classifier.md").read_text() == (reports / "classifier" / "real_classifier.md").read_text()
+
+
+def reproduction_page(stages, records):
+    """A reproduction page whose stage table lists `stages` (records each) and has a section per stage."""
+    rows = [f"| {s} | title | {records} | 1 s |" for s in stages]
+    sections = [f"## Stage {s}\n\ntext\n" for s in stages]
+    total = f"| **all** | | {records * len(stages)} | **1 s** |"
+    return "\n".join(["# Reproduction", "", "## Wall time per stage", "", *rows, total, "", *sections])
+
+
+def test_a_page_that_covers_fewer_stages_than_the_docs_one_is_refused_unless_asked(tmp_path, capsys):
+    reports, docs = tmp_path / "reports", tmp_path / "docs"
+    (reports / "offline").mkdir(parents=True)
+    docs.mkdir()
+    committed = reproduction_page([f"s{i}" for i in range(13)], 150)
+    (docs / "reproduction.md").write_text(committed)
+    (reports / "offline" / "reproduction.md").write_text(reproduction_page(["s9"], 334))  # `--only s9`
+    argv = ["--reports", str(reports), "--docs", str(docs), "--runs", "reproduce"]
+    with pytest.raises(SystemExit) as exc:
+        results_pages.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert "covers 2 sections, 334 records where" in err and "covers 14 sections, 1,950 records" in err
+    assert "lacks 'Stage s0', 'Stage s1', 'Stage s2' and 9 more" in err and "REPLACE=1" in err
+    assert (docs / "reproduction.md").read_text() == committed  # nothing replaced
+    results_pages.main([*argv, "--replace"])
+    assert (docs / "reproduction.md").read_text() == reproduction_page(["s9"], 334)
+
+
+def test_a_page_with_every_section_but_fewer_records_is_refused_and_a_wider_one_replaces(tmp_path, capsys):
+    reports, docs = tmp_path / "reports", tmp_path / "docs"
+    (reports / "offline").mkdir(parents=True)
+    docs.mkdir()
+    (docs / "reproduction.md").write_text(reproduction_page(["a", "b"], 10))
+    (reports / "offline" / "reproduction.md").write_text(reproduction_page(["a", "b"], 9))
+    argv = ["--reports", str(reports), "--docs", str(docs), "--runs", "reproduce"]
+    with pytest.raises(SystemExit):
+        results_pages.main(argv)
+    assert "it has fewer records" in capsys.readouterr().err
+    wider = reproduction_page(["a", "b", "c"], 10)  # a new stage: more sections, more records
+    (reports / "offline" / "reproduction.md").write_text(wider)
+    results_pages.main(argv)
+    assert (docs / "reproduction.md").read_text() == wider

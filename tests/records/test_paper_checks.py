@@ -8,12 +8,17 @@ import math
 
 import pytest
 
-from wslight.records.checks import CLAIM, HYPOTHESIS, Check, checks_report, tally
+from wslight.records.checks import CLAIM, HYPOTHESIS, Check, checks_report, combined, ordered, tally
 from wslight.records.hypotheses import check_words_raf, check_words_rf
 from wslight.records.paper_checks import all_checks
 from wslight.records.paper_claims import (
+    ERR_RESOLUTION,
+    check_attention_edit,
     check_closed_forms,
+    check_deep_rf_decays,
     check_raf_flat,
+    check_relu_raf,
+    check_relu_raf_less_reliable,
     check_rf_bound,
     check_rf_cannot_flip,
     check_rf_sqrt_n_flat,
@@ -75,10 +80,11 @@ def test_each_check_declares_its_kind_and_without_records_none_is_measured():
     assert {r.status for r in rows if r.kind == HYPOTHESIS} == {"not measured"}
 
 
-def att_rec(N, d, D1, y=1.0, n=40, loss="err"):
+def att_rec(N, d, D1, y=1.0, n=40, loss="err", m="rf", p=0.0):
     return {
         "experiment": "attack",
-        "map": "rf",
+        "map": m,
+        "p": p,
         "N": N,
         "n": n,
         "d": d,
@@ -189,3 +195,66 @@ def test_a_hypothesis_that_does_not_hold_is_no_fail_of_a_faithful_reproduction()
     paper, hypotheses = report_parts(rows)
     assert "\n1 PASS, 0 FAIL, 0 N/A.\n" in paper and "**FAIL**" not in paper + hypotheses
     assert "**not supported**" in hypotheses
+
+
+def test_a_comparison_within_its_resolution_is_a_tie_not_a_verdict():
+    assert ordered(0.5, 0.1, 1e-6) == "PASS" and ordered(0.1, 0.5, 1e-6) == "FAIL"
+    assert ordered(7.531620926502857, 7.531620926502856, 1e-6) == "TIE"  # one rounding apart: either order
+    assert ordered(7.531620926502856, 7.531620926502857, 1e-6) == "TIE"
+    assert ordered(1.0, 1.0, 0.0, HYPOTHESIS) == "undecided"
+    assert combined(["PASS", "TIE", "PASS"]) == "TIE" and combined(["TIE", "FAIL"]) == "FAIL"
+    assert combined(["PASS", "PASS"]) == "PASS"
+    rows = [Check("11", "w", "m", "e", "TIE"), Check("3", "w", "m", "e", "PASS")]
+    assert tally(rows, CLAIM) == "1 PASS, 0 FAIL, 0 N/A, 1 TIE"  # a tie is counted where there is one
+
+
+def relu_vs_raf(err_relu, err_raf, loss="err", p=0.0, n=120):
+    """Attack records of both maps at n, with their Err (D1 = sqrt(err) - 1 for y = 1: a flip when err < 1)."""
+    return [
+        att_rec(400, 384, math.sqrt(e) - 1, n=n, loss=loss, m=m, p=p)
+        for m, errs in (("relu_raf", err_relu), ("raf", err_raf))
+        for e in errs
+    ]
+
+
+def test_check_11_ties_where_both_medians_are_zero_to_rounding_as_the_offline_grid_of_loss_err():
+    """Both maps flip every head with loss err: medians 2e-13 against 1e-13 read TIE, in either order."""
+    for relu, raf in ((2e-13, 1e-13), (1e-13, 2e-13)):
+        check = check_relu_raf_less_reliable(relu_vs_raf([relu] * 3, [raf] * 3))
+        assert check.status == "TIE", check
+        assert "not distinguishable at this grid" in check.measured
+
+
+def test_check_11_is_decided_on_the_penalized_loss_at_its_largest_p():
+    tied_err = relu_vs_raf([1e-13] * 3, [2e-13] * 3)
+    less = relu_vs_raf([0.5] * 3, [0.12] * 3, "penalized", 1.0) + relu_vs_raf([0.02] * 3, [0.01] * 3, "penalized", 0.1)
+    check = check_relu_raf_less_reliable(tied_err + less)
+    assert check.status == "PASS"
+    assert check.measured.startswith("penalized p=1 (decides): ReLU-RAF flip 1.00, median err 0.5; RAF flip 1.00")
+    assert "err: ReLU-RAF" in check.measured and "not distinguishable" in check.measured  # loss err reported beside
+    more = relu_vs_raf([0.1] * 3, [0.4] * 3, "penalized", 1.0)
+    assert check_relu_raf_less_reliable(tied_err + more).status == "FAIL"
+    close = relu_vs_raf([0.3] * 3, [0.3 + ERR_RESOLUTION / 2] * 3, "penalized", 1.0)
+    assert check_relu_raf_less_reliable(close).status == "TIE"
+    assert check_relu_raf_less_reliable(relu_vs_raf([0.5] * 3, [0.1] * 3, n=40)).status == "N/A"  # not at n = 120
+
+
+def test_comparisons_of_s_and_of_attention_tie_within_their_resolution():
+    """Checks 4, 6 and 12 compare two quantities: equal up to rounding reads TIE, a real gap a verdict."""
+    tied = [ws_rec("deep_rf", 8, n, 0.3 * (1 + 1e-12 * (n == 10))) for n in (10, 80)]
+    assert check_deep_rf_decays(tied).status == "TIE" and "not distinguishable" in check_deep_rf_decays(tied).measured
+    assert check_deep_rf_decays([ws_rec("deep_rf", 8, n, 0.3 / n**0.5) for n in (10, 80)]).status == "PASS"
+    relu = [ws_rec("relu_raf", 8, n, 0.8) for n in (10, 120)]
+    raf = [ws_rec("raf", 8, n, 2.0) for n in (10, 120)]
+    assert check_relu_raf(relu + raf).status == "TIE"  # ReLU-RAF flat to rounding in n
+    assert check_relu_raf([ws_rec("relu_raf", 8, n, 8 / n) for n in (10, 120)] + raf).status == "PASS"
+
+    def edit(a, b):
+        return [
+            {"probe": "attention_edit", "query_token_a": "love", "key": 3, "key_token_a": "much",
+             "key_token_b": "smile", "attention_a": a, "attention_b": b}
+        ]  # fmt: skip
+
+    assert check_attention_edit(edit(0.14, 0.25)).status == "PASS"
+    assert check_attention_edit(edit(0.2, 0.2 + 1e-9)).status == "TIE"
+    assert check_attention_edit(edit(0.25, 0.14)).status == "FAIL"

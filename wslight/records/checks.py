@@ -3,8 +3,10 @@
 A claim of the paper (or a sanity check of a faithful reproduction of it) reads PASS / FAIL; a hypothesis this
 package tests beyond the paper reads as a finding, supported / not supported: its being wrong is a result, not a
 failed reproduction. Either reads N/A / not measured, with the reason, when the run holds no records it could be
-computed from. `checks_report` renders the two kinds as two parts of the report. The checks themselves:
-`wslight.records.paper_claims` (docs/theory.md §8) and `wslight.records.hypotheses` (docs/theory.md §13).
+computed from, and TIE / undecided when it compares two quantities that agree within their resolution (`ordered`):
+a verdict there would be decided by rounding, and flip from machine to machine. `checks_report` renders the two kinds
+as two parts of the report. The checks themselves: `wslight.records.paper_claims` (docs/theory.md §8) and
+`wslight.records.hypotheses` (docs/theory.md §13).
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ Kind = Literal["claim", "hypothesis"]
 CLAIM: Kind = "claim"  # a claim of the paper, or a sanity check of a faithful reproduction of it
 HYPOTHESIS: Kind = "hypothesis"  # a hypothesis this package tests beyond the paper
 
-# the statuses of each kind: holds, does not hold, no records to compute it from
-STATUSES: dict[Kind, tuple[str, str, str]] = {
-    CLAIM: ("PASS", "FAIL", "N/A"),
-    HYPOTHESIS: ("supported", "not supported", "not measured"),
+# the statuses of each kind: holds, does not hold, no records to compute it from, not distinguishable at this grid
+STATUSES: dict[Kind, tuple[str, str, str, str]] = {
+    CLAIM: ("PASS", "FAIL", "N/A", "TIE"),
+    HYPOTHESIS: ("supported", "not supported", "not measured", "undecided"),
 }
 
 
@@ -27,8 +29,8 @@ STATUSES: dict[Kind, tuple[str, str, str]] = {
 class Check:
     """One row of the checks: what is tested, the measured value, the expectation and the status.
 
-    `kind` is `CLAIM` (status PASS, FAIL or N/A) or `HYPOTHESIS` (status supported, not supported or not measured:
-    a verdict worded as a finding, never a FAIL).
+    `kind` is `CLAIM` (status PASS, FAIL, N/A or TIE) or `HYPOTHESIS` (status supported, not supported, not measured
+    or undecided: a verdict worded as a finding, never a FAIL).
     """
 
     id: str
@@ -51,6 +53,31 @@ def verdict(ok: bool, kind: Kind = CLAIM) -> str:
     return STATUSES[kind][0 if ok else 1]
 
 
+def ordered(larger: float, smaller: float, resolution: float, kind: Kind = CLAIM) -> str:
+    """The status of the claim `larger > smaller`, compared only beyond `resolution`.
+
+    PASS when `larger` exceeds `smaller` by more than `resolution`, FAIL when it falls short by more, TIE (not
+    distinguishable at this grid) when the two agree within it. `resolution` is what the two sides are known to:
+    their rounding and the precision of the search or identity that produced them, never a statistical margin.
+    """
+    if abs(larger - smaller) <= resolution:
+        return STATUSES[kind][3]
+    return verdict(larger > smaller, kind)
+
+
+def combined(statuses: list[str], kind: Kind = CLAIM) -> str:
+    """The status of a check made of several comparisons: FAIL if any fails, else TIE if any ties, else PASS."""
+    passed, failed, _, tied = STATUSES[kind]
+    if failed in statuses:
+        return failed
+    return tied if tied in statuses else passed
+
+
+def tie_note(status: str, kind: Kind = CLAIM) -> str:
+    """The words a check's measured column adds when `status` is a tie ("" otherwise)."""
+    return " (not distinguishable at this grid: equal within their resolution)" if status == STATUSES[kind][3] else ""
+
+
 def unmeasured(id: str, what: str, expected: str, why: str, kind: Kind = CLAIM) -> Check:
     """The row of a check the run holds no records for: `why` in the measured column, N/A or not measured."""
     return Check(id, what, why, expected, STATUSES[kind][2], kind)
@@ -63,14 +90,15 @@ PARTS: dict[Kind, tuple[str, str, tuple[str, str, str, str]]] = {
     CLAIM: (
         "The paper's claims (docs/theory.md §8)",
         "What the paper claims, and the sanity checks a faithful reproduction of it must pass, each computed from "
-        "the results files: PASS or FAIL, N/A where the run holds no records to compute it from.",
+        "the results files: PASS or FAIL, N/A where the run holds no records to compute it from, TIE where its two "
+        "sides agree within their resolution (a verdict there would be decided by rounding).",
         CHECK_COLUMNS,
     ),
     HYPOTHESIS: (
         "Beyond the paper: this package's hypotheses (docs/theory.md §13)",
         "Hypotheses this package tests beyond the paper, each with its measured value and what it found: supported "
         "or not supported (a finding either way, never a failed reproduction), not measured where its stage has no "
-        "results.",
+        "results, undecided where its two sides agree within their resolution.",
         ("hypothesis", "measured", "supported when", "finding"),
     ),
 }
@@ -85,8 +113,10 @@ def checks_markdown(rows: list[Check], columns: tuple[str, str, str, str] = CHEC
 
 
 def tally(rows: list[Check], kind: Kind) -> str:
-    """How many checks of `kind` have each of its statuses, e.g. "15 PASS, 0 FAIL, 1 N/A"."""
-    return ", ".join(f"{sum(c.kind == kind and c.status == s for c in rows)} {s}" for s in STATUSES[kind])
+    """How many checks of `kind` have each of its statuses, e.g. "15 PASS, 0 FAIL, 1 N/A" (and "1 TIE" if any)."""
+    counts = {s: sum(c.kind == kind and c.status == s for c in rows) for s in STATUSES[kind]}
+    shown = [s for s in STATUSES[kind] if s != STATUSES[kind][3] or counts[s]]  # a tie only where there is one
+    return ", ".join(f"{counts[s]} {s}" for s in shown)
 
 
 def checks_report(rows: list[Check]) -> list[str]:

@@ -10,8 +10,19 @@ import statistics
 from collections import defaultdict
 from collections.abc import Callable
 
-from .checks import Check, unmeasured, verdict
+from .checks import Check, combined, ordered, tie_note, unmeasured, verdict
 from .summary import attack_stats, cell_means, confirmed_counts
+
+# What the compared quantities are known to (`wslight.records.checks.ordered`): two sides closer than this are not
+# distinguishable at the run's grid, and the check says so instead of a verdict that rounding would decide.
+WS_RESOLUTION = 1e-6  # relative, on cell means of S: the float64 searches agree to far better, S is printed to 4 digits
+ERR_RESOLUTION = 1e-6  # absolute, on Err = (D1 + y)^2: the closed forms' own tolerance (check 8, |t1 - y| < 1e-6)
+ATTENTION_RESOLUTION = 1e-6  # absolute, on attention weights of the float32 encoder (its rounding is ~1e-7)
+
+
+def _ws_ordered(larger: float, smaller: float) -> str:
+    """`ordered` on two cell means of S, at WS_RESOLUTION relative to the larger."""
+    return ordered(larger, smaller, WS_RESOLUTION * max(abs(larger), abs(smaller)))
 
 
 def ws_of(records: list[dict], m: str) -> list[dict]:
@@ -69,13 +80,13 @@ def check_deep_rf_decays(ws: list[dict]) -> Check:
     means = cell_means(ws_of(ws, "deep_rf"), ("L", "n"), "ws")
     if len({n for _, n in means}) < 2:
         return unmeasured("4", what, expected, "fewer than two DeepRF context lengths")
-    parts, ok = [], True
+    parts, statuses = [], []
     for L in sorted({L for L, _ in means}):
         ns = sorted(n for LL, n in means if LL == L)
         first, last = means[(L, ns[0])], means[(L, ns[-1])]
-        ok &= last < first and max(means[(L, n)] for n in ns) < 0.5
-        parts.append(f"L={L}: {first:.3f} (n={ns[0]}) -> {last:.3f} (n={ns[-1]})")
-    return Check("4", what, "; ".join(parts), expected, verdict(ok))
+        statuses += [_ws_ordered(first, last), verdict(max(means[(L, n)] for n in ns) < 0.5)]
+        parts.append(f"L={L}: {first:.3f} (n={ns[0]}) -> {last:.3f} (n={ns[-1]}){tie_note(statuses[-2])}")
+    return Check("4", what, "; ".join(parts), expected, combined(statuses))
 
 
 def check_raf_flat(ws: list[dict]) -> Check:
@@ -109,16 +120,21 @@ def check_relu_raf(ws: list[dict]) -> Check:
     raf = cell_means(ws_of(ws, "raf"), ("d", "n"), "ws")
     if len({n for _, n in relu}) < 2:
         return unmeasured("6", what, expected, "fewer than two ReLU-RAF context lengths")
-    parts, ok = [], True
+    parts, statuses = [], []
     for d in sorted({d for d, _ in relu}):
         ns = sorted(n for dd, n in relu if dd == d)
-        ok &= relu[(d, ns[-1])] < relu[(d, ns[0])]
-        parts.append(f"d={d}: {relu[(d, ns[0])]:.2f} (n={ns[0]}) -> {relu[(d, ns[-1])]:.2f} (n={ns[-1]})")
+        statuses.append(_ws_ordered(relu[(d, ns[0])], relu[(d, ns[-1])]))
+        parts.append(
+            f"d={d}: {relu[(d, ns[0])]:.2f} (n={ns[0]}) -> {relu[(d, ns[-1])]:.2f} (n={ns[-1]}){tie_note(statuses[-1])}"
+        )
     large = [c for c in relu if c in raf and c[1] >= 100]
     if large:
-        ok &= all(relu[c] < raf[c] for c in large)
-        parts.append(f"max ReLU-RAF/RAF at n>=100: {max(relu[c] / raf[c] for c in large):.2f}")
-    return Check("6", what, "; ".join(parts), expected, verdict(ok))
+        below = [_ws_ordered(raf[c], relu[c]) for c in large]
+        statuses += below
+        parts.append(
+            f"max ReLU-RAF/RAF at n>=100: {max(relu[c] / raf[c] for c in large):.2f}{tie_note(combined(below))}"
+        )
+    return Check("6", what, "; ".join(parts), expected, combined(statuses))
 
 
 def check_on_boundary(ws: list[dict], doubled: list[dict]) -> Check:
@@ -222,21 +238,59 @@ def check_raf_can_flip(att: list[dict]) -> Check:
     )
 
 
+def _attack_setting(r: dict) -> tuple[str, float]:
+    """An attack record's loss and penalty, e.g. ("err", 0.0) or ("penalized", 1.0)."""
+    return r["loss"], float(r.get("p") or 0.0)
+
+
+def _setting_name(setting: tuple[str, float]) -> str:
+    loss, p = setting
+    return f"{loss} p={p:g}" if loss == "penalized" else loss
+
+
+def decisive_setting(settings: set[tuple[str, float]]) -> tuple[str, float] | None:
+    """The attack setting check 11 is decided on: the penalized loss at its largest p, else loss err, else None.
+
+    The paper's claim can only show where RAF's attack does not already reach Err = 0 for every map: with loss err at
+    d = 384 both maps flip every head (both medians are 0 to rounding); the penalty, which keeps the pre-trained
+    head's output near 0, leaves the flip to the features' own sensitivity (docs/theory.md §8, check 11).
+    """
+    penalized = sorted(p for loss, p in settings if loss == "penalized" and p > 0)
+    if penalized:
+        return "penalized", penalized[-1]
+    return ("err", 0.0) if ("err", 0.0) in settings else None
+
+
 def check_relu_raf_less_reliable(att: list[dict]) -> Check:
-    """Check 11: ReLU-RAF at n = 120 flips less reliably than RAF with loss err (median err ReLU-RAF >= RAF)."""
-    what, expected = "11. ReLU-RAF at n = 120 flips less reliably than RAF (loss err)", "median err ReLU-RAF >= RAF"
-    relu = [r for r in attack_of(att, "relu_raf") if r["loss"] == "err" and r["n"] == 120]
-    raf = [r for r in attack_of(att, "raf") if r["loss"] == "err" and r["n"] == 120]
-    if not relu or not raf:
-        return unmeasured("11", what, expected, "needs RAF and ReLU-RAF attacks at n = 120")
-    (fr, _, er), (fa, _, ea) = _flip_summary(relu), _flip_summary(raf)
-    return Check(
-        "11",
-        what,
-        f"ReLU-RAF: flip {fr:.2f}, median err {er:.2f}; RAF: flip {fa:.2f}, median err {ea:.2f}",
-        expected,
-        verdict(er >= ea),
+    """Check 11: ReLU-RAF at n = 120 flips less reliably than RAF (median Err ReLU-RAF > RAF).
+
+    Decided on `decisive_setting` (the penalized loss at its largest p where the run has it, else loss err), beyond
+    ERR_RESOLUTION: two medians that agree within it (both 0 to rounding, as with loss err at d = 384) read TIE,
+    not a verdict. Every setting the run holds at n = 120 is reported beside it.
+    """
+    what = "11. ReLU-RAF at n = 120 flips less reliably than RAF"
+    expected = (
+        f"median err ReLU-RAF > RAF beyond {ERR_RESOLUTION:g}, on the penalized loss at its largest p (else loss err)"
     )
+    at_120 = [r for r in attack_of(att) if r["n"] == 120 and r["loss"] in ("err", "penalized")]
+    by_map = {m: [r for r in at_120 if r["map"] == m] for m in ("relu_raf", "raf")}
+    settings = {_attack_setting(r) for r in by_map["relu_raf"]} & {_attack_setting(r) for r in by_map["raf"]}
+    decisive = decisive_setting(settings)
+    if decisive is None:
+        return unmeasured("11", what, expected, "needs RAF and ReLU-RAF attacks at n = 120 (loss err or penalized)")
+    parts, status = [], ""
+    for setting in sorted(settings, key=lambda s: (s != decisive, s)):
+        (fr, _, er), (fa, _, ea) = (
+            _flip_summary([r for r in by_map[m] if _attack_setting(r) == setting]) for m in ("relu_raf", "raf")
+        )
+        here = ordered(er, ea, ERR_RESOLUTION)
+        if setting == decisive:
+            status = here
+        parts.append(
+            f"{_setting_name(setting)}{' (decides)' if setting == decisive else ''}: ReLU-RAF flip {fr:.2f}, "
+            f"median err {er:.3g}; RAF flip {fa:.2f}, median err {ea:.3g}{tie_note(here)}"
+        )
+    return Check("11", what, "; ".join(parts), expected, status)
 
 
 def check_attention_edit(probes: list[dict]) -> Check:
@@ -248,13 +302,14 @@ def check_attention_edit(probes: list[dict]) -> Check:
     if not last:
         return unmeasured("12", what, expected, "no attention_edit probe with the default sentences")
     a, b = last[0]["attention_a"], last[0]["attention_b"]
+    status = ordered(b, a, ATTENTION_RESOLUTION)
     return Check(
         "12",
         what,
         f"love->{last[0]['key_token_a']} {a:.3f}, love->{last[0]['key_token_b']} {b:.3f}, "
-        f"contrast {b / a:.2f} ({last[0].get('encoder', '?')})",
+        f"contrast {b / a:.2f} ({last[0].get('encoder', '?')}){tie_note(status)}",
         expected,
-        verdict(b > a),
+        status,
     )
 
 
