@@ -75,10 +75,15 @@ generic-speed: env
 
 # The authors' own code, the baseline of benchmarks/attack.py: their public repository at commit b984775, cloned
 # into benchmarks/authors/ (git-ignored; it has no license, so none of it is copied into this repository).
-AUTHORS_CODE := benchmarks/authors/attention-sensitivity
+# Without network access the clone stops with one line naming the repository, the folder and git's reason, exit 2.
+AUTHORS_CODE ?= benchmarks/authors/attention-sensitivity
+AUTHORS_URL ?= https://github.com/simone-bombari/attention-sensitivity
 authors-code:
-	test -d $(AUTHORS_CODE)/.git || git clone -q https://github.com/simone-bombari/attention-sensitivity $(AUTHORS_CODE)
-	git -C $(AUTHORS_CODE) checkout -q b984775
+	@test -d $(AUTHORS_CODE)/.git || out=$$(git clone -q $(AUTHORS_URL) $(AUTHORS_CODE) 2>&1) || { \
+		echo "make authors-code: error: cannot clone $(AUTHORS_URL) into $(AUTHORS_CODE) ($$(echo "$$out" | tail -n 1));" \
+			"run it where GitHub is reachable, or put a clone of that repository at commit b984775 there by hand" >&2; \
+		exit 2; }
+	@git -C $(AUTHORS_CODE) checkout -q b984775
 
 # A real classifier (the whole bundled encoder and a ridge head, configs/encoder_classifier.yaml), the words that flip
 # it, and the screen's recall on the RAF head: train.py and evaluate.py as a user types them, about 15 minutes on
