@@ -217,3 +217,24 @@ def test_a_trained_heads_flips_are_drawn_against_the_clean_margin_one_point_per_
     assert [c.get_label() for c in ax.collections] == ["some word flips the head", "no word flips it"]
     with pytest.raises(ValueError, match="records: no trained-head words record to draw"):
         plot_head_word_flips([])
+
+
+def test_a_trained_head_with_no_flip_shows_every_position_not_one_dot_per_review():
+    """The positions of a review share its margin: 4 reviews x 8 positions without a flip are 32 markers, not 4."""
+    from wslight.plots.words import plot_head_word_flips
+
+    records = [
+        {"map": "raf", "n": 9, "margin": m, "flips": 0, "flipped": False, "position": p}
+        for m in (0.4, 0.9, 1.3, 2.0)
+        for p in range(1, 9)
+    ]
+    ax = plot_head_word_flips(records).axes[0]
+    drawn = [tuple(map(float, xy)) for c in ax.collections for xy in c.get_offsets()]
+    assert len(drawn) == len(set(drawn)) == 32  # one marker per position, none on top of another
+    assert all(1.0 <= y < 2.0 for _, y in drawn)  # nearer "none" (1) than "one flipping word" (2)
+    for m in (0.4, 0.9, 1.3, 2.0):  # each review's markers stay around its margin
+        assert sum(abs(x - m) < 0.1 for x, _ in drawn) == 8
+    assert any("no position flips" in t.get_text() and "32 positions" in t.get_text() for t in ax.texts)
+    screened = [r | {"screen": 100000, "admissible": 20, "checked": 20} for r in records]
+    title = plot_head_word_flips(screened).axes[0].get_title()
+    assert "every admissible word checked" in title and "100000" not in title

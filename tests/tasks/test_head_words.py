@@ -1,6 +1,7 @@
 """The words that flip a head trained with train.py (docs/theory.md §13.4), against a brute-force loop through it."""
 
 import copy
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from lightning.pytorch import Trainer
 
 from wslight.records.results import read_records
 from wslight.tasks import TrainedHeadWords, TrainedRun
+from wslight.tasks.head_words import recall_note, screen_note, screen_recall
 
 ROOT = Path(__file__).resolve().parents[2]
 N, D = 8, 32
@@ -109,6 +111,9 @@ def test_a_screened_run_reports_only_real_flips_and_measures_its_recall_against_
     Trainer(**cpu_trainer.kwargs, logger=False).test(evaluation)
     records = read_records(tmp_path / "s" / "results.jsonl")
     assert records and all(r["checked"] == min(50, r["admissible"]) for r in records)
+    assert all(r["admissible"] > 50 for r in records)  # the admissible count, not the checked one
+    summary = (tmp_path / "s" / "summary.md").read_text()
+    assert "up to 50 words checked per position" in summary and "(lower bounds)" in summary
     assert all(r["flips"] <= r["exact_flips"] and r["flipped"] <= r["exact_flipped"] for r in records)
     assert all(r["ws_words"] <= r["exact_ws_words"] * (1 + 1e-12) for r in records)
     for r in records:
@@ -122,6 +127,38 @@ def test_a_screened_run_reports_only_real_flips_and_measures_its_recall_against_
         e = exact[(r["trial"], r["position"])]
         assert r["flips"] == e["exact_flips"] and r["flipped"] == e["exact_flipped"]
         assert r["ws_words"] == pytest.approx(e["exact_ws_words"], rel=1e-12)
+        assert r["checked"] == r["admissible"] == e["admissible"]  # every admissible word, and no more
+    summary = (tmp_path / "w" / "summary.md").read_text()  # what was checked, not the screen's width
+    assert "1000000 words checked" not in summary and "(lower bounds)" not in summary
+    assert "covers every admissible word" in summary and "The check is exhaustive" in summary
+
+
+def test_the_summary_says_how_many_words_a_screen_checked_and_whether_that_was_all():
+    def record(admissible: int, checked: int) -> dict:
+        return {"admissible": admissible, "checked": checked}
+
+    wide = screen_note([record(23693, 23693), record(23690, 23690)], 100000, 64)
+    assert "23690 to 23693 words checked per position (all the admissible ones)" in wide
+    assert "exhaustive" in wide and "100000 words checked" not in wide and "(lower bounds)" not in wide
+    narrow = screen_note([record(23693, 32), record(20, 20)], 32, 64)
+    assert "up to 32 words checked per position" in narrow and "52 of 23713 admissible" in narrow
+    assert "at 1 of 2 positions the screen covered every admissible word" in narrow and "(lower bounds)" in narrow
+
+
+def test_a_recall_of_nothing_reads_nothing_to_recall_not_one():
+    """No position flips over the whole vocabulary: the recall is 0 of 0, not 1.000."""
+    records = [
+        {"flipped": False, "flips": 0, "exact_flipped": False, "exact_flips": 0},
+        {"flipped": False, "flips": 0, "exact_flipped": False, "exact_flips": 0},
+    ]
+    recall = screen_recall(records)
+    assert recall is not None and math.isnan(recall["position_recall"]) and math.isnan(recall["word_recall"])
+    note = recall_note(recall, 1)
+    assert "0 of 0 flipped positions found (nothing to recall)" in note
+    assert "0 of 0 flipping words (nothing to recall)" in note and "1.000" not in note
+    found = screen_recall([{"flipped": True, "flips": 2, "exact_flipped": True, "exact_flips": 4}])
+    assert "1 of 1 flipped positions found (recall 1.000)" in recall_note(found, 1)
+    assert "2 of 4 flipping words (recall 0.500)" in recall_note(found, 1)
 
 
 def test_recall_reviews_needs_a_screen(trained):

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullLocator
+from matplotlib.ticker import FixedLocator, FormatStrFormatter, NullLocator
 
 from .style import LEGEND_FONTSIZE, colour, line_look, styled
 from .ws import TITLES, trials_label
@@ -136,13 +136,47 @@ def plot_flip_rates(records: list[dict], trainings: Iterable[str]) -> Figure:
     return _finish(fig, ax, sorted(ns_all), "share of reviews with a flipping word", title)
 
 
+# Positions that share a review's margin and a flip count would be one marker: they are spread in a small grid around
+# it instead, DODGE_X of the margins' span apart across and a factor DODGE_Y apart up the log axis (6 rows stay below
+# 1.07^6 = 1.5: a position without a flip stays nearer 1 than 2, the mark of one flipping word)
+DODGE_X = 0.006
+DODGE_Y = 1.07
+
+
+def _dodged(points: list[tuple[float, float]], span: float) -> list[tuple[float, float]]:
+    """The points with each group of equal ones spread in a near-square grid centred on them (one stays put)."""
+    groups: dict[tuple[float, float], list[int]] = defaultdict(list)
+    for k, xy in enumerate(points):
+        groups[xy].append(k)
+    out = list(points)
+    for (x, y), members in groups.items():
+        cols = max(1, round(len(members) ** 0.5))
+        for j, k in enumerate(members):
+            row, col = divmod(j, cols)
+            width = min(cols, len(members) - row * cols)
+            out[k] = (x + (col - (width - 1) / 2) * DODGE_X * span, y * DODGE_Y**row)
+    return out
+
+
+def _checked_label(records: list[dict]) -> str:
+    """How many words a screened run checked at a position, for the title ("" without a screen)."""
+    screen = records[0].get("screen")
+    if not screen:
+        return ""
+    if all("admissible" in r and r.get("checked", 0) >= r["admissible"] for r in records):
+        return ", every admissible word checked"
+    return f", up to {screen} words checked a position"
+
+
 @styled
 def plot_head_word_flips(records: list[dict]) -> Figure:
     """The admissible words that flip a trained head at each position, against its clean margin y f(X).
 
-    One point per (review, position): flipping words + 1 on a log axis (1: none), the margin on the other (< 0: the
+    One marker per (review, position): flipping words + 1 on a log axis (1: none), the margin on the other (< 0: the
     model got the review wrong); positions with a flip in the first colour. Where the head is sure of its answer, one
-    word rarely flips it; near the boundary, many do.
+    word rarely flips it; near the boundary, many do. The positions of a review share its margin: those with the same
+    count are spread in a small grid around their point (`DODGE_X`, `DODGE_Y`), so every position is a marker of its
+    own; where no position flips, a note says so.
 
     Args:
         records: records of `TrainedHeadWords` (keys margin, flips, flipped, map, n).
@@ -152,16 +186,33 @@ def plot_head_word_flips(records: list[dict]) -> Figure:
     """
     if not records:
         raise ValueError("records: no trained-head words record to draw")
+    margins = [float(r["margin"]) for r in records]
+    span = (max(margins) - min(margins)) or max(1.0, abs(margins[0]))
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for flipped, label, c in ((True, "some word flips the head", colour(0)), (False, "no word flips it", colour(1))):
         chosen = [r for r in records if bool(r["flipped"]) == flipped]
-        ax.scatter([r["margin"] for r in chosen], [r["flips"] + 1 for r in chosen], s=12, color=c, label=label)
+        xy = _dodged([(float(r["margin"]), float(r["flips"]) + 1.0) for r in chosen], span)
+        ax.scatter([x for x, _ in xy], [y for _, y in xy], s=12, color=c, label=label)
     ax.set_yscale("log")
+    if not any(r["flipped"] for r in records):  # the strip at 1 with room above it, and a note saying why
+        ax.set_ylim(0.85, 4.0)
+        ax.yaxis.set_major_locator(FixedLocator([1, 2, 3, 4]))
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%d"))
+        ax.yaxis.set_minor_locator(NullLocator())
+        ax.text(
+            0.5,
+            0.95,
+            f"no position flips: all {len(records)} positions at 1, one marker each",
+            transform=ax.transAxes,
+            ha="center",
+            va="top",
+            fontsize=LEGEND_FONTSIZE,
+        )
     ax.axvline(0.0, color="0.5", lw=0.8)
     ax.set_xlabel("clean margin y f(X) (< 0: misclassified)")
     ax.set_ylabel("flipping words + 1")
-    screened = f", {records[0]['screen']} words checked a position" if records[0].get("screen") else ""
-    ax.set_title(f"One word flips the trained head: {records[0]['map']}, n = {records[0]['n']}{screened}")
+    checked = _checked_label(records)
+    ax.set_title(f"One word flips the trained head: {records[0]['map']}, n = {records[0]['n']}{checked}")
     ax.legend(fontsize=LEGEND_FONTSIZE)
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()

@@ -147,19 +147,10 @@ class TrainedHeadWords(EmbeddingsEvaluation):
         flippers = Counter(r["flip_word"] for r in records if r["flipped"])
         words = ", ".join(f"`{w}` ({c})" for w, c in flippers.most_common(20)) or "none"
         if self.screen is not None:
-            words += (
-                f"\n\nScreened: {self.screen} words checked per position (the first of a first-order ranking, "
-                f"expanded at the clean review and {self.screen_centroids} centroids of the words' rows), each "
-                "exactly: every flip is real; flip_rate, flips and ws_words count the checked words (lower bounds)."
-            )
+            words += "\n\n" + screen_note(records, self.screen, self.screen_centroids)
         recall = screen_recall(records)
         if recall is not None:
-            words += (
-                f" Against the whole admissible vocabulary on {recall['positions']} positions of the first "
-                f"{self.recall_reviews} reviews: {recall['found']} of {recall['flipped']} flipped positions found "
-                f"(recall {recall['position_recall']:.3f}), {recall['words']} of {recall['exact_words']} flipping "
-                f"words (recall {recall['word_recall']:.3f}).\n"
-            )
+            words += " " + recall_note(recall, self.recall_reviews) + "\n"
         from ..plots.words import plot_head_word_flips
 
         self.add_figure("head_words/flips_vs_margin", plot_head_word_flips(records), "head_words_flips")
@@ -174,11 +165,45 @@ class TrainedHeadWords(EmbeddingsEvaluation):
         )
 
 
+def checked_words(record: dict) -> int:
+    """The words a record checked exactly: `checked`, else (a record written before that field) `admissible`."""
+    return int(record.get("checked", record["admissible"]))
+
+
+def screen_note(records: list[dict], screen: int, centroids: int) -> str:
+    """What a screened run checked, for summary.md: how many words per position, and whether that was all of them.
+
+    A position has min(screen, admissible) words checked. Where that is every admissible word at every position, the
+    counts are exact (the screen only ordered the words); else flip_rate, flips and ws_words are lower bounds.
+    """
+    checked = [checked_words(r) for r in records]
+    admissible = [int(r["admissible"]) for r in records]
+    whole = sum(c >= a for c, a in zip(checked, admissible))
+    ranking = (
+        f"the first of a first-order ranking, expanded at the clean review and {centroids} centroids of the words' rows"
+    )
+    if whole == len(records):
+        low, high = min(checked), max(checked)
+        span = f"{low}" if low == high else f"{low} to {high}"
+        return (
+            f"Screened with screen: {screen}, which covers every admissible word: {span} words checked per position "
+            f"(all the admissible ones), each exactly. The check is exhaustive: flip_rate, flips and ws_words are "
+            "exact, not lower bounds."
+        )
+    covered = f"; at {whole} of {len(records)} positions the screen covered every admissible word" if whole else ""
+    return (
+        f"Screened: up to {screen} words checked per position ({ranking}), each exactly: "
+        f"{sum(checked)} of {sum(admissible)} admissible (position, word) pairs checked{covered}. Every flip is "
+        "real; flip_rate, flips and ws_words count the checked words (lower bounds)."
+    )
+
+
 def screen_recall(records: list[dict]) -> dict | None:
     """The screen's recall on the records checked both ways (None where there are none).
 
     position_recall: the share of positions some admissible word flips (exact) where the screen found a flip too;
-    word_recall: the share of the flipping words the screen checked (every screened flip is one of them).
+    word_recall: the share of the flipping words the screen checked (every screened flip is one of them). Each is NaN
+    where there is nothing to recall (no position flipped, no flipping word, over the whole vocabulary).
     """
     both = [r for r in records if "exact_flipped" in r]
     if not both:
@@ -189,11 +214,26 @@ def screen_recall(records: list[dict]) -> dict | None:
         "positions": len(both),
         "flipped": len(flipped),
         "found": sum(r["flipped"] for r in flipped),
-        "position_recall": sum(r["flipped"] for r in flipped) / len(flipped) if flipped else 1.0,
+        "position_recall": sum(r["flipped"] for r in flipped) / len(flipped) if flipped else float("nan"),
         "exact_words": exact_words,
         "words": sum(r["flips"] for r in both),
-        "word_recall": sum(r["flips"] for r in both) / exact_words if exact_words else 1.0,
+        "word_recall": sum(r["flips"] for r in both) / exact_words if exact_words else float("nan"),
     }
+
+
+def recall_note(recall: dict, reviews: int) -> str:
+    """`screen_recall` as a sentence of summary.md; a recall of 0 of 0 reads "nothing to recall", not a number."""
+
+    def share(of: int, rate: float) -> str:
+        return f"recall {rate:.3f}" if of else "nothing to recall"
+
+    return (
+        f"Against the whole admissible vocabulary on {recall['positions']} positions of the first {reviews} reviews: "
+        f"{recall['found']} of {recall['flipped']} flipped positions found "
+        f"({share(recall['flipped'], recall['position_recall'])}), {recall['words']} of "
+        f"{recall['exact_words']} flipping words "
+        f"({share(recall['exact_words'], recall['word_recall'])})."
+    )
 
 
 def head_words_table(records: list[dict]) -> dict:
@@ -247,9 +287,13 @@ def review_word_records(
     words flip the sign of f(X) = phi(X)^T theta + b, the strongest flipping word and the output the model gives with
     it, S_words and its best word, and the clean output and margin y f(X) as the model computes them. With `screen`,
     only the `screen` words a first-order score ranks first are checked, each exactly (`wslight.search.screening`):
-    every flip is real, `flips` and `ws_words` count the checked words only (lower bounds), and with `check_exact`
-    the whole admissible vocabulary is checked too (`exact_flips`, `exact_flipped`, `exact_ws_words`: the screen's
-    recall).
+    every flip is real, `flips` and `ws_words` count the checked words only (lower bounds, exact where `checked`
+    equals `admissible`: a screen at least as wide as the admissible vocabulary), and with `check_exact` the whole
+    admissible vocabulary is checked too (`exact_flips`, `exact_flipped`, `exact_ws_words`: the screen's recall).
+
+    A record's `admissible` is the number of admissible words at its position and `checked` the number checked
+    exactly: the same without `screen`, min(screen, admissible) with it. (Before `checked` was written by every run,
+    a screened record's `admissible` held the checked count.)
 
     Args:
         model: the trained classifier (its map, theta and bias).
@@ -307,7 +351,8 @@ def review_word_records(
             "ws_words": float(sub.ws[0, 0]),
             "word": words.text(int(sub.word[0, 0])),
             "distance": float(sub.distance[0, 0]),
-            "admissible": int(sub.admissible[0, 0]),
+            "admissible": int(allowed.sum()),  # the admissible words, whether or not a screen checked them all
+            "checked": int(sub.admissible[0, 0]),  # the words checked exactly (with `screen`: min(screen, admissible))
             "round_trip_rejected": rejected,
             "flips": int(sub.flips[0, 0, 0]),  # type: ignore[index]
             "flipped": flip_id >= 0,
@@ -316,7 +361,7 @@ def review_word_records(
             "phi_norm": float(sub.phi_norm[0]),
         }
         if screen is not None:
-            record |= {"screen": screen, "screen_centroids": screen_centroids, "checked": int(checked.sum())}
+            record |= {"screen": screen, "screen_centroids": screen_centroids}
             if check_exact:
                 full = substitute(allowed)
                 record |= {
