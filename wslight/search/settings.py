@@ -44,8 +44,11 @@ class SearchSettings:
         chains_per_round: chains per sample and position in each round (>= 1); the first round's include the map's
             own structured starts (curvature, attraction, capture...). Generic default 4.
         max_chains: no round starts once a sample has run this many chains per position (None in YAML: the
-            family's; at most `chains_per_round`: a single round). Rounds of `chains_per_round` more chains are
-            added while a round raised S by more than `gain_tol` or no second chain confirmed the best. Generic 64.
+            family's). At least `chains_per_round` (equal: a single round); a smaller value is refused, naming both
+            keys, since a round starts its `chains_per_round` chains at once. Rounds of `chains_per_round` more
+            chains are added while a round raised S by more than `gain_tol` or no second chain confirmed the best, so
+            the last round may end past `max_chains` by less than a round; the generic path's first round is
+            `GENERIC_FIRST_ROUND` rounds wide (`wslight.search.ascent`). Generic 64.
         gain_tol: the relative gain of S below which a round is the last, once the best is confirmed. Generic 1e-3.
         max_steps: most ascent steps per chain. Generic 500.
         tol: a chain stops when its S grew by less than this (relatively) over `window` steps. Generic 1e-4.
@@ -72,6 +75,8 @@ class SearchSettings:
             value = getattr(self, f.name)
             if value is not None:
                 object.__setattr__(self, f.name, _check(f.name, value))
+        if self.chains_per_round is not None and self.max_chains is not None:
+            _check_rounds(self.chains_per_round, self.max_chains, {})
 
     def replace(self, **changes: Any) -> SearchSettings:
         """These settings with some fields changed (an unknown name is refused, naming the closest field)."""
@@ -81,7 +86,14 @@ class SearchSettings:
     def resolved(self, family: dict[str, Any] | None = None) -> SearchSettings:
         """Every field filled: the given value, else the family's default, else the generic one."""
         defaults = {**GENERIC_DEFAULTS, **(family or {})}
-        return SearchSettings(**{f.name: _given(getattr(self, f.name), defaults[f.name]) for f in fields(self)})
+        values = {f.name: _given(getattr(self, f.name), defaults[f.name]) for f in fields(self)}
+        whose = {
+            name: "the map family's default" if name in (family or {}) else "the generic default"
+            for name in ("chains_per_round", "max_chains")
+            if getattr(self, name) is None
+        }
+        _check_rounds(values["chains_per_round"], values["max_chains"], whose)
+        return SearchSettings(**values)
 
     def given(self) -> dict[str, Any]:
         """The fields set (not None): what a config changes."""
@@ -90,6 +102,25 @@ class SearchSettings:
 
 def _given(value: Any, default: Any) -> Any:
     return default if value is None else value
+
+
+def _check_rounds(chains_per_round: int, max_chains: int, whose: dict[str, str]) -> None:
+    """Refuse max_chains < chains_per_round: a round runs all its chains, so the search would run more than asked.
+
+    `whose`: for a value not given, where it came from (named in the message).
+    """
+    if max_chains >= chains_per_round:
+        return
+
+    def named(key: str, value: int) -> str:
+        return f"search.{key} {value}" + (f" ({whose[key]})" if key in whose else "")
+
+    raise ValueError(
+        f"{named('max_chains', max_chains)} is below {named('chains_per_round', chains_per_round)}: a round starts "
+        f"its {chains_per_round} chains at once, so the search would run {chains_per_round} chains, not at most "
+        f"{max_chains}; give search.max_chains >= {chains_per_round} (equal: one round), or search.chains_per_round "
+        f"<= {max_chains}"
+    )
 
 
 def _check(name: str, value: Any) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..base import validate
 from ..features import resolve_maps
-from ..search.settings import GENERIC_DEFAULTS, SearchSettings
+from ..search.settings import GENERIC_DEFAULTS, SearchSettings, family_defaults
 from .evaluation import EmbeddingsEvaluation
 
 
@@ -39,8 +39,17 @@ class MapGridEvaluation(EmbeddingsEvaluation):
         self.rf_width_ratio = validate.number("rf_width_ratio", rf_width_ratio, low=0, strict=True)
 
     def set_search(self, search: SearchSettings | None) -> None:
-        """Keep the search's settings (checked when they were made; None: every map at its family's defaults)."""
+        """Keep the search's settings (None: every map at its family's defaults), checked with each map's defaults.
+
+        A field the config leaves unset takes each map's family default: a setting that contradicts one of them
+        (max_chains below a family's chains_per_round) is refused now, naming the map, not when its cell runs.
+        """
         self.search = search if search is not None else SearchSettings()
+        for entry in self.map_entries.values():
+            try:
+                self.search.resolved(family_defaults(entry.cls))
+            except ValueError as err:
+                raise ValueError(f"{err} (map {entry.name})") from None
 
     def radius(self, d: int) -> float:
         """The search's radius in a cell of dimension d: radius_scale sqrt(d) (the generic scale, 1, when unset)."""

@@ -1,0 +1,61 @@
+"""`search.max_chains` below `search.chains_per_round` is refused, naming both (a round runs all its chains)."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import unit_rows
+
+from wslight.features import MAPS, resolve_maps
+from wslight.search import word_sensitivity
+from wslight.search.settings import GENERIC_DEFAULTS, SearchSettings, family_defaults
+from wslight.tasks import WordSensitivitySweep
+
+ROOT = Path(__file__).resolve().parents[2]
+BELOW = r"search\.max_chains 4 is below search\.chains_per_round 12"
+
+
+def test_max_chains_below_chains_per_round_is_refused_naming_both_keys_and_values():
+    with pytest.raises(ValueError, match=BELOW + r": a round starts its 12 chains at once.*>= 12"):
+        SearchSettings(chains_per_round=12, max_chains=4)
+    assert SearchSettings(chains_per_round=12, max_chains=12).max_chains == 12  # equal: one round
+
+
+def test_a_family_default_that_the_given_setting_contradicts_is_named_as_such():
+    family = {"chains_per_round": 12, "max_chains": 256}
+    with pytest.raises(ValueError, match=BELOW + r" \(the map family's default\)"):
+        SearchSettings(max_chains=4).resolved(family)
+    generic = r"search\.max_chains 64 \(the generic default\) is below search\.chains_per_round 80"
+    with pytest.raises(ValueError, match=generic):
+        SearchSettings(chains_per_round=80).resolved()
+
+
+def test_a_call_is_refused_before_any_search():
+    X = unit_rows(2, 4, 8)
+    with pytest.raises(ValueError, match=BELOW):
+        word_sensitivity(MAPS["raf"](n=4, d=8), X, chains_per_round=12, max_chains=4)
+
+
+def test_a_sweep_is_refused_when_it_is_built_naming_the_map_whose_default_it_contradicts():
+    with pytest.raises(ValueError, match=r"search\.max_chains 4 is below search\.chains_per_round 6 \(the map "):
+        WordSensitivitySweep(["rf", "raf"], [8], [4], search=SearchSettings(max_chains=4), trials=1)
+    with pytest.raises(ValueError, match=r"\(map raf\)"):
+        WordSensitivitySweep(["rf", "raf"], [8], [4], search=SearchSettings(max_chains=4), trials=1)
+
+
+def test_every_shipped_default_and_config_satisfies_the_rule():
+    """The defaults and configs keep their numbers: none of them asks for fewer chains than a round."""
+    assert GENERIC_DEFAULTS["max_chains"] >= GENERIC_DEFAULTS["chains_per_round"]
+    for cls in MAPS.values():
+        SearchSettings().resolved(family_defaults(cls))
+    configs = [*ROOT.glob("configs/**/*.yaml"), *ROOT.glob("tests/conf/**/*.yaml")]
+    checked = 0
+    for path in configs:
+        init_args = ((yaml.safe_load(path.read_text()) or {}).get("model") or {}).get("init_args") or {}
+        if "search" not in init_args:
+            continue
+        search = SearchSettings(**init_args["search"])
+        for entry in resolve_maps(init_args.get("maps") or ["raf"]):
+            search.resolved(family_defaults(entry.cls))
+            checked += 1
+    assert checked >= 5
