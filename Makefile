@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # evaluate.py); FULL=1 runs that plan's paper-size list (configs/paper/, a GPU machine with hub access).
 FULL ?= 0
 
-.PHONY: env test test-slow reproduce lint typecheck bench classifier encoder-words authors-code results-pages gpu-check gpu-words encoder-continuous generic-speed docs clean
+.PHONY: env test test-rounding test-slow reproduce lint typecheck bench classifier encoder-words authors-code results-pages gpu-check gpu-words encoder-continuous generic-speed docs clean
 
 env: $(VENV)/.installed
 
@@ -28,6 +28,14 @@ $(VENV)/.installed: pyproject.toml
 TEST_WORKERS ?= 2
 test: env
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+# The fast suite once more under other rounding, for tests that compare floats computed in different orders to the
+# last bit: such a test passes on the CPU it was written on and fails on another (AVX2 or AVX-512, another BLAS code
+# path). ATEN_CPU_CAPABILITY=default runs torch's non-vectorised kernels (float32 randn draws and the softmax's exp
+# round otherwise) and MKL_CBWR=COMPATIBLE MKL's compatible code path (float32 and float64 matrix products sum in
+# another order), so the last bits of such floats move here too. The workers already compute on one torch thread each.
+test-rounding: env
+	ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 # The slow suite (multi-process runs, signals, larger searches) on the same workers: a test that waits on its
 # subprocesses' start-up leaves a core to the next one (in-process searches get one torch thread per worker).

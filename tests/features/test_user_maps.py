@@ -144,7 +144,10 @@ def test_ws_sweep_runs_user_maps_with_their_own_numbers(tmp_path, user_module, c
         res = word_sensitivity(
             fmap, X, radius=8**0.5, chains_per_round=2, max_steps=20, seed=derive_seed(r["map_seed"], "ws.restarts")
         )
-        assert r["ws"] == float(res.ws[0]) and r["phi_norm"] == float(res.phi_norm[0])
+        # the sweep searched the cell's two trials together, here one alone: float32 chains in another batch, which
+        # may part at rounding (as tests/features/test_fresh_maps.py's batched trials), and a float64 readout
+        assert r["ws"] == pytest.approx(float(res.ws[0]), rel=1e-4)
+        assert r["phi_norm"] == pytest.approx(float(res.phi_norm[0]), rel=1e-6)
 
 
 def test_attack_sweep_takes_a_user_map_in_cases(tmp_path, user_module, cpu_trainer):

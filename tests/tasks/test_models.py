@@ -240,7 +240,8 @@ def test_held_out_metrics_count_each_sample_once(tmp_path):
     once = t.test(model, dataloaders=DataLoader(dm.dataset(ids), batch_size=3), verbose=False)[0]
     padded = torch.cat([ids, ids[:1], ids[:1], ids[:1]])  # one sample four times
     twice = t.test(model, dataloaders=DataLoader(dm.dataset(padded), batch_size=3), verbose=False)[0]
-    assert twice == once
+    # the same 8 samples, their last two predicted in a batch of 3 instead of 2: float32 to rounding
+    assert twice == pytest.approx(once, rel=1e-6, abs=1e-7)
     X, y = dm.embeddings.samples(ids, 6, 8)
     pred = model(X)
     assert once["test/acc"] == pytest.approx(((pred > 0) == (y > 0)).float().mean().item())
