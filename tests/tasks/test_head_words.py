@@ -161,6 +161,11 @@ def test_a_recall_of_nothing_reads_nothing_to_recall_not_one():
     assert "2 of 4 flipping words (recall 0.500)" in recall_note(found, 1)
 
 
+def test_a_run_under_tilde_is_read_from_the_home_folder(trained, monkeypatch):
+    monkeypatch.setenv("HOME", str(trained.parent))
+    assert TrainedHeadWords(f"~/{trained.name}", reviews=1, positions=[1]).run == str(trained)
+
+
 def test_recall_reviews_needs_a_screen(trained):
     with pytest.raises(ValueError, match=r"recall_reviews: 1 measures a screen's recall; set screen too"):
         TrainedHeadWords(str(trained), reviews=2, recall_reviews=1)

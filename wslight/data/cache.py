@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ..base.fingerprints import file_fingerprint
+from ..base.paths import user_path
 
 ENV_CACHE = "WSLIGHT_CACHE"
 # safetensors dtype codes <-> numpy dtypes.
@@ -46,9 +47,9 @@ def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
     One cache serves every working directory: the bundled embeddings (about 190 MB) are built once per user.
     """
     if cache_dir:
-        return Path(cache_dir)
+        return Path(user_path(cache_dir))
     env = os.environ.get(ENV_CACHE)
-    return Path(env) if env else user_cache_dir()
+    return Path(user_path(env)) if env else user_cache_dir()
 
 
 def atomic_write_text(path: Path, text: str) -> None:

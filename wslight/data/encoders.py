@@ -23,6 +23,7 @@ from pathlib import Path
 # wslight.data reaches this module as `from wslight import encoders` (attribute access at call time), so importing
 # its cache module here does not cycle.
 from wslight.base.fingerprints import file_fingerprint
+from wslight.base.paths import user_path
 
 BUNDLED_MINILM = "bundled-minilm"
 OFFLINE_HINT = (
@@ -77,6 +78,8 @@ def resolve_encoder(name: str) -> str:
         raise ValueError("encoder must be a non-empty name or path, got ''")
     if name == BUNDLED_MINILM:
         return str(bundled_minilm_path())
+    if name.startswith("~"):  # a local folder under a home folder: `~/models/bert` (no hub id starts with ~)
+        return user_path(name)
     if looks_like_bundled(name) and not Path(name).is_dir():
         raise UnknownEncoderError(
             f"encoder {name!r} is not a known encoder and not a local folder; did you mean {BUNDLED_MINILM!r} "

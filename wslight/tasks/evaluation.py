@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 
 from ..base import validate
+from ..base.paths import user_path
 from ..records.results import RESULTS_NAME, ResultsFile, RunFolderBusy, RunLock, unwritable_reason
 from .figures import save_figure
 
@@ -104,13 +105,13 @@ class Evaluation(pl.LightningModule):
     Args:
         trials_per_step: trials computed together in one test step (they are batched in one tensor program).
         output_dir: where results.jsonl and figures go; None means the logger's log directory (or
-            trainer.default_root_dir without a logger).
+            trainer.default_root_dir without a logger). A leading `~` is the home folder (`wslight.base.paths`).
     """
 
     def __init__(self, trials_per_step: int = 1, output_dir: str | None = None) -> None:
         super().__init__()
         self.trials_per_step = validate.positive_int("trials_per_step", trials_per_step)
-        self.output_dir = output_dir
+        self.output_dir = user_path(output_dir)  # `~/runs` is the home folder's runs, as in a shell
         self.run_key = "default"  # set by the CLI to a hash of the resolved config
         self._results: ResultsFile | None = None
         self._lock: RunLock | None = None

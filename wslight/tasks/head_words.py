@@ -14,6 +14,7 @@ from typing import Any, Literal
 import torch
 
 from ..base import validate
+from ..base.paths import user_path
 from ..features import map_name
 from ..records.summary import nonfinite, trusted, write_summary
 from ..search.screening import SCREEN_CENTROIDS, screened_words
@@ -68,7 +69,7 @@ class TrainedHeadWords(EmbeddingsEvaluation):
         output_dir: str | None = None,
     ) -> None:
         super().__init__(trials_per_step, output_dir)
-        self.trained = TrainedRun.load(run, checkpoint)
+        self.trained = TrainedRun.load(user_path(run), checkpoint)
         self.run = str(self.trained.folder)
         self.set_embeddings(self.trained.embeddings, "run", self.trained.d, "run", self.trained.n)
         if self.embeddings.source == "synthetic":

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
+from ..base.paths import user_path
 from ..probes import (
     DEFAULT_POSITION,
     DEFAULT_SENTENCES,
@@ -149,7 +150,7 @@ class LayerwiseChangeProbe(_Probe):
         output_dir: str | None = None,
     ) -> None:
         if text is None and text_file is not None:
-            path = Path(text_file)
+            path = Path(user_path(text_file))
             if not path.is_file():
                 raise ValueError(f"text_file: no such file {text_file!r}")
             text = path.read_text(encoding="utf-8")
