@@ -161,6 +161,12 @@ def test_a_recall_of_nothing_reads_nothing_to_recall_not_one():
     assert "2 of 4 flipping words (recall 0.500)" in recall_note(found, 1)
 
 
+def test_repeated_positions_are_evaluated_once_with_a_note(trained, capsys):
+    evaluation = TrainedHeadWords(str(trained), reviews=1, positions=[4, 1, 4])
+    assert evaluation.positions == [4, 1]
+    assert "note: positions repeats 4 (given [4, 1, 4]): each is evaluated once" in capsys.readouterr().err
+
+
 def test_a_run_under_tilde_is_read_from_the_home_folder(trained, monkeypatch):
     monkeypatch.setenv("HOME", str(trained.parent))
     assert TrainedHeadWords(f"~/{trained.name}", reviews=1, positions=[1]).run == str(trained)

@@ -114,6 +114,29 @@ def distinct(key: str, values: Sequence[T]) -> list[T]:
     return list(values)
 
 
+def repeated(values: Any) -> list:
+    """The values of a list given more than once, each once, in the order of their first repeat ([] for a non-list)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        return []
+    seen: set = set()
+    out: list = []
+    for v in values:
+        if v in seen and v not in out:
+            out.append(v)
+        seen.add(v)
+    return out
+
+
+def note_repeats(key: str, values: Any, what: str = "evaluated once") -> None:
+    """A one-line note (`wslight.base.notes`) naming `key` and the values it repeats, which are kept once."""
+    twice = repeated(values)
+    if twice:
+        from .notes import note
+
+        shown = ", ".join(map(str, twice))
+        note(f"{key} repeats {shown} (given {list(values)}): each is {what}")
+
+
 def int_list(key: str, values: Any, low: int = 1, repeats: bool = False) -> list[int]:
     """A non-empty list of ints >= low (a grid such as `n_values`), each value once unless `repeats`."""
     if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or len(values) == 0:

@@ -10,6 +10,7 @@ from lightning.pytorch import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from wslight.base.notes import note
 from wslight.base.seeding import generator
 from wslight.base.validate import integer, number, positive_int
 from wslight.data.build import load_token_embeddings
@@ -140,6 +141,7 @@ class EmbeddingDataModule(LightningDataModule):
         self.progress = progress
         self.embeddings: TokenEmbeddings | None = None
         self.train_indices = self.val_indices = self.test_indices = torch.zeros(0, dtype=torch.int64)
+        self._noted_empty_test = False
 
     def prepare_data(self) -> None:
         """Build the cache (one process per node; other ranks wait and then open it in `setup`)."""
@@ -147,11 +149,21 @@ class EmbeddingDataModule(LightningDataModule):
             load_token_embeddings(self.spec, progress=self.progress)
 
     def setup(self, stage: str | None = None) -> None:
-        """Load the token embeddings and split them into train, validation and test indices (once)."""
+        """Load the token embeddings and split them into train, validation and test indices (once).
+
+        A fit whose test split is empty (`test_fraction` 0, or too small to hold a review of each class) says so in
+        one line: it logs no test metrics.
+        """
         if self.embeddings is None:
             self.embeddings = load_token_embeddings(self.spec, progress=self.progress)
             self.train_indices, self.val_indices, self.test_indices = split_indices(
                 self.embeddings.labels, self.val_fraction, self.test_fraction, self.seed
+            )
+        if stage == "fit" and len(self.test_indices) == 0 and not self._noted_empty_test:
+            self._noted_empty_test = True
+            note(
+                f"data.test_fraction {self.test_fraction} leaves the test split empty (of {len(self.embeddings)} "
+                "reviews): the fit logs no test/ metrics, and no evaluation of this run has held-out reviews"
             )
 
     @property

@@ -85,7 +85,9 @@ class TrainedHeadWords(EmbeddingsEvaluation):
             total if reviews is None else validate.integer("reviews", reviews, 1, total, why="the test split")
         )
         if positions != "all":
+            given = positions
             positions = validate.positions("positions", positions, self.trained.n)
+            validate.note_repeats("positions", given)
         self.positions = positions
         self.chunk_elements = validate.positive_int("chunk_elements", chunk_elements)
         self.screen = validate.integer("screen", screen, low=1, allow_none=True)
@@ -263,7 +265,7 @@ def word_positions(words: Any, ids: torch.Tensor, n: int, positions: Literal["al
     sep = words.tokenizer.sep_token_id
     length = int((ids == sep).nonzero()[0, 0]) if (ids == sep).any() else ids.shape[0]
     special = set(words.tokenizer.all_special_ids)
-    wanted = range(1, n) if positions == "all" else positions
+    wanted = range(1, n) if positions == "all" else dict.fromkeys(positions)  # a repeated position once
     return [i for i in wanted if 1 <= i < min(length, n) and int(ids[i]) not in special]
 
 

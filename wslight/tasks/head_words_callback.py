@@ -54,6 +54,9 @@ class HeadWordFlips(AfterFitOrTest):
             not isinstance(positions, list) or not all(isinstance(i, int) and i >= 1 for i in positions)
         ):
             raise ValueError(f'positions: expected "all" or a list of token indices >= 1, got {positions!r}')
+        if positions != "all":
+            validate.note_repeats("positions", positions)
+            positions = list(dict.fromkeys(positions))
         self.positions = positions
         self.chunk_elements = validate.positive_int("chunk_elements", chunk_elements)
         self.set_hook(hook)

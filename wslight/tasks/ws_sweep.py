@@ -82,6 +82,7 @@ class WordSensitivitySweep(MapGridEvaluation):
         self.seed = validate.integer("seed", seed, low=0)
         self.set_embeddings(embeddings, "d_values", max(self.d_values), "n_values", max(self.n_values))
         validate.positions("positions", positions, min(self.n_values))  # indices against the smallest n
+        validate.note_repeats("positions", positions)
         self.positions, self.shared_weights, self.map_dtype = positions, shared_weights, dtype
         self._last_map: tuple[int | None, Any] = (None, None)
 
