@@ -161,6 +161,48 @@ def test_bad_sweep_config_fails_at_parse_time_naming_the_key(
     no_output_left(tmp_path)
 
 
+# A map entry's init_args checked when the sweep is built, named by their key path: before the trainer exists, not
+# at the first cell of that map. The tiny zoo setting: synthetic tokens of the bundled encoder's hidden size 384.
+ZOO = ("ws/zoo", {"n_values": [3], "trials": 1})
+LAYERS = r"must be an integer in \[1, 6\] or None \(encoder 'bundled-minilm' has 6 layers\)"
+MAP_ARGS_CASES = [
+    (
+        "[rf, {class_path: pretrained_encoder, init_args: {layers: 7}}]",
+        rf"maps\[1\]\.init_args\.layers {LAYERS}, got 7",
+    ),
+    (
+        "[rf, {class_path: pretrained_encoder, init_args: {layers: 0}}]",
+        rf"maps\[1\]\.init_args\.layers {LAYERS}, got 0",
+    ),
+    (
+        "[{class_path: pretrained_encoder, init_args: {pooling: max}}]",
+        r"maps\[0\]\.init_args\.pooling must be one of \['tokens', 'mean', 'sentence'\], got 'max'",
+    ),
+    (
+        "[raf, {class_path: pretrained_attn, init_args: {layer: 6}}]",
+        r"maps\[1\]\.init_args\.layer must be an integer in \[0, 5\] \(encoder 'bundled-minilm' has 6 layers\), got 6",
+    ),
+]
+
+
+@pytest.mark.parametrize("maps, pattern", MAP_ARGS_CASES, ids=["layers-7", "layers-0", "pooling-max", "layer-6"])
+def test_a_maps_entrys_bad_argument_is_named_by_its_key_path_before_the_run(
+    tmp_path, capsys, monkeypatch, command, maps, pattern
+):
+    import wslight.tasks.ws_sweep as sweeps_mod
+
+    def no_trials(*a, **k):
+        raise AssertionError("no trial may run for a bad map entry")
+
+    monkeypatch.setattr(sweeps_mod, "word_sensitivity", no_trials)
+    with pytest.raises(SystemExit) as exc:
+        main([*command(ZOO), "--model.init_args.maps", maps], evaluate=True)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and re.search(rf"evaluate\.py: error: model\.init_args\.{pattern}\n", err), err
+    assert "Traceback" not in err and "GPU available" not in err  # before Lightning's trainer starts
+    no_output_left(tmp_path)
+
+
 # ------------------------------------------------------------------------------------------------- probes (CLI)
 
 PROBE_CASES = [

@@ -13,6 +13,8 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
@@ -79,6 +81,15 @@ class FeatureMap(nn.Module):
     # the map family's token-move algebra (a wslight.features.move.TokenMove subclass); None: the
     # generic autograd path through the full forward
     move_class: ClassVar[type | None] = None
+
+    @classmethod
+    def check_init_args(cls, init_args: dict[str, Any]) -> None:
+        """Refuse a bad value among a `maps` entry's init_args before any cell is built (`resolve_map`).
+
+        Raises ValueError starting with the argument's name (`layers must be ...`). The default checks nothing:
+        `resolve_map` has checked the names and the values a Literal annotation lists; a map whose other arguments
+        can be checked without building it (a pre-trained encoder's number of layers) checks them here.
+        """
 
     @classmethod
     def for_cell(
@@ -201,7 +212,7 @@ class MapEntry:
         return make_map(self.cls, n, d, seed, **kwargs, **self.init_args)
 
 
-def resolve_map(entry: Any, key: str = "maps") -> MapEntry:
+def resolve_map(entry: Any, key: str = "maps", place: str | None = None) -> MapEntry:
     """A sweep's map entry: a registered name, a dotted import path or a `{class_path, init_args}` dict.
 
     A dotted path `module.Class` is imported as LightningCLI imports a `class_path`; importing the module also runs its
@@ -212,10 +223,13 @@ def resolve_map(entry: Any, key: str = "maps") -> MapEntry:
     Args:
         entry: the entry as written in the config.
         key: the config key, named in errors.
+        place: the entry's own key path (`maps[1]`), named in errors about its init_args' values; default `key`.
 
     Raises:
         ValueError: `<key>: <entry>: <why>` for a name that is not registered, a module that does not import, a
-            missing attribute, something that is not a map class, or init_args its constructor does not take.
+            missing attribute, something that is not a map class, or init_args its constructor does not take;
+            `<place>.init_args.<arg> ...` for a value the constructor would refuse (a Literal's other value, or the
+            class's `check_init_args`).
     """
     init_args: dict[str, Any] = {}
     if isinstance(entry, dict):
@@ -232,6 +246,12 @@ def resolve_map(entry: Any, key: str = "maps") -> MapEntry:
         raise ValueError(f"{key}: {entry!r}: expected a map name, a dotted path module.Class or a class_path dict")
     cls = _map_class(path, entry, key)
     _check_init_args(cls, init_args, entry, key)
+    try:  # the values, before any cell is built (a run would otherwise stop at the first cell of this map)
+        _check_literal_args(cls, init_args)
+        if issubclass(cls, FeatureMap):
+            cls.check_init_args(init_args)
+    except ValueError as err:
+        raise ValueError(f"{place or key}.init_args.{err}") from None
     name = getattr(cls, "map_name", "")
     return MapEntry(name if name and MAPS.get(name) is cls else path, cls, dict(init_args))
 
@@ -243,7 +263,7 @@ def resolve_maps(entries: Any, key: str = "maps") -> list[MapEntry]:
     """
     if isinstance(entries, (str, dict)) or not isinstance(entries, (list, tuple)) or not entries:
         raise ValueError(f"{key} must be a non-empty list of values in {sorted(MAPS)} or dotted paths, got {entries!r}")
-    out = [resolve_map(entry, key) for entry in entries]
+    out = [resolve_map(entry, key, _entry_place(key, i)) for i, entry in enumerate(entries)]
     named: dict[str, MapEntry] = {}
     for entry, resolved in zip(entries, out):
         if named.setdefault(resolved.name, resolved) != resolved:
@@ -251,6 +271,35 @@ def resolve_maps(entries: Any, key: str = "maps") -> list[MapEntry]:
                 f"{key}: {entry!r}: another entry also records as map {resolved.name!r}; sweep it in a separate run"
             )
     return out
+
+
+def _entry_place(key: str, i: int) -> str:
+    """The key path of entry i of a list: `maps[1]` for key `maps`, `cases[1].map` for key `cases.map`."""
+    head, dot, rest = key.partition(".")
+    return f"{head}[{i}]{dot}{rest}"
+
+
+def _check_literal_args(cls: type, init_args: dict[str, Any]) -> None:
+    """Refuse an init_args value outside the choices the constructor's annotation lists (a Literal)."""
+    try:
+        hints = typing.get_type_hints(cls.__init__)  # type: ignore[misc]  # the class's own constructor
+    except Exception:  # an annotation that does not resolve here: the constructor checks its value
+        return
+    for name, value in init_args.items():
+        allowed = _literal_values(hints.get(name))
+        if allowed is not None:
+            validate.choice(name, value, allowed)
+
+
+def _literal_values(hint: Any) -> list[Any] | None:
+    """The values a `Literal[...]` (or `Literal[...] | None`) annotation allows; None for any other annotation."""
+    if typing.get_origin(hint) is Literal:
+        return list(typing.get_args(hint))
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        parts = typing.get_args(hint)
+        if all(p is type(None) or typing.get_origin(p) is Literal for p in parts):
+            return [v for p in parts for v in (typing.get_args(p) if p is not type(None) else (None,))]
+    return None
 
 
 def _map_class(path: str, entry: Any, key: str) -> type[nn.Module]:

@@ -7,15 +7,15 @@ token or pooled as the encoder's sentence embedding.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
 from ..base import validate
-from ..data.encoders import BUNDLED_MINILM
+from ..data.encoders import BUNDLED_MINILM, encoder_info
 from .base import TokenwiseMap, register_map
-from .pretrained import ATTENTION_WEIGHTS, FFN_WEIGHTS, open_encoder
+from .pretrained import ATTENTION_WEIGHTS, FFN_WEIGHTS, checked_layers, open_encoder
 from .transformer import ACTIVATIONS, bert_layer
 
 POOLINGS = ("tokens", "mean", "sentence")
@@ -79,9 +79,8 @@ class PretrainedEncoder(TokenwiseMap):
         super().__init__()
         model, info = open_encoder(self, d, n, encoder, seed)
         self.pooling = validate.choice("pooling", pooling, POOLINGS)
-        why = f"encoder {self.encoder!r} has {info.num_layers} layers"
-        self.layers = validate.integer("layers", layers, low=1, high=info.num_layers, allow_none=True, why=why)
-        self.layers = info.num_layers if self.layers is None else self.layers
+        checked = checked_layers("layers", layers, str(self.encoder), info.num_layers)
+        self.layers = info.num_layers if checked is None else checked
         self.activation = str(model.config.hidden_act)
         if self.activation not in ACTIVATIONS:
             supported = sorted(ACTIVATIONS)
@@ -94,6 +93,13 @@ class PretrainedEncoder(TokenwiseMap):
             params = [dict(part(block).named_parameters()) for block in blocks]
             for name, key in table.items():
                 self.register_buffer(name, torch.stack([p[key].detach() for p in params]).to(dt).clone())
+
+    @classmethod
+    def check_init_args(cls, init_args: dict[str, Any]) -> None:
+        """`layers` against the encoder's number of layers (its config.json read, no weights), before any cell."""
+        encoder = init_args.get("encoder") or cls.default_encoder
+        if init_args.get("layers") is not None and isinstance(encoder, str):
+            checked_layers("layers", init_args["layers"], encoder, encoder_info(encoder).num_layers)
 
     def out_dim(self, n: int | None = None) -> int:
         """Size p of phi(X): n d for pooling "tokens" (n: the map's own when None), d when pooled."""

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import torch
 
 from ..base import validate
-from ..data.encoders import BUNDLED_MINILM, EncoderInfo, load_encoder
+from ..data.encoders import BUNDLED_MINILM, EncoderInfo, encoder_info, load_encoder
 from .base import TokenwiseMap, register_map
 from .transformer import OneTokenAttention, attention_sublayer
 
@@ -59,6 +59,18 @@ def open_encoder(m: TokenwiseMap, d: int, n: int | None, encoder: Any, seed: int
     return model, info
 
 
+def checked_layers(key: str, value: Any, encoder: str, num_layers: int) -> int | None:
+    """`layers` (1..num_layers, or None: all) of a map of `encoder`; `layer` (an index, 0..num_layers - 1) likewise.
+
+    Raises:
+        ValueError: `<key> must be an integer in [...] (encoder '<name>' has <L> layers), got <value>`.
+    """
+    why = f"encoder {encoder!r} has {num_layers} layers"
+    if key == "layer":
+        return validate.integer(key, value, low=0, high=num_layers - 1, why=why)
+    return validate.integer(key, value, low=1, high=num_layers, allow_none=True, why=why)
+
+
 @register_map("pretrained_attn")
 class PretrainedAttention(TokenwiseMap):
     """LayerNorm(X + MHA(X)) with a pre-trained encoder's weights: BertAttention of encoder layer `layer`.
@@ -93,7 +105,7 @@ class PretrainedAttention(TokenwiseMap):
     ) -> None:
         super().__init__()
         model, info = open_encoder(self, d, n, encoder, seed)
-        self.layer = validate.integer("layer", layer, low=0, high=info.num_layers - 1)
+        self.layer = checked_layers("layer", layer, str(self.encoder), info.num_layers)
         block = model.encoder.layer[self.layer].attention
         params = dict(block.named_parameters())
         dt = validate.dtype("dtype", dtype)
@@ -101,6 +113,13 @@ class PretrainedAttention(TokenwiseMap):
             self.register_buffer(name, params[key].detach().clone().to(dt))
         self.heads = int(block.self.num_attention_heads)
         self.eps = float(block.output.LayerNorm.eps)
+
+    @classmethod
+    def check_init_args(cls, init_args: dict[str, Any]) -> None:
+        """`layer` against the encoder's number of layers (its config.json read, no weights), before any cell."""
+        encoder = init_args.get("encoder") or cls.default_encoder
+        if "layer" in init_args and isinstance(encoder, str):
+            checked_layers("layer", init_args["layer"], encoder, encoder_info(encoder).num_layers)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """(B, n, d) -> (B, n d)."""
