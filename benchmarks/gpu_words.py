@@ -38,7 +38,7 @@ from gpu_check import Budget  # noqa: E402
 
 from wslight.records.pages import PageHeader, write_page  # noqa: E402
 from wslight.records.summary import markdown_table  # noqa: E402
-from wslight.tasks.head_words import head_words_table, screen_recall  # noqa: E402
+from wslight.tasks.head_words import head_words_table, recall_text, screen_recall  # noqa: E402
 
 CLASSIFIER = "configs/encoder_classifier.yaml"
 WORDS = "configs/words/encoder_classifier.yaml"
@@ -104,9 +104,9 @@ def recall_row(name: str, recall: dict | None, records: list[dict]) -> dict:
         "positions": recall["positions"],
         "flipped (exact)": recall["flipped"],
         "found": recall["found"],
-        "position recall": round(recall["position_recall"], 3),
+        "position recall": recall_text(recall["position_recall"]),
         "flipping words checked / all": f"{recall['words']} / {recall['exact_words']}",
-        "word recall": round(recall["word_recall"], 3),
+        "word recall": recall_text(recall["word_recall"]),
         "s per position": round(statistics.fmean(r["seconds"] for r in records), 2),
     }
 

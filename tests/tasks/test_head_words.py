@@ -12,7 +12,7 @@ from lightning.pytorch import Trainer
 
 from wslight.records.results import read_records
 from wslight.tasks import TrainedHeadWords, TrainedRun
-from wslight.tasks.head_words import recall_note, screen_note, screen_recall
+from wslight.tasks.head_words import recall_note, recall_text, screen_note, screen_recall
 
 ROOT = Path(__file__).resolve().parents[2]
 N, D = 8, 32
@@ -159,6 +159,7 @@ def test_a_recall_of_nothing_reads_nothing_to_recall_not_one():
     found = screen_recall([{"flipped": True, "flips": 2, "exact_flipped": True, "exact_flips": 4}])
     assert "1 of 1 flipped positions found (recall 1.000)" in recall_note(found, 1)
     assert "2 of 4 flipping words (recall 0.500)" in recall_note(found, 1)
+    assert recall_text(float("nan")) == "nothing to recall" and recall_text(0.5) == "0.500"  # benchmark tables too
 
 
 def test_repeated_positions_are_evaluated_once_with_a_note(trained, capsys):

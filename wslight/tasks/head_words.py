@@ -6,6 +6,7 @@ the sweep fits itself: the run's map rebuilt, its fitted head with its bias, its
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from pathlib import Path
@@ -224,18 +225,23 @@ def screen_recall(records: list[dict]) -> dict | None:
     }
 
 
+def recall_text(rate: float) -> str:
+    """A recall of `screen_recall` as text: "0.875", or "nothing to recall" for 0 of 0 (NaN), never a number."""
+    return "nothing to recall" if math.isnan(rate) else f"{rate:.3f}"
+
+
 def recall_note(recall: dict, reviews: int) -> str:
     """`screen_recall` as a sentence of summary.md; a recall of 0 of 0 reads "nothing to recall", not a number."""
 
-    def share(of: int, rate: float) -> str:
-        return f"recall {rate:.3f}" if of else "nothing to recall"
+    def share(rate: float) -> str:
+        return "nothing to recall" if math.isnan(rate) else f"recall {recall_text(rate)}"
 
     return (
         f"Against the whole admissible vocabulary on {recall['positions']} positions of the first {reviews} reviews: "
         f"{recall['found']} of {recall['flipped']} flipped positions found "
-        f"({share(recall['flipped'], recall['position_recall'])}), {recall['words']} of "
+        f"({share(recall['position_recall'])}), {recall['words']} of "
         f"{recall['exact_words']} flipping words "
-        f"({share(recall['exact_words'], recall['word_recall'])})."
+        f"({share(recall['word_recall'])})."
     )
 
 
