@@ -103,13 +103,26 @@ def test_evaluate_py_test_is_accepted_once(cli_fails):
     assert "model.init_args.trials must be a positive integer, got 0" in err
 
 
-def test_debug_flag_and_env_raise_the_original_error(capsys, monkeypatch):
-    args = ["fit", "--config", TRAIN, "--data.init_args.val_fraction", "1.5"]
-    with pytest.raises(ValueError, match="val_fraction must be a finite number"):
-        main([*args, "--debug"])
-    monkeypatch.setenv("WSLIGHT_DEBUG", "1")
-    with pytest.raises(ValueError, match="val_fraction must be a finite number"):
-        main(args)
+@pytest.mark.parametrize(
+    "extra, block",
+    [
+        (["--data.init_args.val_fraction", "1.5"], "data.init_args.val_fraction must be a finite number in [0, 1)"),
+        (["--data.init_args.nn", "3"], "unknown key data.init_args.nn; did you mean data.init_args.n?"),
+    ],
+    ids=["value", "unknown-key"],
+)
+def test_debug_flag_and_env_print_the_traceback_then_the_block(capsys, monkeypatch, extra, block):
+    """`--debug` / `WSLIGHT_DEBUG=1`: the original traceback, then the same one-line block, and the same exit status."""
+    args = ["fit", "--config", TRAIN, *extra]
+    for debug_args, env in (([*args, "--debug"], None), (args, "1")):
+        if env:
+            monkeypatch.setenv("WSLIGHT_DEBUG", env)
+        with pytest.raises(SystemExit) as exc:
+            main(debug_args)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert "Traceback (most recent call last)" in err
+        assert err.index("Traceback") < err.index(f"train.py fit: error: {block}"), err
 
 
 def test_console_script_evaluate_is_evaluate_py(cli_fails):
@@ -319,3 +332,189 @@ def test_an_attack_setting_at_its_old_place_names_the_new_key(tmp_path, cli_fail
     err = cli_fails(["fit", "--config", "attack/callback_raf", "--trainer.callbacks.init_args.restarts", "2"])
     place = "trainer.callbacks.init_args"
     assert f"the command line: {place}.restarts: write {place}.attack.restarts" in err
+
+
+# ----------------------------------------------------------------------------------- files that are not UTF-8
+@pytest.mark.parametrize("evaluate", [False, True], ids=["fit", "evaluate"])
+def test_a_config_file_that_is_not_utf8_names_the_file_line_and_column(cli_fails, tmp_path, evaluate):
+    """A config saved as Latin-1: one block naming the file, the line and column of the first such byte, and the fix."""
+    text = (WS_FILE if evaluate else TRAIN_FILE).read_text()
+    lines = text.splitlines(keepends=True)
+    latin1 = "# café: été\n".encode("latin-1")  # line 3, a comment; é is one byte in Latin-1, not UTF-8
+    cfg = tmp_path / "latin1.yaml"
+    cfg.write_bytes("".join(lines[:2]).encode() + latin1 + "".join(lines[3:]).encode())
+    err = cli_fails(["test" if evaluate else "fit", "--config", str(cfg)], evaluate)
+    assert f"error: {cfg}, line 3, column 6: byte 0xe9 is not UTF-8" in err
+    assert "save it as UTF-8" in err and "codec can't decode" not in err
+
+
+# ------------------------------------------------------------------------- a train.py run read back, checkpoints
+TRAINED_CONFIG = """model:
+  class_path: wslight.tasks.FeatureMapClassifier
+  init_args:
+    feature_map: {{class_path: wslight.features.RandomAttentionFeatures, init_args: {{seed: 0}}}}
+data:
+  class_path: wslight.tasks.EmbeddingDataModule
+  init_args:
+    embeddings: {{source: synthetic, num_samples: 40, synthetic_dim: 16}}
+    n: 5
+    d: {d}
+    test_fraction: {test_fraction}
+"""
+
+
+def _checkpoint(path: Path, n: int = 5, d: int = 16) -> Path:
+    """A checkpoint file as Lightning writes one (its state dict, and the data module's sizes it was trained on)."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {
+            "pytorch-lightning_version": "2.6.0",
+            "state_dict": {"theta": torch.zeros(n * d), "feature_map.W": torch.zeros(d, d)},
+            "datamodule_hyper_parameters": {"n": n, "d": d, "test_fraction": 0.2},
+        },
+        path,
+    )
+    return path
+
+
+def _trained_run(tmp_path, d: int = 16, test_fraction: float = 0.2, trained_d: int = 16) -> Path:
+    """The files of a train.py run: config.yaml, and checkpoints/last.ckpt trained with d = trained_d."""
+    folder = tmp_path / "train_raf" / "version_0"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(TRAINED_CONFIG.format(d=d, test_fraction=test_fraction))
+    _checkpoint(folder / "checkpoints" / "last.ckpt", d=trained_d)
+    return folder
+
+
+def _head_words(cli_fails, tmp_path, run) -> str:
+    """The words evaluation of a trained head (configs/words/trained_head.yaml) on `run`: its one-block failure."""
+    logs = ["--trainer.logger.init_args.save_dir", str(tmp_path / "logs")]
+    err = cli_fails(["test", "--config", "words/trained_head", "--model.init_args.run", str(run), *logs], True)
+    assert not (tmp_path / "logs").exists(), "nothing may be written for a bad run"
+    return err
+
+
+def test_the_words_of_an_evaluation_run_say_it_is_no_train_py_run(cli_fails, tmp_path):
+    """An evaluate.py run folder as `run`: what it is (its model, no data block, results.jsonl) and what to give."""
+    folder = tmp_path / "ws_raf" / "run-0123"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(WS_FILE.read_text())
+    (folder / "results.jsonl").write_text("")
+    err = _head_words(cli_fails, tmp_path, folder)
+    assert f"error: model.init_args.run={folder}: an evaluate.py run (its model is wslight.tasks." in err
+    assert "its config.yaml has no data: block, it holds results.jsonl), not a train.py run" in err
+    assert "give the log folder `python train.py fit --config <training config>` printed" in err
+    assert "enable_checkpointing" not in err
+
+
+def test_the_words_of_a_missing_run_folder_say_it_does_not_exist(cli_fails, tmp_path):
+    err = _head_words(cli_fails, tmp_path, tmp_path / "nope")
+    assert f"error: model.init_args.run={tmp_path / 'nope'}: no such folder; give the log folder train.py fit" in err
+    assert "holds no config.yaml" not in err
+
+
+def test_the_words_of_a_run_without_a_test_split_say_so(cli_fails, tmp_path):
+    """A run fitted with test_fraction 0: its test split is empty, named in its config.yaml, before any data is read."""
+    folder = _trained_run(tmp_path, test_fraction=0.0)
+    err = _head_words(cli_fails, tmp_path, folder)
+    assert f"error: model.init_args.run={folder}: the run's test split is empty" in err
+    assert f"(data.init_args.test_fraction: 0.0 in {folder / 'config.yaml'})" in err
+    assert "train again with a test split (e.g. --data.init_args.test_fraction 0.2)" in err
+    assert "[1, 0]" not in err
+
+
+def test_the_words_of_a_run_with_a_truncated_or_foreign_checkpoint_name_it(cli_fails, tmp_path):
+    """A cut-short last.ckpt, or one trained with another d than the run's config.yaml: the checkpoint and the why."""
+    folder = _trained_run(tmp_path, d=8, trained_d=16)
+    ckpt = folder / "checkpoints" / "last.ckpt"
+    err = _head_words(cli_fails, tmp_path, folder)
+    assert f"error: model.init_args.checkpoint={ckpt}: trained with data.init_args.d = 16, " in err
+    assert f"{folder / 'config.yaml'} says 8; train the run again" in err
+    ckpt.write_bytes(ckpt.read_bytes()[:300])
+    _checkpoint(folder / "checkpoints" / "epoch=0.ckpt", d=8)
+    err = _head_words(cli_fails, tmp_path, folder)
+    assert f"error: model.init_args.checkpoint={ckpt}: not a readable checkpoint (truncated?)" in err
+    assert "choose another with checkpoint (it has epoch=0.ckpt)" in err and "Union" not in err
+    err = _head_words(cli_fails, tmp_path, ckpt)  # the checkpoint file itself as the run
+    assert f"error: model.init_args.run={ckpt}: not a readable checkpoint (truncated?)" in err
+
+
+def test_a_checkpoint_to_resume_from_is_checked_before_any_data(cli_fails, tmp_path):
+    """train.py's --ckpt_path: trained with another d, or cut short: one block naming it, before the data is read."""
+    logs = ["--trainer.logger.init_args.save_dir", str(tmp_path / "logs")]
+    folder = _trained_run(tmp_path)  # trained with d = 16, as its config.yaml says
+    ckpt = folder / "checkpoints" / "last.ckpt"
+    err = cli_fails(["fit", "--config", TRAIN, *logs, "--data.init_args.d", "8", "--ckpt_path", str(ckpt)])
+    assert f"error: ckpt_path={ckpt}: trained with data.init_args.d = 16, the command line says 8" in err
+    assert f"resume with the config it was trained with ({folder / 'config.yaml'})" in err
+    cut = tmp_path / "cut.ckpt"
+    cut.write_bytes(ckpt.read_bytes()[:300])
+    err = cli_fails(["fit", "--config", TRAIN, *logs, "--ckpt_path", str(cut)])
+    assert f"error: ckpt_path={cut}: not a readable checkpoint (truncated?)" in err and "PytorchStreamReader" not in err
+    assert not (tmp_path / "logs").exists()
+
+
+def test_the_last_checkpoint_to_resume_from_is_checked_too(cli_fails, tmp_path):
+    """`--ckpt_path last` finds the newest last.ckpt of the run name; trained with another d, it is named."""
+    logs = ["--trainer.logger.init_args.save_dir", str(tmp_path)]
+    folder = _trained_run(tmp_path)  # tmp_path/train_raf/version_0, the run name of the tiny raf config
+    err = cli_fails(["fit", "--config", TRAIN, *logs, "--data.init_args.d", "8", "--ckpt_path", "last"])
+    ckpt = folder / "checkpoints" / "last.ckpt"
+    assert f"error: ckpt_path=last ({ckpt}): trained with data.init_args.d = 16, the config says 8" in err
+    assert not (tmp_path / "train_raf" / "version_1").exists()
+
+
+def test_a_checkpoint_of_another_map_names_the_key_the_model_lacks(cli_fails, tmp_path):
+    """Sizes that agree but another map's weights: the key torch reports, after Lightning tried to restore it."""
+    import torch
+
+    ckpt = _checkpoint(tmp_path / "rf.ckpt")
+    data = torch.load(ckpt, weights_only=True)
+    data["state_dict"] = {"theta": torch.zeros(80), "feature_map.V": torch.zeros(80, 80)}
+    torch.save(data, ckpt)
+    logs = ["--trainer.logger.init_args.save_dir", str(tmp_path / "logs")]
+    err = cli_fails(["fit", "--config", TRAIN, *logs, "--ckpt_path", str(ckpt)])
+    assert f"error: ckpt_path={ckpt}: " in err and '"feature_map.V"' in err and "(another map?)" in err
+
+
+# ------------------------------------------------------------------------------------------------ reproduce
+def _reproduce_fails(argv: list[str], capsys, monkeypatch) -> str:
+    """`wslight reproduce <argv>`: exit status 2 and its block, with no stage run."""
+    from wslight.app import reproduce
+    from wslight.app.reproduce import command
+
+    def no_stage(*a, **k):
+        raise AssertionError("no stage may run for a bad command")
+
+    monkeypatch.setattr(command, "run_stages", no_stage)
+    with pytest.raises(SystemExit) as exc:
+        reproduce.main(argv, prog="wslight reproduce")
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+def test_reproduce_reports_under_a_file_is_refused_before_any_stage(tmp_path, capsys, monkeypatch):
+    afile = tmp_path / "reports.txt"
+    afile.write_text("")
+    err = _reproduce_fails(["--reports", str(afile), "--only", "ws_rf"], capsys, monkeypatch)
+    assert f"wslight reproduce: error: --reports={afile}: cannot create {afile / 'offline'}: {afile} is not a" in err
+    assert "give a folder (it is created when missing)" in err
+
+
+@pytest.mark.parametrize(
+    "only, hint",
+    [
+        (["ws_rff"], "; did you mean --only ws_rf?"),
+        (["ws_rff", "attack_fig44", "ws_raf"], "; did you mean --only ws_rf attack_fig4 ws_raf?"),
+        (["ws_rff", "zzz"], "; ws_rff: did you mean ws_rf?"),
+    ],
+    ids=["one", "several", "one-unknown"],
+)
+def test_reproduce_only_a_misspelt_stage_says_which_was_meant(tmp_path, capsys, monkeypatch, only, hint):
+    err = _reproduce_fails(["--reports", str(tmp_path), "--only", *only], capsys, monkeypatch)
+    assert f"got {only[0]!r}" in err and f"{hint} (--list shows the stages)" in err
+    assert not (tmp_path / "offline").exists()

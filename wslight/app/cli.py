@@ -309,8 +309,8 @@ def main(
     (`wslight`, `python -m wslight`, train.py, evaluate.py), which turns a finished run into exit status 0.
 
     A mistake in the command or config (a value out of range, an unknown key, a config given to the other entry point)
-    prints one block on stderr naming the key path, and exits with status 2; `--debug` or `WSLIGHT_DEBUG=1` raises
-    the original exception with its traceback instead. `prog` names the command in those messages.
+    prints one block on stderr naming the key path, and exits with status 2; `--debug` or `WSLIGHT_DEBUG=1` prints
+    the original exception's traceback before it. `prog` names the command in those messages.
 
     `every_core=True` (the command line's evaluations) runs a CPU evaluation whose `trainer.devices` is auto on one
     process per available core (`wslight.app.placement`); Lightning starts those processes by running the command
@@ -337,9 +337,13 @@ def main(
         raise
     except Exception as err:
         remove_empty_run_dir(_new_run_dir)
-        failure = None if debug else failure_message(err, _parsed_config or args_tree(args))
+        failure = failure_message(err, _parsed_config or args_tree(args))
         if failure is None:
             raise
+        if debug:  # the traceback, then the same block and exit status as without --debug
+            import traceback
+
+            traceback.print_exception(err, file=sys.stderr)
         _exit_with(failure, prog)
     finally:
         RunLock.release_all()  # also after a failure inside Lightning, which skips the modules' teardown

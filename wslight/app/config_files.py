@@ -186,8 +186,30 @@ def load_yaml(path: Path) -> Any:
     """The content of a YAML file, or None when it cannot be read or parsed (the strict reading is `read_config`)."""
     try:
         return yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
+    except (OSError, ValueError, yaml.YAMLError):  # ValueError: not UTF-8
         return None
+
+
+def read_text(path: Path) -> str:
+    """The text of a UTF-8 file.
+
+    Raises:
+        UsageError: the file is not UTF-8 (naming the file, the line and column of the first byte that is not, and
+            what to do).
+        OSError: the file cannot be read.
+    """
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        start = data.rfind(b"\n", 0, err.start) + 1  # where the line of the first bad byte begins
+        line = data.count(b"\n", 0, err.start) + 1
+        column = len(data[start : err.start].decode("utf-8")) + 1  # in characters: the line is UTF-8 up to there
+        raise UsageError(
+            f"{path}, line {line}, column {column}: byte 0x{data[err.start]:02x} is not UTF-8 (the file was saved in "
+            "another encoding, e.g. Latin-1); save it as UTF-8 (`iconv -f latin1 -t utf-8`, or the editor's encoding "
+            "setting)"
+        ) from None
 
 
 def _place(path: Path, mark: Any) -> str:
@@ -241,12 +263,12 @@ def read_config(path: Path) -> Any:
     """The content of a `--config` file, or None for a value that is no file (YAML given inline).
 
     Raises:
-        UsageError: a YAML syntax error (the file, line and column), a key written twice in one block (the file,
-            line and key path), an empty file or one that holds no keys.
+        UsageError: a file that is not UTF-8 or has a YAML syntax error (the file, line and column), a key written
+            twice in one block (the file, line and key path), an empty file or one that holds no keys.
     """
     try:
-        text = path.read_text()
-    except (OSError, ValueError):
+        text = read_text(path)
+    except OSError:
         return None  # jsonargparse reads and reports what is not a file
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)

@@ -12,8 +12,9 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from ..records.results import ResultsFileError, RunFolderBusy
 from ..tasks.classifier import TrainingDiverged
 from ..tasks.evaluation import TrialFailed
+from ..tasks.trained_run import state_dict_mismatch
 from .errors import EXIT_BUSY, EXIT_SIGNAL_BASE, ParseError, UsageError
-from .messages import parse_error_message, value_error_message
+from .messages import no_checkpoint_message, parse_error_message, value_error_message
 
 __all__ = ["EXIT_BUSY", "EXIT_SIGNAL_BASE", "failure_message", "trainer_error_message"]
 _WRITE_ERRNOS = {
@@ -50,6 +51,8 @@ def failure_message(err: Exception, tree: dict) -> tuple[str, int] | None:
     message = _own_failure_message(err)
     if message is None:
         message = _os_failure_message(err)
+    if message is None:
+        message = _checkpoint_failure_message(err, tree)
     if message is None and isinstance(err, ValueError):
         message = value_error_message(err, tree), 2
     return message
@@ -72,10 +75,23 @@ def _own_failure_message(err: Exception) -> tuple[str, int] | None:
     return None
 
 
+def _checkpoint_failure_message(err: Exception, tree: dict) -> tuple[str, int] | None:
+    """A checkpoint to resume from that holds another model than the config builds (another map), else None.
+
+    Its sizes and readability are checked before the run (`wslight.app.messages.check_checkpoint`); torch's report of
+    the state dicts' difference is the last word.
+    """
+    ckpt_path = tree.get("ckpt_path") if isinstance(tree, dict) else None
+    mismatch = state_dict_mismatch(err) if isinstance(err, RuntimeError) and ckpt_path else None
+    if mismatch is None:
+        return None
+    return f"ckpt_path={ckpt_path}: {mismatch}; resume with the config it was trained with, or leave ckpt_path out", 2
+
+
 def _os_failure_message(err: Exception) -> tuple[str, int] | None:
     """The message and exit status of a missing checkpoint file or a folder that cannot be written, else None."""
     if isinstance(err, FileNotFoundError) and str(err).startswith("Checkpoint file not found"):
-        return f"ckpt_path={str(err).rpartition(': ')[2]}: no such checkpoint file", 2
+        return no_checkpoint_message(str(err).rpartition(": ")[2]), 2
     if isinstance(err, OSError) and err.errno in _WRITE_ERRNOS:
         if err.filename is None:  # already a whole sentence (e.g. results.jsonl's append)
             return str(err).removeprefix(f"[Errno {err.errno}] "), 1

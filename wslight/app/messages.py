@@ -2,14 +2,16 @@
 
 `main` (wslight.app.cli) checks the command against the entry point (a training config given to evaluate.py, a linked
 key given a value), reads every `--config` file strictly (a YAML syntax error with its line and column, a key written
-twice, an empty file), checks `seed_everything`, and formats the errors of jsonargparse and of the package's own checks
-as one line naming the config key path, the allowed range and the value, with the closest key for an unknown one.
+twice, an empty file), checks `seed_everything` and a checkpoint to resume from (`ckpt_path`), and formats the errors of
+jsonargparse and of the package's own checks as one line naming the config key path, the allowed range and the value,
+with the closest key for an unknown one.
 
 Only what must come before jsonargparse parses is read here, each file on its own (no merging: jsonargparse merges the
 files of an overlay and the overrides, and `main` names keys from that parsed config): the strict reading of a file
 (jsonargparse would keep the last of two equal keys without a word), a misspelt top-level key and the entry point
 (jsonargparse would report the blocks they leave missing instead), a value on a linked key (jsonargparse replaces it
-by the link without a word) and `seed_everything` (Lightning seeds with it right after parsing, before any hook).
+by the link without a word), `seed_everything` (Lightning seeds with it right after parsing, before any hook) and
+`ckpt_path` (Lightning reads the checkpoint only after the data is prepared).
 """
 
 from __future__ import annotations
@@ -143,6 +145,7 @@ def check_command(args: list[str], evaluate: bool) -> list[str]:
         check_seed_everything(seeds[-1][1])  # the value jsonargparse keeps
     if not evaluate:
         _check_linked_keys(args)
+        _check_given_checkpoint(args)
     return args
 
 
@@ -192,6 +195,55 @@ def _check_linked_keys(args: list[str]) -> None:
                 f"{target} is linked from {source} (n and d are written once, under data, and set on the map "
                 f"and the head); set {source} instead (got {target}={given[-1][1]})"
             )
+
+
+# `ckpt_path` values Lightning resolves itself (`last` is resolved by `wslight.app.runs.last_checkpoint`)
+_CKPT_NAMES = ("last", "best", "hpc")
+
+
+def _check_given_checkpoint(args: list[str]) -> None:
+    """Refuse the `ckpt_path` of the command before any data is prepared (`check_checkpoint`).
+
+    The sizes are the data's n and d as given (the last value wins); a size not given is not compared.
+    """
+    given = given_values(args, "ckpt_path")
+    value = given[-1][1] if given else None
+    if not isinstance(value, str) or value in _CKPT_NAMES or value.startswith("registry") or "://" in value:
+        return
+    sizes = {}
+    for name in ("n", "d"):
+        found = given_values(args, f"data.init_args.{name}")
+        if found:
+            sizes[name] = (found[-1][1], found[-1][0])
+    check_checkpoint(Path(value), sizes, value)
+
+
+def no_checkpoint_message(shown: str) -> str:
+    """`ckpt_path=<path>: no such checkpoint file` and what to give instead."""
+    return f"ckpt_path={shown}: no such checkpoint file; give the path of a .ckpt file, or leave ckpt_path out"
+
+
+def check_checkpoint(path: Path, sizes: dict[str, tuple[Any, str]], shown: str) -> None:
+    """Refuse a checkpoint to resume from that is missing, unreadable, or was trained on data of other `sizes`.
+
+    `sizes` maps "n" and "d" to (value, where it is given); `shown` is the ckpt_path as the user gave it.
+
+    Raises:
+        UsageError: `ckpt_path=<shown>: <what is wrong>; <what to do>`.
+    """
+    if not path.is_file():
+        raise UsageError(no_checkpoint_message(shown))
+    from ..tasks.trained_run import CONFIG_NAME, checkpoint_problem
+
+    problem = checkpoint_problem(path, sizes)
+    if problem is None:
+        return
+    run_config = path.parent.parent / CONFIG_NAME  # a run's checkpoints/ sit beside its config.yaml
+    if problem.startswith("trained with") and run_config.is_file():
+        again = f"resume with the config it was trained with ({run_config})"
+    else:
+        again = "give another checkpoint"
+    raise UsageError(f"ckpt_path={shown}: {problem}; {again}, or leave ckpt_path out for a new fit")
 
 
 def check_seed_everything(value: Any) -> None:
@@ -376,13 +428,28 @@ def _unrecognized_arguments_message(given: list[str], keys: list[str]) -> str:
     for arg in given:
         if arg.startswith("--"):
             key = arg[2:].split("=")[0]
-            close = difflib.get_close_matches(key, keys, n=1)
-            if close:
-                out += f"; did you mean --{close[0]}?"
+            hint = did_you_mean(key, keys, prefix="--")
+            if hint:
+                out += hint
             elif "." in key:
                 tops = sorted({k.split(".")[0] for k in keys} & set(TOP_KEYS)) or list(TOP_KEYS)
                 out += _top_key_hint(key, tops, "--")
     return out
+
+
+def did_you_mean(name: str, choices: list[str], prefix: str = "", before: str = "; ", after: str = "") -> str:
+    """`; did you mean <prefix><the closest of choices>?` for a misspelt `name`, else "".
+
+    `before` and `after` go around the question: `(did you mean ws_rf?)` with " (" and ")".
+    """
+    close = closest(name, choices)
+    return f"{before}did you mean {prefix}{close}?{after}" if close else ""
+
+
+def closest(name: str, choices: list[str]) -> str | None:
+    """The choice `name` most likely misspells (difflib's closest match), else None."""
+    close = difflib.get_close_matches(name, choices, n=1)
+    return close[0] if close else None
 
 
 def _top_key_hint(key: str, top_keys: list[str], prefix: str = "") -> str:

@@ -17,6 +17,7 @@ import lightning.pytorch as pl
 
 from ..records.results import LOCK_NAME, config_key, unwritable_reason
 from .errors import UsageError
+from .messages import check_checkpoint
 
 # Settings that change where or how fast a run happens, not what it computes: left out of the run key, so that the
 # same evaluation on 1 or 2 devices (or resumed with another logger) appends to the same results.
@@ -96,7 +97,8 @@ def last_checkpoint(config: dict) -> Path:
     over; the last checkpoint of the same run name is in an earlier version, or in a ModelCheckpoint's `dirpath`.
 
     Raises:
-        UsageError: no last.ckpt there (naming where it looked).
+        UsageError: no last.ckpt there (naming where it looked), or the newest one cannot be read or was trained on
+            data of other sizes (`check_checkpoint`).
     """
     trainer = config.get("trainer") or {}
     folders = []
@@ -119,6 +121,9 @@ def last_checkpoint(config: dict) -> Path:
             f"ckpt_path=last: no last.ckpt in {where}; give a checkpoint path, or leave ckpt_path out for a new fit"
         )
     newest = max(found, key=lambda p: p.stat().st_mtime)
+    data = (config.get("data") or {}).get("init_args") or {}
+    sizes = {name: (data[name], "the config") for name in ("n", "d") if name in data}
+    check_checkpoint(newest, sizes, f"last ({newest})")  # before any data is prepared
     print(f"resuming from {newest}", file=sys.stderr)
     return newest
 

@@ -7,6 +7,7 @@ bias), so an evaluation can ask questions of the model a user trained (docs/theo
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,26 +72,143 @@ class TrainedRun:
         folder = path.parent.parent if path.is_file() else path
         ckpt = path if path.is_file() else folder / "checkpoints" / checkpoint
         config_file = folder / CONFIG_NAME
+        if not folder.exists():
+            raise ValueError(
+                f"run={run}: no such folder; give the log folder train.py fit printed (`logs: <folder>`) or a "
+                "checkpoint file inside it"
+            )
         if not config_file.is_file():
             raise ValueError(f"run: {folder} holds no {CONFIG_NAME}: give the log folder train.py printed (`logs:`)")
+        config = yaml.safe_load(config_file.read_text()) or {}
+        _check_train_run(folder, config)
+        data_args = dict(config["data"]["init_args"])
+        _check_test_split(folder, data_args.get("test_fraction"), None)
+        found = sorted(p.name for p in (folder / "checkpoints").glob("*.ckpt"))
         if not ckpt.is_file():
-            found = sorted(p.name for p in (folder / "checkpoints").glob("*.ckpt"))
             hint = (
                 f"; it has {', '.join(found)} (choose one with checkpoint)"
                 if found
                 else (" (trainer.enable_checkpointing was false?): train with checkpoints on")
             )
             raise ValueError(f"checkpoint: {ckpt} does not exist{hint}")
-        config = yaml.safe_load(config_file.read_text())
-        data_args = dict(config["data"]["init_args"])
         spec = EmbeddingSpec(**data_args.pop("embeddings"))
         n, d = int(data_args["n"]), int(data_args["d"])
-        model = FeatureMapClassifier.load_from_checkpoint(
-            ckpt, feature_map=_rebuilt_map(config["model"]["init_args"]["feature_map"], n, d), map_location="cpu"
-        ).eval()
+        key = "run" if path.is_file() else "checkpoint"  # the setting that names the checkpoint
+        others = [name for name in found if name != ckpt.name]
+        advice = f"choose another with checkpoint (it has {', '.join(others)})" if others else "train the run again"
+        model = _load_head(ckpt, config, config_file, n, d, f"{key}={ckpt}", advice)
         datamodule = EmbeddingDataModule(spec, **_split_args(data_args))
         datamodule.setup("test")
+        _check_test_split(folder, data_args.get("test_fraction"), len(datamodule.test_indices))
         return cls(folder, ckpt, model, spec, n, d, datamodule.test_indices, bool(data_args.get("normalize", True)))
+
+
+def _load_head(ckpt: Path, config: dict, config_file: Path, n: int, d: int, given: str, advice: str) -> Any:
+    """The run's classifier from `ckpt`, its map rebuilt from the run's config.
+
+    A checkpoint that does not fit it (unreadable, trained for other sizes or another map) is refused as
+    `<given>: <why>; <advice>`.
+    """
+    problem = checkpoint_problem(ckpt, {"n": (n, str(config_file)), "d": (d, str(config_file))})
+    if problem is not None:
+        raise ValueError(f"{given}: {problem}; {advice}")
+    try:
+        return FeatureMapClassifier.load_from_checkpoint(
+            ckpt, feature_map=_rebuilt_map(config["model"]["init_args"]["feature_map"], n, d), map_location="cpu"
+        ).eval()
+    except RuntimeError as err:
+        mismatch = state_dict_mismatch(err)
+        if mismatch is None:
+            raise
+        raise ValueError(f"{given}: {mismatch} ({config_file}); {advice}") from err
+
+
+def _check_train_run(folder: Path, config: Any) -> None:
+    """Refuse a run folder that is not a train.py run (an evaluate.py run has no data block), naming what it is."""
+    if isinstance(config, dict) and isinstance(config.get("data"), dict):
+        return
+    model = config.get("model") if isinstance(config, dict) else None
+    class_path = model.get("class_path") if isinstance(model, dict) else None
+    signs = [f"its model is {class_path}" if class_path else "", f"its {CONFIG_NAME} has no data: block"]
+    if (folder / "results.jsonl").is_file():
+        signs.append("it holds results.jsonl")
+    raise ValueError(
+        f"run={folder}: an evaluate.py run ({', '.join(s for s in signs if s)}), not a train.py run; give the log "
+        "folder `python train.py fit --config <training config>` printed (`logs: <folder>`)"
+    )
+
+
+def _check_test_split(folder: Path, test_fraction: Any, size: int | None) -> None:
+    """Refuse a run whose test split is empty (`size` 0, or test_fraction 0 before the split is read)."""
+    if size is None and test_fraction not in (0, 0.0):
+        return
+    if size is not None and size > 0:
+        return
+    raise ValueError(
+        f"run={folder}: the run's test split is empty (data.init_args.test_fraction: {test_fraction} in "
+        f"{folder / CONFIG_NAME}), and the evaluation reads the run's held-out reviews; train again with a test "
+        "split (e.g. --data.init_args.test_fraction 0.2)"
+    )
+
+
+def checkpoint_problem(path: Path, sizes: dict[str, tuple[Any, str]]) -> str | None:
+    """Why the file `path` is no checkpoint of a head for data of these `sizes`, else None.
+
+    `not a readable checkpoint (truncated?): ...` for a file torch cannot open; `trained with data.init_args.d = 192,
+    <where> says 384` when the data sizes the checkpoint was trained on (its `datamodule_hyper_parameters`) differ from
+    `sizes`, which maps "n" and "d" to (the value, where it is given), e.g. `{"d": (384, "the command line")}`. The
+    tensors are memory-mapped, not read; a checkpoint that loads only with `weights_only=False` is left to the loader.
+    """
+    import zipfile
+
+    archive = zipfile.is_zipfile(path)  # what torch.save writes: its directory is at the end, lost when cut short
+    try:
+        if archive:  # its tensors memory-mapped, not read
+            checkpoint = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        else:  # cut short, not a checkpoint, or torch's legacy format (which loads)
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises RuntimeError, EOFError, pickle's errors... for a damaged file
+        if "weights_only" in str(err) or "Weights only" in str(err):
+            return None  # a readable file holding other objects: the loader reports it
+        if path.stat().st_size == 0:
+            reason = "the file is empty"
+        elif not archive:
+            reason = "it is not the zip archive torch.save writes, or its end is missing"
+        else:
+            reason = str(err).split(". ")[0] or type(err).__name__
+        return f"not a readable checkpoint (truncated?): {reason}"
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        return "not a Lightning checkpoint (it holds no state_dict)"
+    trained = checkpoint.get("datamodule_hyper_parameters") or {}
+    for name, (value, where) in sizes.items():
+        if value is not None and trained.get(name) is not None and str(trained[name]) != str(value):
+            return f"trained with data.init_args.{name} = {trained[name]}, {where} says {value}"
+    return None
+
+
+def state_dict_mismatch(err: BaseException) -> str | None:
+    """The first difference torch's `load_state_dict` reports between a checkpoint and the model, else None.
+
+    `feature_map.W is [16, 16] in the checkpoint, [8, 8] in the model ...`, or the keys the checkpoint holds beyond the
+    model's and those it lacks.
+    """
+    msg = str(err)
+    if "Error(s) in loading state_dict" not in msg:
+        return None
+    m = re.search(
+        r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\((\[[^\]]*\])\) from "
+        r"checkpoint, the shape in current model is torch\.Size\((\[[^\]]*\])\)",
+        msg,
+    )
+    if m:
+        return f"{m.group(1)} is {m.group(2)} in the checkpoint, {m.group(3)} in the model the config builds"
+    found = dict(re.findall(r"(Missing|Unexpected) key\(s\) in state_dict: (.*?)\.?[ \t]*$", msg, re.MULTILINE))
+    if found:
+        parts = [f"it holds {found['Unexpected']}, which the model lacks" if "Unexpected" in found else ""]
+        parts.append(f"it lacks the model's {found['Missing']}" if "Missing" in found else "")
+        what = ", and ".join(p for p in parts if p)
+        return f"the checkpoint is not of the model the config builds (another map?): {what}"
+    return msg.splitlines()[0]
 
 
 def _rebuilt_map(entry: dict[str, Any], n: int, d: int) -> torch.nn.Module:

@@ -11,7 +11,9 @@ from typing import NoReturn
 import yaml
 
 from ...base import validate
-from ..errors import EXIT_BUSY, EXIT_FAILED, EXIT_USAGE
+from ...records.results import unwritable_reason
+from ..errors import EXIT_BUSY, EXIT_FAILED, EXIT_USAGE, UsageError
+from ..messages import closest, did_you_mean
 from .pages import write_pages
 from .plan import PLAN, PLANS, Stage, load_plan, stage_table
 from .report import write_report
@@ -60,7 +62,7 @@ def epilog(which: str, plan_path: str) -> str:
         stages = load_plan(which, plan_path)
         width = max(len(s.name) for s in stages)
         listing = [f"  {s.name:<{width}}  {s.title or s.config}" for s in stages]
-    except (OSError, ValueError, yaml.YAMLError) as err:
+    except (OSError, ValueError, UsageError, yaml.YAMLError) as err:
         listing = [f"  (the plan cannot be read: {err})"]
     return "\n".join(
         [
@@ -102,18 +104,40 @@ def build_parser(prog: str | None, which: str, plan_path: str) -> argparse.Argum
 
 
 def checked_plan(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Stage], list[Stage]]:
-    """The whole plan and the stages to run (`--only`); a mistake exits 2 with one block naming the option."""
+    """The whole plan and the stages to run (`--only`); a mistake exits 2 with one block naming the option.
+
+    Checked before any stage runs: the options' values, the plan, the `--only` names (with the stage meant for a
+    misspelt one) and that `--reports` can hold the report's folder.
+    """
     try:
         validate.choice("full", args.full, [0, 1])
         validate.integer("threads", args.threads, low=0)
         plan = load_plan(PLANS[args.full], args.plan)
         if args.only:
-            validate.choices("only", args.only, [s.name for s in plan])
-    except ValueError as err:
+            _check_only(args.only, plan)
+        if not args.list:
+            reason = unwritable_reason(Path(args.reports) / PLANS[args.full])
+            if reason is not None:
+                raise UsageError(f"--reports={args.reports}: {reason}; give a folder (it is created when missing)")
+    except (ValueError, UsageError) as err:
         parser.error(str(err))
     except (OSError, yaml.YAMLError) as err:
         parser.error(f"plan={args.plan}: {err}")
     return plan, [s for s in plan if not args.only or s.name in args.only]
+
+
+def _check_only(only: list[str], plan: list[Stage]) -> None:
+    """Refuse `--only` names that are no stage of the plan, with the stages meant when they are misspelt."""
+    names = [s.name for s in plan]
+    try:
+        validate.choices("only", only, names)
+    except ValueError as err:
+        meant = [name if name in names else closest(name, names) for name in only]
+        if all(meant):  # a stage close to every unknown name: the command meant
+            hint = f"; did you mean --only {' '.join(dict.fromkeys(m for m in meant if m))}?"
+        else:
+            hint = "".join(did_you_mean(name, names, before=f"; {name}: ") for name in only if name not in names)
+        raise UsageError(f"{err}{hint} (--list shows the stages)") from None
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> Path | None:

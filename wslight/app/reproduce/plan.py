@@ -12,7 +12,15 @@ from pathlib import Path
 import yaml
 
 from ...base import validate
-from ..config_files import UnknownConfigError, configs_dir, find_config, overlay_chain, resolve_config_args
+from ..config_files import (
+    UnknownConfigError,
+    configs_dir,
+    find_config,
+    overlay_chain,
+    read_config,
+    read_text,
+    resolve_config_args,
+)
 from ..errors import UsageError
 from ..messages import given_values
 from ..placement import available_cores, on_cpu
@@ -69,10 +77,14 @@ def load_plan(which: str = "offline", path: str | Path = PLAN) -> list[Stage]:
 
     Each entry has `name` (its folder and section in the report), `config` (a file or a shipped name; an overlay runs
     on top of its base) and optionally `title`.
+
+    Raises:
+        ValueError: a malformed entry, or a stage's config that is missing or cannot be read (naming the stage).
+        UsageError: the plan file is not UTF-8 (`read_text`).
     """
     validate.choice("plan", which, PLANS)
     path = Path(path)
-    plan = yaml.safe_load(path.read_text()) or {}
+    plan = yaml.safe_load(read_text(path)) or {}
     entries = plan.get(which)
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"{path}: `{which}` must be a non-empty list of stages, got {entries!r}")
@@ -88,6 +100,7 @@ def load_plan(which: str = "offline", path: str | Path = PLAN) -> list[Stage]:
             raise ValueError(f"{path}: {which}[{i}] ({stage.name}): config {stage.config} does not exist")
         try:
             overlay_chain(stage.path)  # an overlay's base exists: named here, before any stage runs
+            read_config(stage.path)  # UTF-8, valid YAML, no key written twice
         except UsageError as err:
             raise ValueError(f"{path}: {which}[{i}] ({stage.name}): {err}") from None
         stages.append(stage)
