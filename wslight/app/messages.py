@@ -215,7 +215,7 @@ def _check_given_checkpoint(args: list[str]) -> None:
         found = given_values(args, f"data.init_args.{name}")
         if found:
             sizes[name] = (found[-1][1], found[-1][0])
-    check_checkpoint(Path(value), sizes, value)
+    check_checkpoint(Path(value).expanduser(), sizes, value)  # as Lightning (fsspec) reads `~`
 
 
 def no_checkpoint_message(shown: str) -> str:
