@@ -296,7 +296,8 @@ def test_float32_chains_report_float64_values_at_their_delta(rows, kind):
     heads = fit_heads(Phi, y[:, 2:], phi, y[:, :2])
     feats = token64.features(out["delta"][:, :, None, None])[:, :, 0, 0]  # (T, B, p) float64 at the kept Delta
     D0, D1 = heads.outputs(feats, "retrain")
-    assert out["delta"].dtype == torch.float64 and bool((out["delta_norm"] <= 6**0.5).all())
+    # a Delta projected onto the sphere has the radius as its norm to float64 rounding (here and there 1 ulp above)
+    assert out["delta"].dtype == torch.float64 and bool((out["delta_norm"] <= 6**0.5 * (1 + 1e-12)).all())
     assert torch.allclose(out["D0"], D0, rtol=1e-12, atol=1e-12) and torch.allclose(
         out["D1"], D1, rtol=1e-12, atol=1e-12
     )
