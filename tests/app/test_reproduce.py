@@ -81,7 +81,7 @@ def test_shipped_plan_names_configs_that_run_alone_into_the_stage_folder():
         "ws_raf_2x_steps",
     ]
     assert not any(s.shares_maps() for s in offline)  # the paper's protocol: a fresh map per trial everywhere
-    assert len(offline) == 13 and len(full) == 10
+    assert len(offline) == 14 and len(full) == 10
     assert all(s.config == f"configs/reproduce/{s.name}.yaml" for s in offline)
     assert all(s.config.startswith("configs/paper/") and s.path.is_file() for s in full)
     for stage in offline:
