@@ -32,20 +32,26 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-from attack_page import print_sides, write_attack_page
-from authors_gen import AUTHORS_DIR, AUTHORS_MAPS, authors_trial, how_to_get, load_utils, run_quietly
+import progress  # benchmarks/progress.py, beside this
 
-from wslight.attack import delta_attack
-from wslight.attack.heads import fit_heads
-from wslight.base.seeding import derive_seed, generator
-from wslight.features import FreshMaps, make_map
+if __name__ == "__main__" and "--part" in sys.argv:  # before torch is imported (seconds): Ctrl-C stops that too
+    progress.start_part()
+elif __name__ == "__main__":
+    progress.start("benchmarks/attack.py")
+
+import torch  # noqa: E402
+from attack_page import print_sides, write_attack_page  # noqa: E402
+from authors_gen import AUTHORS_DIR, AUTHORS_MAPS, authors_trial, how_to_get, load_utils, run_quietly  # noqa: E402
+
+from wslight.attack import delta_attack  # noqa: E402
+from wslight.attack.heads import fit_heads  # noqa: E402
+from wslight.base.seeding import derive_seed, generator  # noqa: E402
+from wslight.features import FreshMaps, make_map  # noqa: E402
 
 # The maps the baseline runs on (a dense float64 forward through the map itself).
 MAPS = ("raf", "relu_raf", "rf")
@@ -273,13 +279,16 @@ def profile_ours(a) -> None:
 BLAS_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def run_part(part: str, argv: list[str], threads: int) -> dict:
-    """Run one part in a subprocess (numpy's and torch's BLAS pinned to `threads`) and add its peak memory."""
+def run_part(part: str, argv: list[str], threads: int, what: str) -> dict:
+    """Run one part in a subprocess (numpy's and torch's BLAS pinned to `threads`), saying `what` it computes.
+
+    Returns its JSON result with its peak memory added.
+    """
+    progress.say(what)
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     env = dict(os.environ, **{k: str(threads) for k in BLAS_THREADS}) if threads else None
-    proc = subprocess.Popen([sys.executable, __file__, "--part", part, "--out", path, *argv], env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
+    status, usage = progress.run_part([sys.executable, __file__, "--part", part, "--out", path, *argv], env)
     if status != 0:
         raise SystemExit(f"part {part} failed with status {status}")
     with open(path) as fh:
@@ -355,10 +364,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# {a.map}, d={a.d}, n={a.n}, N={a.N}, {a.training}, loss err, {a.trials} trials, data: {data}")
     sides = {}
     if have_authors:
-        sides["authors"] = run_part("authors", common, a.threads)
+        sides["authors"] = run_part("authors", common, a.threads, f"the authors' code, {a.trials} trials one at a time")
     if a.port:
-        sides["port"] = run_part("port", common, a.threads)
-    sides["ours"] = run_part("ours", common, a.threads)
+        sides["port"] = run_part("port", common, a.threads, f"the torch port, {a.trials} trials one at a time")
+    sides["ours"] = run_part("ours", common, a.threads, f"the package, {a.trials} trials in one call")
     print_sides(sides, a)
     largest = None
     if a.largest:
@@ -367,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
         big += ["--data", "synthetic"]  # d = 768 is wider than the bundled encoder
         print(f"\n# largest: raf, d=768, n=120, N=1300, retrain, loss err, {a.largest_trials} trial(s), ours only,")
         print("# SYNTHETIC aniso rows")
-        res = run_part("ours", big, a.threads)
+        res = run_part("ours", big, a.threads, "the largest cell, the package")
         errs = [r["err"] for r in res["trials"]]
         print(
             f"time {res['time_s']:.1f} s, peak {res['peak_gib']:.2f} GiB (limit 24), errs {[f'{e:.2e}' for e in errs]}"

@@ -33,22 +33,28 @@ import argparse
 import dataclasses
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-import yaml
+import progress  # benchmarks/progress.py, beside this
 
-from wslight.base.seeding import derive_seed, generator
-from wslight.features import MAPS, FreshMaps, make_map
-from wslight.features.rf import fresh_preactivations
-from wslight.records.pages import PageHeader, write_page
-from wslight.search import SearchSettings
-from wslight.search.sensitivity import moved_token_objective, word_sensitivity
-from wslight.search.settings import family_defaults
+if __name__ == "__main__" and "--part" in sys.argv:  # before torch is imported (seconds): Ctrl-C stops that too
+    progress.start_part()
+elif __name__ == "__main__":
+    progress.start("benchmarks/ws.py")
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+from wslight.base.seeding import derive_seed, generator  # noqa: E402
+from wslight.features import MAPS, FreshMaps, make_map  # noqa: E402
+from wslight.features.rf import fresh_preactivations  # noqa: E402
+from wslight.records.pages import PageHeader, write_page  # noqa: E402
+from wslight.search import SearchSettings  # noqa: E402
+from wslight.search.sensitivity import moved_token_objective, word_sensitivity  # noqa: E402
+from wslight.search.settings import family_defaults  # noqa: E402
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "ws"
 
@@ -334,15 +340,14 @@ PARTS = {
 }
 
 
-def run_part(part: str, argv: list[str]) -> dict:
-    """Run one part in a fresh interpreter; return its JSON result plus its own peak RSS (GiB)."""
+def run_part(part: str, argv: list[str], what: str) -> dict:
+    """Run one part in a fresh interpreter, saying `what` it computes; its JSON result and its peak RSS (GiB)."""
+    progress.say(what)
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
-    proc = subprocess.Popen([sys.executable, __file__, "--part", part, "--out", path, *argv])
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"part {part} failed with exit code {proc.returncode}")
+    returncode, usage = progress.run_part([sys.executable, __file__, "--part", part, "--out", path, *argv])
+    if returncode != 0:
+        raise SystemExit(f"part {part} failed with exit code {returncode}")
     with open(path) as f:
         result = json.load(f)
     os.unlink(path)
@@ -361,11 +366,14 @@ def fmt_gib(x: float | None) -> str:
 
 def compare_cell(name: str, map_: str, d: int, n: int, a, common: list[str], search: SearchSettings) -> dict:
     cell = [*common, *search_arg(search), "--map", map_, "--d", str(d), "--n", str(n)]
-    pkg = run_part("package", cell)
-    base = run_part("baseline", cell)
+    row = f"{name} ({map_}, d={d}, n={n})"
+    pkg = run_part("package", cell, f"{row}: the package, {a.trials} trials in one call")
+    base = run_part("baseline", cell, f"{row}: the baseline, {a.baseline_trials} trials one at a time")
     bt = len(base["ws"])
     radii = [r * d**0.5 for r in base["realised_over_radius"]]
-    fair = run_part("package_at_radius", [*cell, "--radii", *map(str, radii)])["ws"]
+    fair = run_part(
+        "package_at_radius", [*cell, "--radii", *map(str, radii)], f"{row}: the package at the baseline's radii"
+    )["ws"]
     base_total = sum(base["per_trial_s"]) * a.trials / bt  # extrapolated when --baseline-trials < --trials
     ratio = base_total / pkg["wall_s"]
     ok = [p >= b * 0.99 for p, b in zip(pkg["ws"][:bt], base["ws"])]
@@ -593,7 +601,7 @@ def main(argv: list[str] | None = None) -> None:
     common = [*common, *search_arg(raf)]  # the per-step part and --largest: RAF's settings
     if "step" not in a.skip:
         argv_step = [*common, "--step-n", *map(str, a.step_n), "--step-seconds", str(a.step_seconds)]
-        rows = run_part("step", argv_step)["rows"]
+        rows = run_part("step", argv_step, f"RAF per-step cost against n = {', '.join(map(str, a.step_n))}")["rows"]
         chains = f"{a.trials} x {raf.chains_per_round}"
         print(f"\n== RAF per-step cost (value + gradient) against n, d=384; batched = {chains} chains ==")
         print(f"{'n':>5} {'batched ms/chain':>16} {'one chain ms':>12} {'full fwd-bwd ms':>15} {'full/batched':>12}")
@@ -610,7 +618,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         measured["step"] = rows
     if a.largest:
-        r = run_part("largest", [*common, "--largest-trials", str(a.largest_trials)])
+        largest = [*common, "--largest-trials", str(a.largest_trials)]
+        r = run_part("largest", largest, "RF at the paper's largest size (d=768, n=150, k=D)")
         print(f"\n== RF at the paper's largest size: d=768, n=150, k=D={r['k']:,}, {a.largest_trials} trials ==")
         print(f"V stored: {r['stored_V']} (dense V would be {r['k'] ** 2 * 4 / 1e9:.0f} GB in float32)")
         print(f"S: {[round(s, 4) for s in r['ws']]}; S*sqrt(n): {[round(s, 3) for s in r['ws_sqrt_n']]}")
