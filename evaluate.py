@@ -8,4 +8,4 @@ import sys
 from wslight.app.verbs import run_verb
 
 if __name__ == "__main__":
-    sys.exit(run_verb("evaluate", sys.argv[1:], prog="evaluate.py"))
+    sys.exit(run_verb("evaluate", sys.argv[1:], prog="evaluate.py", program=True))

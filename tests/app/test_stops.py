@@ -16,9 +16,9 @@ import pytest
 
 from wslight.app import cli
 from wslight.app.cli import main
+from wslight.app.errors import UsageError
 from wslight.app.failures import EXIT_BUSY
 from wslight.records.results import LOCK_NAME, RunLock
-from wslight.tasks.evaluation import TrialFailed
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parents[1]
@@ -81,12 +81,14 @@ def test_a_failing_step_is_one_block_with_the_finished_trials_kept(tmp_path, squ
     assert records(tmp_path)[1] == recs
 
 
-def test_debug_raises_the_failure_with_its_cause(squares, monkeypatch):
+def test_debug_prints_the_failure_with_its_cause_then_the_block(squares, monkeypatch, capsys):
     monkeypatch.setenv("WSLIGHT_DEBUG", "1")
-    with pytest.raises(TrialFailed) as exc:
+    with pytest.raises(SystemExit) as exc:
         evaluate(squares(trials=2, fail_trial=0))
-    assert isinstance(exc.value.__cause__, RuntimeError)
-    assert "a made-up failure" in exc.value.details and "Traceback" in exc.value.details
+    assert exc.value.code == 1  # the same status as without it
+    err = capsys.readouterr().err
+    assert err.index("Traceback") < err.index("RuntimeError: trial 0 cannot be computed") < err.index("TrialFailed")
+    assert err.splitlines()[-1].startswith("(the full traceback")  # then the same block
 
 
 def test_a_user_map_that_raises_in_forward_names_the_map_the_cell_and_the_line(tmp_path, monkeypatch, tiny, capsys):
@@ -168,11 +170,13 @@ def test_records_say_a_precision_other_than_the_default(tmp_path, squares):
 
 def test_more_processes_than_cores_get_a_one_line_note(monkeypatch, capsys):
     monkeypatch.setattr(cli, "available_cores", lambda: 2)
-    cli.note_more_processes_than_cores({"devices": 2, "accelerator": "cpu"})
+    cli.check_process_count({"devices": 2, "accelerator": "cpu"})
     assert capsys.readouterr().err == ""
-    cli.note_more_processes_than_cores({"devices": 3, "accelerator": "cpu"})
+    cli.check_process_count({"devices": 3, "accelerator": "cpu"})
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("note: trainer.devices=3 starts 3 processes on 2 available cores")
+    with pytest.raises(UsageError, match="trainer.devices=9 would start 9 processes on 2 available cores"):
+        cli.check_process_count({"devices": 9, "accelerator": "cpu"})  # more than 4 per core
 
 
 # ------------------------------------------------------------------------------------------- processes and signals

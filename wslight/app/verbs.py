@@ -16,6 +16,9 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import interrupts
+from .errors import EXIT_SIGNAL_BASE
+
 
 @dataclass(frozen=True)
 class Verb:
@@ -110,13 +113,37 @@ def main(argv: list[str] | None = None, prog: str = "wslight") -> int:
         print(f"{prog}: error: unknown verb {verb!r}{hint} (verbs: {', '.join(VERBS)})", file=sys.stderr)
         print(f"(every verb: {prog} --help)", file=sys.stderr)
         return 2
-    return run_verb(verb, args[1:], f"{prog} {verb}")
+    return run_verb(verb, args[1:], f"{prog} {verb}", program=argv is None)
 
 
-def run_verb(verb: str, args: list[str], prog: str) -> int:
-    """Run one verb of the table with its arguments; `prog` names the command in messages and usage lines."""
+def run_verb(verb: str, args: list[str], prog: str, program: bool = False) -> int:
+    """Run one verb of the table with its arguments; `prog` names the command in messages and usage lines.
+
+    SIGINT and SIGTERM stop it from here on, before torch and Lightning are imported (wslight.app.interrupts): 130 or
+    143, the verb's message once, also in a process Lightning's launcher starts for a DDP run. `program=True` (the
+    process is the command: the console script, `python -m wslight`, train.py, evaluate.py): a signal after the verb,
+    during the interpreter's exit, ends the process at once with its status.
+    """
+    interrupts.stop_on_signals(_interrupt_message(verb, prog))
+    interrupts.end_with_launcher()
     try:
         return VERBS[verb].run(args, prog) or 0
     except BrokenPipeError:  # `wslight reproduce --list | head`: the reader left, which is no failure of the verb
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would raise again
         return 0
+    except KeyboardInterrupt as stop:  # before the verb handles signals itself (its imports) or after it has
+        interrupts.say_once()
+        signum = getattr(stop, "signum", None)  # wslight reproduce's own Interrupted
+        return EXIT_SIGNAL_BASE + signum if signum else interrupts.status()
+    finally:
+        if program:
+            interrupts.exit_on_signals()
+
+
+def _interrupt_message(verb: str, prog: str) -> str | None:
+    """What rank 0 prints when a signal stops the verb (a training run: nothing but Lightning's own line)."""
+    if verb == "evaluate":
+        return interrupts.RESUME_HINT
+    if verb == "reproduce":
+        return f"{prog}: interrupted: the finished stages and trials are saved; run the same command again to resume"
+    return None
