@@ -412,3 +412,18 @@ def test_a_signal_to_reproduce_reaches_its_stage_once_and_stops_it(tmp_path, sig
         )
     )
     assert b"ws_raf" not in out
+
+
+def test_a_stage_command_starts_as_a_run_of_its_own_whatever_launcher_ran_before():
+    """A stage's command inherits no launcher's variables (an earlier in-process DDP run leaves them behind).
+
+    With LOCAL_RANK and MASTER_PORT, Lightning would take the stage for one process of a run started elsewhere and
+    wait for the others forever.
+    """
+    leftover = {"LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "12910", "WORLD_SIZE": "1", "HOME": "/h"}
+    env = stages.stage_environment({**leftover, "PYTHONPATH": "/mine"}, threads=1)
+    assert not set(env) & set(stages.LAUNCHER_VARIABLES)
+    assert env["HOME"] == "/h" and env["OMP_NUM_THREADS"] == "1"
+    root = str(Path(stages.__file__).resolve().parents[3])
+    assert env["PYTHONPATH"].split(os.pathsep) == [root, "/mine"]
+    assert "OMP_NUM_THREADS" not in stages.stage_environment(leftover, threads=0)

@@ -12,6 +12,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from ...records.results import RESULTS_NAME
@@ -84,6 +85,35 @@ def stop_line(stage: Stage, status: int) -> str:
     )
 
 
+# What a launcher of processes leaves in the environment (Lightning's own, torchrun's): a stage that inherited them
+# would take itself for one process of a run started elsewhere, start no other process and wait for them forever
+LAUNCHER_VARIABLES = (
+    "LOCAL_RANK",
+    "RANK",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+)
+
+
+def stage_environment(environ: Mapping[str, str], threads: int) -> dict[str, str]:
+    """The environment of a stage's own command: this wslight first on PYTHONPATH, no launcher's variables.
+
+    `threads` > 0 sets the stage's OMP_NUM_THREADS. A stage is a run of its own that starts its own processes, also
+    when this process is one of another run's (an earlier in-process run left LOCAL_RANK and MASTER_PORT behind).
+    """
+    root = str(Path(__file__).resolve().parents[3])  # this wslight, also where it is not installed
+    env = {k: v for k, v in environ.items() if k not in LAUNCHER_VARIABLES}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, environ.get("PYTHONPATH")) if p)
+    if threads > 0:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
 def run_stage(stage: Stage, log_dir: Path, threads: int = 0) -> Path:
     """Run (or resume) one stage; return its results.jsonl.
 
@@ -101,10 +131,7 @@ def run_stage(stage: Stage, log_dir: Path, threads: int = 0) -> Path:
         return _run_in_process(stage, log_dir, threads)
     from ..cli import RESULTS_PATH_ENV
 
-    root = str(Path(__file__).resolve().parents[3])  # this wslight, also where it is not installed
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-    if threads > 0:
-        env["OMP_NUM_THREADS"] = str(threads)
+    env = stage_environment(os.environ, threads)
     with tempfile.TemporaryDirectory() as tmp:  # the stage's output goes to the terminal; its results path here
         env[RESULTS_PATH_ENV] = str(Path(tmp) / "results_path")
         code, signum = run_passing_signals(stage_command(stage, log_dir), env)
