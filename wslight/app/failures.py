@@ -13,8 +13,9 @@ from ..records.results import ResultsFileError, RunFolderBusy
 from ..tasks.classifier import TrainingDiverged
 from ..tasks.evaluation import TrialFailed
 from ..tasks.trained_run import state_dict_mismatch
+from .checkpoints import no_checkpoint_message
 from .errors import EXIT_BUSY, EXIT_SIGNAL_BASE, ParseError, UsageError
-from .messages import no_checkpoint_message, parse_error_message, value_error_message
+from .messages import parse_error_message, value_error_message
 
 __all__ = ["EXIT_BUSY", "EXIT_SIGNAL_BASE", "failure_message", "trainer_error_message"]
 _WRITE_ERRNOS = {
@@ -78,7 +79,7 @@ def _own_failure_message(err: Exception) -> tuple[str, int] | None:
 def _checkpoint_failure_message(err: Exception, tree: dict) -> tuple[str, int] | None:
     """A checkpoint to resume from that holds another model than the config builds (another map), else None.
 
-    Its sizes and readability are checked before the run (`wslight.app.messages.check_checkpoint`); torch's report of
+    Its sizes and readability are checked before the run (`wslight.app.checkpoints.check_checkpoint`); torch's report of
     the state dicts' difference is the last word.
     """
     ckpt_path = tree.get("ckpt_path") if isinstance(tree, dict) else None

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..base import validate
+from .checkpoints import CKPT_NAMES, check_checkpoint
 from .config_files import base_of, config_paths, load_yaml, read_config
 from .errors import UsageError
 from .renames import check_moved_attack_keys, check_moved_class_paths, check_moved_search_keys
@@ -197,10 +198,6 @@ def _check_linked_keys(args: list[str]) -> None:
             )
 
 
-# `ckpt_path` values Lightning resolves itself (`last` is resolved by `wslight.app.runs.last_checkpoint`)
-_CKPT_NAMES = ("last", "best", "hpc")
-
-
 def _check_given_checkpoint(args: list[str]) -> None:
     """Refuse the `ckpt_path` of the command before any data is prepared (`check_checkpoint`).
 
@@ -208,7 +205,7 @@ def _check_given_checkpoint(args: list[str]) -> None:
     """
     given = given_values(args, "ckpt_path")
     value = given[-1][1] if given else None
-    if not isinstance(value, str) or value in _CKPT_NAMES or value.startswith("registry") or "://" in value:
+    if not isinstance(value, str) or value in CKPT_NAMES or value.startswith("registry") or "://" in value:
         return
     sizes = {}
     for name in ("n", "d"):
@@ -216,34 +213,6 @@ def _check_given_checkpoint(args: list[str]) -> None:
         if found:
             sizes[name] = (found[-1][1], found[-1][0])
     check_checkpoint(Path(value).expanduser(), sizes, value)  # as Lightning (fsspec) reads `~`
-
-
-def no_checkpoint_message(shown: str) -> str:
-    """`ckpt_path=<path>: no such checkpoint file` and what to give instead."""
-    return f"ckpt_path={shown}: no such checkpoint file; give the path of a .ckpt file, or leave ckpt_path out"
-
-
-def check_checkpoint(path: Path, sizes: dict[str, tuple[Any, str]], shown: str) -> None:
-    """Refuse a checkpoint to resume from that is missing, unreadable, or was trained on data of other `sizes`.
-
-    `sizes` maps "n" and "d" to (value, where it is given); `shown` is the ckpt_path as the user gave it.
-
-    Raises:
-        UsageError: `ckpt_path=<shown>: <what is wrong>; <what to do>`.
-    """
-    if not path.is_file():
-        raise UsageError(no_checkpoint_message(shown))
-    from ..tasks.trained_run import CONFIG_NAME, checkpoint_problem
-
-    problem = checkpoint_problem(path, sizes)
-    if problem is None:
-        return
-    run_config = path.parent.parent / CONFIG_NAME  # a run's checkpoints/ sit beside its config.yaml
-    if problem.startswith("trained with") and run_config.is_file():
-        again = f"resume with the config it was trained with ({run_config})"
-    else:
-        again = "give another checkpoint"
-    raise UsageError(f"ckpt_path={shown}: {problem}; {again}, or leave ckpt_path out for a new fit")
 
 
 def check_seed_everything(value: Any) -> None:

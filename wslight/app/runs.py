@@ -16,8 +16,8 @@ from typing import Any
 import lightning.pytorch as pl
 
 from ..records.results import LOCK_NAME, config_key, unwritable_reason
+from .checkpoints import check_checkpoint
 from .errors import UsageError
-from .messages import check_checkpoint
 
 # Settings that change where or how fast a run happens, not what it computes: left out of the run key, so that the
 # same evaluation on 1 or 2 devices (or resumed with another logger) appends to the same results.
