@@ -6,6 +6,7 @@ and one torch thread for tiny tensors.
 
 import json
 import os
+import subprocess
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,28 @@ def no_home_cache(tmp_path_factory):
     if not os.environ.get("WSLIGHT_CACHE"):
         os.environ["WSLIGHT_CACHE"] = str(tmp_path_factory.mktemp("wslight-cache"))
     yield
+
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+
+
+def subprocess_env() -> dict:
+    """The environment of a command a test runs: the tests' modules and this checkout importable, the hub offline."""
+    return {**os.environ, "PYTHONPATH": f"{TESTS_DIR}{os.pathsep}{REPO_ROOT}", "HF_HUB_OFFLINE": "1"}
+
+
+def start_in_own_group(command: list[str], cwd: Path) -> subprocess.Popen:
+    """Start `command` in a process group of its own (a terminal's Ctrl-C reaches the group), its output piped."""
+    return subprocess.Popen(
+        command,
+        cwd=cwd,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def unit_rows(B: int, n: int, d: int, seed: int = 0, dtype=torch.float32) -> torch.Tensor:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import tiny_args
+from conftest import subprocess_env, tiny_args
 
 from wslight.app.cli import main
 from wslight.app.failures import EXIT_BUSY
@@ -25,10 +25,6 @@ TESTS = Path(__file__).resolve().parents[1]
 TRAIN = str(TESTS / "conf" / "raf.yaml")
 
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
-
-
 def _console_script() -> str:
     script = Path(sys.executable).parent / "wslight"
     if not script.exists():
@@ -37,7 +33,7 @@ def _console_script() -> str:
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=timeout)
 
 
 # ------------------------------------------------------------------------------------------- exit statuses
@@ -115,7 +111,9 @@ def test_two_processes_on_one_run_folder_write_each_trial_once(tmp_path, squares
     cfg = squares(trials=6, sleep=0.3)
     cmd = [sys.executable, str(ROOT / "evaluate.py"), "--config", str(cfg)]
     procs = [
-        subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            cmd, cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         for _ in range(2)
     ]
     outs = [p.communicate(timeout=300) for p in procs]

@@ -8,13 +8,13 @@ one line.
 
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from conftest import start_in_own_group
 
 from wslight.app import cli
 from wslight.app.cli import main
@@ -23,10 +23,6 @@ from wslight.records.results import LOCK_NAME
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parents[1]
 HINT = "run the same command again to resume"
-
-
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
 
 
 def _group(pgid: int) -> list[int]:
@@ -53,15 +49,7 @@ class _Run:
     """A command in a process group of its own, its stderr collected line by line."""
 
     def __init__(self, command: list[str], cwd: Path) -> None:
-        self.proc = subprocess.Popen(
-            command,
-            cwd=cwd,
-            env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        self.proc = start_in_own_group(command, cwd)
         self.err: list[str] = []
         self.out: list[str] = []
         self._readers = [

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import start_in_own_group, subprocess_env
 
 from wslight.app import cli
 from wslight.app.cli import main
@@ -182,10 +183,6 @@ def test_more_processes_than_cores_get_a_one_line_note(monkeypatch, capsys):
 # ------------------------------------------------------------------------------------------- processes and signals
 
 
-def _env() -> dict:
-    return {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1"}
-
-
 ENTRY_POINTS = {
     "evaluate.py": [str(ROOT / "evaluate.py")],
     "python -m wslight": ["-m", "wslight", "evaluate"],
@@ -231,15 +228,7 @@ def _group_gone(pgid: int, timeout: float = 10) -> bool:
 )
 def test_a_signal_stops_a_long_step_within_seconds_with_its_status(tmp_path, squares, sig, target, devices, entry):
     cfg = squares(trials=4, sleep=300, compute=True)  # each step computes for five minutes
-    proc = subprocess.Popen(
-        _command(cfg, devices, entry),
-        cwd=tmp_path,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start_in_own_group(_command(cfg, devices, entry), tmp_path)
     try:
         _wait_for_line(proc, "trials already in")  # rank 0 starts its first step
         time.sleep(2)
@@ -264,9 +253,7 @@ def test_a_signal_stops_a_long_step_within_seconds_with_its_status(tmp_path, squ
 def test_ctrl_c_stops_a_fit_with_status_130(tmp_path, tiny):
     command = [sys.executable, str(ROOT / "train.py"), "fit", *tiny("raf", {"max_epochs": 100000}, "trainer.")]
     command += ["--trainer.default_root_dir", str(tmp_path)]
-    proc = subprocess.Popen(
-        command, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
-    )
+    proc = start_in_own_group(command, tmp_path)
     try:
         deadline = time.time() + 240
         while not list(tmp_path.rglob("events.out.tfevents.*")) and time.time() < deadline:
@@ -284,7 +271,7 @@ def test_ctrl_c_stops_a_fit_with_status_130(tmp_path, tiny):
 def test_two_processes_print_each_failure_once(tmp_path, squares):
     def run(cfg: Path, *extra: str) -> tuple[int, str]:
         command = [*_command(cfg, 2), *extra]
-        proc = subprocess.run(command, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(command, cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=300)
         return proc.returncode, proc.stderr
 
     # trial 1 is rank 1's first step: the failure reaches rank 0 through the step's gather
