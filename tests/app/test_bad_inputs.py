@@ -203,6 +203,43 @@ def test_a_maps_entrys_bad_argument_is_named_by_its_key_path_before_the_run(
     no_output_left(tmp_path)
 
 
+WIDTH = r"d must equal the hidden size of encoder 'bundled-minilm' \(384\)"
+
+
+@pytest.mark.parametrize(
+    "maps, d_values, pattern",
+    [
+        (
+            "[rf, pretrained_attn]",
+            "[192, 384]",
+            rf"d_values: {WIDTH}, got 192 \(map pretrained_attn\)",
+        ),
+        (
+            "[{class_path: pretrained_encoder, init_args: {layers: 1}}]",
+            "[768]",
+            rf"d_values: {WIDTH}, got 768 \(map pretrained_encoder\)",
+        ),
+    ],
+    ids=["attention", "encoder"],
+)
+def test_a_width_a_pretrained_map_cannot_take_is_refused_before_the_run(
+    tmp_path, capsys, monkeypatch, command, maps, d_values, pattern
+):
+    """A pre-trained map takes only its encoder's hidden size: a d_values entry beside it is refused at once."""
+    import wslight.tasks.ws_sweep as sweeps_mod
+
+    def no_trials(*a, **k):
+        raise AssertionError("no trial may run for a width the map cannot take")
+
+    monkeypatch.setattr(sweeps_mod, "word_sensitivity", no_trials)
+    with pytest.raises(SystemExit) as exc:
+        main([*command(ZOO), "--model.init_args.maps", maps, "--model.init_args.d_values", d_values], evaluate=True)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and re.search(rf"evaluate\.py: error: model\.init_args\.{pattern}\n", err), err
+    assert "Traceback" not in err and "GPU available" not in err  # before Lightning's trainer starts
+    no_output_left(tmp_path)
+
+
 # ------------------------------------------------------------------------------------------------- probes (CLI)
 
 PROBE_CASES = [

@@ -92,6 +92,14 @@ class FeatureMap(nn.Module):
         """
 
     @classmethod
+    def check_width(cls, init_args: dict[str, Any], d: int) -> None:
+        """Refuse a token width d the map cannot take, before any cell is built (a sweep's `d_values`).
+
+        Raises ValueError starting with `d`. The default takes any d; a map tied to a pre-trained encoder takes only
+        the encoder's hidden size.
+        """
+
+    @classmethod
     def for_cell(
         cls,
         n: int,

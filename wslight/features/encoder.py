@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from ..base import validate
 from ..data.encoders import BUNDLED_MINILM, encoder_info
 from .base import TokenwiseMap, register_map
-from .pretrained import ATTENTION_WEIGHTS, FFN_WEIGHTS, checked_layers, open_encoder
+from .pretrained import ATTENTION_WEIGHTS, FFN_WEIGHTS, check_encoder_width, checked_layers, open_encoder
 from .transformer import ACTIVATIONS, bert_layer
 
 POOLINGS = ("tokens", "mean", "sentence")
@@ -100,6 +100,11 @@ class PretrainedEncoder(TokenwiseMap):
         encoder = init_args.get("encoder") or cls.default_encoder
         if init_args.get("layers") is not None and isinstance(encoder, str):
             checked_layers("layers", init_args["layers"], encoder, encoder_info(encoder).num_layers)
+
+    @classmethod
+    def check_width(cls, init_args: dict[str, Any], d: int) -> None:
+        """D against the encoder's hidden size, before any cell (`check_encoder_width`)."""
+        check_encoder_width(cls.default_encoder, init_args, d)
 
     def out_dim(self, n: int | None = None) -> int:
         """Size p of phi(X): n d for pooling "tokens" (n: the map's own when None), d when pooled."""

@@ -54,9 +54,21 @@ def open_encoder(m: TokenwiseMap, d: int, n: int | None, encoder: Any, seed: int
     if not isinstance(m.encoder, str):
         raise ValueError(f"encoder must be a name or path, got {m.encoder!r}")
     model, _, info = load_encoder(m.encoder)
-    if d != info.hidden_size:
-        raise ValueError(f"d must equal the hidden size of encoder {m.encoder!r} ({info.hidden_size}), got {d}")
+    checked_width(m.encoder, d, info.hidden_size)
     return model, info
+
+
+def checked_width(encoder: str, d: int, hidden_size: int) -> None:
+    """Refuse a token width d other than the encoder's hidden size: `d must equal the hidden size of ...`."""
+    if d != hidden_size:
+        raise ValueError(f"d must equal the hidden size of encoder {encoder!r} ({hidden_size}), got {d}")
+
+
+def check_encoder_width(default_encoder: str, init_args: dict[str, Any], d: int) -> None:
+    """A pre-trained map's `check_width`: d against its encoder's hidden size (its config.json read, no weights)."""
+    encoder = init_args.get("encoder") or default_encoder
+    if isinstance(encoder, str):
+        checked_width(encoder, d, encoder_info(encoder).hidden_size)
 
 
 def checked_layers(key: str, value: Any, encoder: str, num_layers: int) -> int | None:
@@ -120,6 +132,11 @@ class PretrainedAttention(TokenwiseMap):
         encoder = init_args.get("encoder") or cls.default_encoder
         if "layer" in init_args and isinstance(encoder, str):
             checked_layers("layer", init_args["layer"], encoder, encoder_info(encoder).num_layers)
+
+    @classmethod
+    def check_width(cls, init_args: dict[str, Any], d: int) -> None:
+        """D against the encoder's hidden size, before any cell (`check_encoder_width`)."""
+        check_encoder_width(cls.default_encoder, init_args, d)
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         """(B, n, d) -> (B, n d)."""

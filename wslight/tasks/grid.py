@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..base import validate
-from ..features import resolve_maps
+from ..data.encoders import HubUnreachableError
+from ..features import FeatureMap, resolve_maps
 from ..search.settings import GENERIC_DEFAULTS, SearchSettings, family_defaults
 from .evaluation import EmbeddingsEvaluation
 
@@ -33,6 +34,17 @@ class MapGridEvaluation(EmbeddingsEvaluation):
         self.map_entries = {e.name: e for e in resolve_maps(maps, "maps")}
         self.maps = list(self.map_entries)
         self.d_values = validate.int_list("d_values", d_values)
+        for entry in self.map_entries.values():  # a width a map cannot take: now, not at its first cell
+            cls = entry.cls
+            if not issubclass(cls, FeatureMap):
+                continue
+            for d in self.d_values:
+                try:
+                    cls.check_width(entry.init_args, d)
+                except ValueError as err:
+                    raise ValueError(f"d_values: {err} (map {entry.name})") from None
+                except HubUnreachableError as err:  # the map's own encoder, not the embeddings'
+                    raise HubUnreachableError(f"maps: {entry.name}: {err}") from None
         self.n_values = validate.int_list("n_values", n_values)
         self.depths = validate.int_list("depths", depths if depths is not None else [2])
         self.trials = validate.positive_int("trials", trials)
