@@ -10,8 +10,9 @@ import sys
 from collections.abc import Iterator
 
 from ..errors import EXIT_SIGNAL_BASE
+from ..interrupts import STOP_SIGNALS
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+__all__ = ["STOP_SIGNALS", "Interrupted", "run_passing_signals", "stop_on_signals"]
 
 
 class Interrupted(KeyboardInterrupt):
