@@ -217,3 +217,37 @@ def plot_head_word_flips(records: list[dict]) -> Figure:
     ax.grid(alpha=0.3, which="both")
     fig.tight_layout()
     return fig
+
+
+@styled
+def plot_classifier_flips(records: list[dict]) -> Figure:
+    """Per review of a classifier's words evaluation: its clean margin against the share of its positions flipped.
+
+    The margin is the predicted label's logit minus the largest other, drawn negative where the prediction is wrong;
+    colours give the review's status (robust, attacked, wrong). A review the model is sure of resists one word
+    better: the share falls as the margin grows.
+
+    Args:
+        records: records of `ClassifierWords` (the "review" ones are drawn).
+
+    Returns:
+        A matplotlib Figure; close it after use.
+    """
+    reviews = [r for r in records if r["kind"] == "review"]
+    if not reviews:
+        raise ValueError("records: no classifier review record to draw")
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for i, state in enumerate(("attacked", "robust", "wrong")):
+        chosen = [r for r in reviews if r["status"] == state]
+        if not chosen:
+            continue
+        x = [float(r["clean_margin"]) * (1 if r["status"] != "wrong" else -1) for r in chosen]
+        y = [r["flipped_positions"] / max(1, r["positions"]) for r in chosen]
+        ax.scatter(x, y, s=14, color=colour(i), label=f"{state} ({len(chosen)})")
+    ax.axvline(0.0, color="0.5", lw=0.8)
+    ax.set_xlabel("clean margin of the predicted label (< 0: misclassified)")
+    ax.set_ylabel("share of positions one word flips")
+    ax.set_title(f"One-word flips of {reviews[0].get('model', 'the classifier')}", fontsize=9)
+    ax.legend(fontsize=LEGEND_FONTSIZE)
+    fig.tight_layout()
+    return fig

@@ -12,15 +12,18 @@
   its trained head; `head_words_callback`: `HeadWordFlips`, the same after `fit`/`test`;
 - `attack_sweep`: `DeltaAttackSweep` (Figures 4-5) and the attack records shared with `DeltaAttack`;
 - `probes`: the encoder probes (Figures 1 and 3) as evaluations;
-- `figures`: the attack figures and `save_figure`.
+- `figures`: the attack figures and `save_figure`;
+- `finetune`: `SequenceClassifierFineTune`, a pre-trained encoder fine-tuned end to end, and `ReviewTextDataModule`.
 """
 
 from .attack_callback import DeltaAttack
 from .attack_sweep import AttackCase, DeltaAttackSweep, attack_objectives, attack_records, run_attacks
 from .classifier import FeatureMapClassifier, TrainingDiverged
+from .classifier_words import ClassifierWords
 from .datamodule import EmbeddingDataModule, EmbeddingDataset, split_indices
 from .evaluation import EmbeddingsEvaluation, Evaluation, gather_records
 from .figures import save_figure
+from .finetune import ReviewTextDataModule, SequenceClassifierFineTune
 from .head_words import TrainedHeadWords
 from .head_words_callback import HeadWordFlips
 from .probes import AttentionEditProbe, AttentionUnderDeltaProbe, LayerwiseChangeProbe
@@ -33,9 +36,12 @@ __all__ = [
     "EmbeddingDataModule",
     "EmbeddingDataset",
     "FeatureMapClassifier",
+    "ReviewTextDataModule",
+    "SequenceClassifierFineTune",
     "TrainingDiverged",
     "split_indices",
     "AttackCase",
+    "ClassifierWords",
     "AttentionEditProbe",
     "AttentionUnderDeltaProbe",
     "DeltaAttackSweep",
