@@ -81,6 +81,7 @@ def _forward(logits_of: Callable[[Tensor], Tensor], base: Tensor, tokens: Tensor
     return torch.cat(out) if out else torch.zeros(0, 0, dtype=torch.float64)
 
 
+@torch.no_grad()
 def review_verdicts(
     logits_of: Callable[[Tensor], Tensor],
     ids: Tensor,

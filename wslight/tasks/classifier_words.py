@@ -186,7 +186,7 @@ class ClassifierWords(Evaluation):
                 "best_margin": v.best_margin if v.checked else None,
             }
             r |= {"flip_word": v.best_word if v.flipped else "", "flip_label": v.flip_label, "rechecked": v.rechecked}
-            r |= {"status": status(v.flipped, self.screened), "clean_margin": float(margin_of(clean, pred))}
+            r |= {"status": status(v, self.screened), "clean_margin": float(margin_of(clean, pred))}
             if full is not None:
                 r |= {
                     "exhaustive_flips": full[j].flips,
@@ -244,7 +244,8 @@ class ClassifierWords(Evaluation):
         clf = self.classifier
         if getattr(self, "_grad_for", None) is not tokens:  # one backward per review serves all its positions
             embeds = clf.embeddings()[tokens.ids]  # (T, H)
-            label = int(clf.logits(input_ids=tokens.ids[None])[0].argmax())
+            with torch.no_grad():
+                label = int(clf.logits(input_ids=tokens.ids[None])[0].argmax())
             _, self._grad = margin_gradients(lambda e: clf.logits(inputs_embeds=e), embeds, label)
             self._grad_for = tokens
         return first_order_ranking(
@@ -286,9 +287,14 @@ class ClassifierWords(Evaluation):
         )
 
 
-def status(flipped: bool, screened: bool) -> str:
-    """A position's status: flipped; certified (no candidate of the set flips it); not found (a screen saw none)."""
-    return "flipped" if flipped else ("not found" if screened else "certified")
+def status(verdict: Any, screened: bool) -> str:
+    """A position's status: flipped; certified (no candidate of the set flips it); not found (a screen saw no flip);
+    no candidates (the set has no word that is one token there)."""
+    if verdict.flipped:
+        return "flipped"
+    if not verdict.checked:
+        return "no candidates"
+    return "not found" if screened else "certified"
 
 
 def margin_of(logits: torch.Tensor, label: int) -> float:
