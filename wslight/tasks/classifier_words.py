@@ -289,7 +289,8 @@ class ClassifierWords(Evaluation):
 
 def status(verdict: Any, screened: bool) -> str:
     """A position's status: flipped; certified (no candidate of the set flips it); not found (a screen saw no flip);
-    no candidates (the set has no word that is one token there)."""
+    no candidates (the set has no word that is one token there).
+    """
     if verdict.flipped:
         return "flipped"
     if not verdict.checked:
