@@ -288,8 +288,10 @@ class ClassifierWords(Evaluation):
 
 
 def status(verdict: Any, screened: bool) -> str:
-    """A position's status: flipped; certified (no candidate of the set flips it); not found (a screen saw no flip);
-    no candidates (the set has no word that is one token there).
+    """A position's status: flipped, certified, not found or no candidates.
+
+    Certified: no candidate of the whole set flips it; not found: none of the words a screen checked flips it; no
+    candidates: the set has no word that is one token there.
     """
     if verdict.flipped:
         return "flipped"
