@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # evaluate.py); FULL=1 runs that plan's paper-size list (configs/paper/, a GPU machine with hub access).
 FULL ?= 0
 
-.PHONY: env test test-rounding test-slow reproduce lint typecheck bench classifier encoder-words authors-code results-pages gpu-check gpu-words encoder-continuous generic-speed docs clean
+.PHONY: env test test-rounding test-slow reproduce lint typecheck bench classifier finetuned encoder-words authors-code results-pages gpu-check gpu-words encoder-continuous generic-speed docs clean
 
 env: $(VENV)/.installed
 
@@ -99,6 +99,15 @@ authors-code:
 classifier: env
 	$(PY) benchmarks/real_classifier.py --out reports/classifier/runs --page reports/classifier
 
+# A classifier fine-tuned end to end (configs/finetune/imdb.yaml, about half an hour on 2 cores) and the words that
+# flip it (configs/words/classifier.yaml): robust accuracy over the k = 10 and 50 nearest words and the screened
+# vocabulary on 100 held-out reviews, the screen's recall, each run against the machine's measured matrix-multiply
+# rate; about 2 hours on 2 cores (FINETUNED_RUN=<a fine-tuning's log folder> skips the fit); writes
+# reports/finetuned/finetuned_classifier.md.
+FINETUNED_RUN ?=
+finetuned: env
+	$(PY) benchmarks/finetuned_classifier.py --out reports/finetuned/runs --page reports/finetuned$(if $(FINETUNED_RUN), --run $(FINETUNED_RUN),)
+
 # One real word through the whole pre-trained encoder (L = 1, 2, 6 layers) against n, beside RAF and its single
 # pre-trained attention layer: evaluate.py on configs/words/encoder.yaml, S_words alone, about 30 minutes on 2 cores;
 # writes reports/encoder_words/encoder_words.md (the runs' logs beside it).
@@ -113,7 +122,7 @@ encoder-continuous: env
 
 # The results pages of the latest `make reproduce` (reports/offline/) and `make bench` (reports/bench/) runs, with their
 # figures, copied into docs/results/; exits 2 naming the run whose pages are missing. RUNS=bench copies one run's
-# (RUNS=classifier: the page of `make classifier`; RUNS=encoder_words: that of `make encoder-words`;
+# (RUNS=classifier: the page of `make classifier`; RUNS=finetuned: that of `make finetuned`; RUNS=encoder_words: that of `make encoder-words`;
 # RUNS=encoder_continuous: that of `make encoder-continuous`; RUNS=generic: those of `make generic-speed`). A page that
 # covers less than the one in docs/results/ (a section missing, fewer records: a run of a few stages) is refused with
 # exit 2 before anything is copied; REPLACE=1 replaces it anyway.

@@ -167,3 +167,15 @@ def float64_copy(classifier: TextClassifier) -> TextClassifier:
 def clean_logits(classifier: TextClassifier, ids: Tensor) -> Tensor:
     """(C,) the logits of one text's (T,) ids."""
     return classifier.logits(input_ids=ids[None])[0]
+
+
+def forward_flops(config: object, tokens: int) -> float:
+    """FLOPs of one forward of a BERT-style encoder over `tokens` tokens (a multiply-add counts 2).
+
+    Per token and layer: the four H x H projections (8 H^2), the feed-forward's two H x I products (4 H I), the
+    scores and the mixing (4 T H). The embeddings' lookups, LayerNorms, softmax and the head are left out (under 1%).
+    """
+    H = int(getattr(config, "hidden_size"))
+    L = int(getattr(config, "num_hidden_layers"))
+    Inter = int(getattr(config, "intermediate_size", 4 * H))
+    return float(L * tokens * (8 * H * H + 4 * H * Inter + 4 * tokens * H))
