@@ -122,7 +122,8 @@ encoder-continuous: env
 
 # The results pages of the latest `make reproduce` (reports/offline/) and `make bench` (reports/bench/) runs, with their
 # figures, copied into docs/results/; exits 2 naming the run whose pages are missing. RUNS=bench copies one run's
-# (RUNS=classifier: the page of `make classifier`; RUNS=finetuned: that of `make finetuned`; RUNS=encoder_words: that of `make encoder-words`;
+# (RUNS=classifier: the page of `make classifier`; RUNS=finetuned: that of `make finetuned`;
+# RUNS=encoder_words: that of `make encoder-words`;
 # RUNS=encoder_continuous: that of `make encoder-continuous`; RUNS=generic: those of `make generic-speed`). A page that
 # covers less than the one in docs/results/ (a section missing, fewer records: a run of a few stages) is refused with
 # exit 2 before anything is copied; REPLACE=1 replaces it anyway.

@@ -2,7 +2,8 @@
 
 The pages come from `make reproduce` (reports/offline/: reproduction.md, and beyond_paper.md when the run has its
 one-word stages), `make bench` (reports/bench/: ws_speed.md, attack_speed.md), `make classifier`
-(reports/classifier/: real_classifier.md), `make finetuned` (reports/finetuned/: finetuned_classifier.md), `make encoder-words` (reports/encoder_words/: encoder_words.md), `make
+(reports/classifier/: real_classifier.md), `make finetuned`
+(reports/finetuned/: finetuned_classifier.md), `make encoder-words` (reports/encoder_words/: encoder_words.md), `make
 encoder-continuous` (reports/encoder_continuous/: encoder_continuous.md), `make generic-speed` (reports/generic/:
 generic_speed.md, generic_rf.md, generic_attention.md, generic_starts.md) and, on a GPU machine, `make gpu-words`
 (reports/gpu_words/: gpu_words.md); each page already carries its header (date, machine, commit, command:

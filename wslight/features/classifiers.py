@@ -175,7 +175,7 @@ def forward_flops(config: object, tokens: int) -> float:
     Per token and layer: the four H x H projections (8 H^2), the feed-forward's two H x I products (4 H I), the
     scores and the mixing (4 T H). The embeddings' lookups, LayerNorms, softmax and the head are left out (under 1%).
     """
-    H = int(getattr(config, "hidden_size"))
-    L = int(getattr(config, "num_hidden_layers"))
+    H = int(config.hidden_size)  # type: ignore[attr-defined]  # a transformers config
+    L = int(config.num_hidden_layers)  # type: ignore[attr-defined]
     Inter = int(getattr(config, "intermediate_size", 4 * H))
     return float(L * tokens * (8 * H * H + 4 * H * Inter + 4 * tokens * H))
