@@ -108,6 +108,7 @@ def test_shipped_overlays_name_their_base_on_the_first_line():
     assert {n for n in SHIPPED if n.startswith(("paper/", "reproduce/"))} <= overlays
     assert {"raf_gradient", "attack/callback_raf"} <= overlays
     whole = {"rf", "deep_rf", "raf", "relu_raf", "encoder_classifier", "attack/fig4", "attack/fig5", "ws/zoo"}
+    whole |= {"finetune/imdb", "words/classifier"}
     whole |= {f"ws/{m}" for m in ("rf", "deep_rf", "raf", "relu_raf")}
     whole |= {f"words/{m}" for m in ("rf", "raf", "zoo", "trained_head", "encoder_classifier", "encoder")}
     whole |= {f"probes/{p}" for p in ("attention_edit", "attention_under_delta", "layerwise_change")}

@@ -77,12 +77,16 @@ class SequenceClassifier(nn.Module):
         return text, (0, len(text))
 
     def embeddings(self) -> Tensor:
-        """(V, H) the input embedding table."""
+        """(V, H) the input embedding table (on the model's device)."""
         return self.model.get_input_embeddings().weight
 
     def logits(self, input_ids: Tensor | None = None, inputs_embeds: Tensor | None = None) -> Tensor:
-        """(B, C) class logits of (B, T) ids, or of (B, T, H) input embeddings (no padding: one text's variants)."""
-        return self.model(input_ids=input_ids, inputs_embeds=inputs_embeds).logits
+        """(B, C) class logits of (B, T) ids, or of (B, T, H) input embeddings (no padding: one text's variants).
+
+        Inputs move to the model's device; the logits come back on the CPU.
+        """
+        input_ids, inputs_embeds = _on(self.model, input_ids), _on(self.model, inputs_embeds)
+        return self.model(input_ids=input_ids, inputs_embeds=inputs_embeds).logits.cpu()
 
 
 class PromptClassifier(nn.Module):
@@ -139,16 +143,22 @@ class PromptClassifier(nn.Module):
         return self.template.replace("{text}", text), (start, start + len(text))
 
     def embeddings(self) -> Tensor:
-        """(V, H) the input embedding table."""
+        """(V, H) the input embedding table (on the model's device)."""
         return self.model.get_input_embeddings().weight  # type: ignore[operator]  # an nn.Module attribute
 
     def logits(self, input_ids: Tensor | None = None, inputs_embeds: Tensor | None = None) -> Tensor:
         """(B, C) the answers' next-token logits after the prompt: (B, T, vocab) -> last position -> answer columns."""
+        input_ids, inputs_embeds = _on(self.model, input_ids), _on(self.model, inputs_embeds)
         out = self.model(input_ids=input_ids, inputs_embeds=inputs_embeds).logits  # (B, T, vocab)
-        return out[:, -1, self.answer_ids]  # (B, C)
+        return out[:, -1, self.answer_ids].cpu()  # (B, C)
 
 
 TextClassifier = SequenceClassifier | PromptClassifier
+
+
+def _on(model: nn.Module, x: Tensor | None) -> Tensor | None:
+    """`x` on the device of the model's weights (None stays None)."""
+    return None if x is None else x.to(next(model.parameters()).device)
 
 
 def float64_copy(classifier: TextClassifier) -> TextClassifier:

@@ -29,7 +29,7 @@ class NeighbourIndex:
     """
 
     def __init__(self, embeddings: Tensor, vocab_ids: Tensor) -> None:
-        table = embeddings.detach().float()
+        table = embeddings.detach().float().cpu()
         self.table = table / table.norm(dim=1, keepdim=True).clamp_min(1e-12)  # (V, H) unit rows
         self.vocab_ids = vocab_ids
 

@@ -243,14 +243,13 @@ class ClassifierWords(Evaluation):
     def _screened(self, tokens: TokenisedText, token: int, original: int) -> torch.Tensor:
         clf = self.classifier
         if getattr(self, "_grad_for", None) is not tokens:  # one backward per review serves all its positions
-            embeds = clf.embeddings()[tokens.ids]  # (T, H)
+            self._table = clf.embeddings().detach().cpu()  # (V, H)
             with torch.no_grad():
                 label = int(clf.logits(input_ids=tokens.ids[None])[0].argmax())
-            _, self._grad = margin_gradients(lambda e: clf.logits(inputs_embeds=e), embeds, label)
+            logits_of = lambda e: clf.logits(inputs_embeds=e)  # noqa: E731
+            _, self._grad = margin_gradients(logits_of, self._table[tokens.ids], label)
             self._grad_for = tokens
-        return first_order_ranking(
-            clf.embeddings().detach(), original, self._grad[token], self.vocabulary[0], self.screen
-        )
+        return first_order_ranking(self._table, original, self._grad[token], self.vocabulary[0], self.screen or 1)
 
     def whole_vocabulary(self, tokens: TokenisedText, positions: list, logits64: Any) -> list:
         """The verdicts over the whole vocabulary at every position (the screen's recall)."""
