@@ -280,10 +280,21 @@ class ClassifierWords(Evaluation):
             ),
             "file": "the substitutes of a user's file",
         }[self.candidates]
-        return (
+        text = (
             f"Model `{self.model_name}`; reviews: {self.source}, the first {self.num_reviews}, {self.max_length} "
             f"tokens; candidates: {what}."
         )
+        partial = []
+        if self.positions_per_review is not None:
+            partial.append(f"at most {self.positions_per_review} positions a review (evenly spread over its words)")
+        if self.screened:
+            partial.append("a screen of the vocabulary")
+        if partial:
+            text += (
+                f" Checked: {' and '.join(partial)}, so robust_accuracy is an upper bound and attack_success a lower "
+                "bound of those over every position and the whole candidate set."
+            )
+        return text
 
 
 def status(verdict: Any, screened: bool) -> str:
