@@ -72,7 +72,7 @@ def tokenise(
         add_special_tokens=add_special_tokens,
         return_offsets_mapping=True,
     )
-    full = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    full = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True, verbose=False)
     a, b = span if span is not None else (0, len(text))
     kept_words = _word_tokens(enc.word_ids(), enc["offset_mapping"], a, b)
     all_words = _word_tokens(full.word_ids(), full["offset_mapping"], a, b)
