@@ -94,6 +94,24 @@ def recall_line(results: Path) -> str:
     return found.group(0) if found else "(no recall in summary.md)"
 
 
+def earlier_fit(run: str) -> str:
+    """What an earlier fine-tuning run says of itself in its TensorBoard events: test accuracy and wall time."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    files = sorted(Path(run).glob("events.out.tfevents.*"))
+    if not files:
+        return "(an earlier run, given with --run; no TensorBoard events in it)"
+    events = EventAccumulator(str(files[-1]))
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    times = [e.wall_time for tag in tags for e in events.Scalars(tag)]
+    acc = events.Scalars("test/acc")[-1].value if "test/acc" in tags else float("nan")
+    return (
+        f"test accuracy **{acc:.4f}** on its held-out reviews, {(max(times) - min(times)) / 60:.1f} min from its first "
+        "logged step to its test (an earlier run, given with --run)"
+    )
+
+
 def more_arguments(parser) -> None:
     """The benchmark's own arguments."""
     parser.add_argument("--run", help="an earlier fine-tuning run (its log folder): skip the fit")
@@ -104,8 +122,9 @@ def more_arguments(parser) -> None:
 
 def main() -> None:
     a, command = page_arguments(__file__, __doc__ or "", "finetuned", more_arguments)
-    fit = "(an earlier run, given with --run)"
-    if a.run is None:
+    if a.run is not None:
+        fit = earlier_fit(a.run)
+    else:
         a.run, acc, seconds = train("configs/finetune/imdb.yaml", a.out)
         fit = f"test accuracy **{acc:.4f}** on the 2,500 held-out reviews, {seconds / 60:.1f} min of wall time"
     rate_all, rate_one = matmul_rate(usable_cores()), matmul_rate(1)
