@@ -24,6 +24,7 @@ EVALUATIONS = (
     "LayerwiseChangeProbe",
     "AttentionUnderDeltaProbe",
     "TrainedHeadWords",
+    "ClassifierWords",
 )
 
 
