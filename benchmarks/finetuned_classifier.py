@@ -98,14 +98,16 @@ def earlier_fit(run: str) -> str:
     """What an earlier fine-tuning run says of itself in its TensorBoard events: test accuracy and wall time."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    files = sorted(Path(run).glob("events.out.tfevents.*"))
+    files = sorted(Path(run).glob("events.out.tfevents.*"))  # the fit's, then the test's after it
     if not files:
         return "(an earlier run, given with --run; no TensorBoard events in it)"
-    events = EventAccumulator(str(files[-1]))
-    events.Reload()
-    tags = events.Tags()["scalars"]
-    times = [e.wall_time for tag in tags for e in events.Scalars(tag)]
-    acc = events.Scalars("test/acc")[-1].value if "test/acc" in tags else float("nan")
+    times, acc = [], float("nan")
+    for file in files:
+        events = EventAccumulator(str(file))
+        events.Reload()
+        tags = events.Tags()["scalars"]
+        times += [e.wall_time for tag in tags for e in events.Scalars(tag)]
+        acc = events.Scalars("test/acc")[-1].value if "test/acc" in tags else acc
     return (
         f"test accuracy **{acc:.4f}** on its held-out reviews, {(max(times) - min(times)) / 60:.1f} min from its first "
         "logged step to its test (an earlier run, given with --run)"
