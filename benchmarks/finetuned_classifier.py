@@ -74,7 +74,7 @@ def closest_review(results: Path, run: str, out: Path) -> Path:
     pick = min((r for r in reviews if r["status"] != "wrong"), key=lambda r: r["clean_margin"])
     recorded = TextSplit.read(model_folder(run))
     texts, labels, _ = (recorded[0] if recorded else TextSplit()).texts("test")
-    path = out / "closest_review.jsonl"
+    path = (out / "closest_review.jsonl").resolve()  # evaluate.py runs in `out`
     path.write_text(json.dumps({"text": texts[pick["trial"]], "label": int(labels[pick["trial"]])}) + "\n")
     return path
 
