@@ -65,6 +65,16 @@ def run_counts(results: Path) -> tuple[int, int, float]:
     return forwards, tokens, sum(r["seconds"] for r in reviews)
 
 
+def run_wall(results: Path, seconds: float) -> float:
+    """The run's wall seconds: from its first TensorBoard file to the last record written.
+
+    A run resumed with nothing left to do keeps its first run's time; the command's own `seconds` where longer.
+    """
+    starts = [int(f.name.split(".")[3]) for f in results.parent.glob("events.out.tfevents.*")]
+    span = results.stat().st_mtime - min(starts) if starts else 0.0
+    return max(span, seconds)
+
+
 def closest_review(results: Path, run: str, out: Path) -> Path:
     """A .jsonl holding the correctly classified review of a run with the smallest clean margin (where words flip)."""
     from wslight.data.review_texts import TextSplit
@@ -140,6 +150,7 @@ def main() -> None:
     rows = []
     for name, extra in sets.items():
         results, seconds = evaluate(CONFIG, a.out, *base, *extra)
+        seconds = run_wall(results, seconds)
         forwards, tokens, compute = run_counts(results)
         flops = forwards * flops_per_forward(a.run, tokens)
         rows.append((name, summary_row(results), seconds, forwards, compute, flops))
