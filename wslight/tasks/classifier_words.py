@@ -134,6 +134,12 @@ class ClassifierWords(Evaluation):
         return word_vocabulary(self.classifier.tokenizer)
 
     @cached_property
+    def word_of(self) -> dict[int, str]:
+        """The word of each one-token word's id (built once, read at every position)."""
+        ids, words = self.vocabulary
+        return dict(zip(ids.tolist(), words, strict=True))
+
+    @cached_property
     def neighbours(self) -> NeighbourIndex:
         """The nearest-word index over the input embeddings."""
         return NeighbourIndex(self.classifier.embeddings(), self.vocabulary[0])
@@ -234,8 +240,7 @@ class ClassifierWords(Evaluation):
                 ids = vocab_ids[vocab_ids != original]
             else:
                 ids = self._screened(tokens, p.token, original)
-            index = {int(i): w for i, w in zip(vocab_ids.tolist(), vocab_words, strict=True)}
-            words = [index[int(i)] for i in ids]
+            words = [self.word_of[int(i)] for i in ids]
         keep = (ids >= 0) & retokenised(clf.tokenizer, tokens, p, words, self.max_length, clf.add_special_tokens, ids)
         kept = [w for w, ok in zip(words, keep.tolist(), strict=True) if ok]
         return PositionWords(p.token, ids[keep], kept), int((~keep).sum())
