@@ -2,11 +2,11 @@
 
 Floors, top to bottom, one folder each (design: the folders are the floors): the command line (`wslight.app`); the
 Lightning floor (`wslight.tasks`: modules, callbacks, evaluations, the DataModule); the Delta attack
-(`wslight.attack`); the word-sensitivity search (`wslight.search`) beside the encoder probes (`wslight.probes`); the
-maps (`wslight.features`); figures (`wslight.plots`); records (`wslight.records`, plain Python); data (sources, spec,
-cache, encoders); base (`wslight.base`: validation, seeding, numerics, names, fingerprints). Every import of a module
-counts, also one inside a function; so does the package a module sits in (importing `wslight.data.encoders` runs
-`wslight/data/__init__.py`).
+(`wslight.attack`), the word-sensitivity search (`wslight.search`) and the encoder probes (`wslight.probes`) side by
+side; the maps (`wslight.features`); the chain engine and the ball both searches move in (`wslight.chains`); figures
+(`wslight.plots`); records (`wslight.records`, plain Python); data (sources, spec, cache, encoders); base
+(`wslight.base`: validation, seeding, numerics, names, fingerprints). Every import of a module counts, also one inside
+a function; so does the package a module sits in (importing `wslight.data.encoders` runs `wslight/data/__init__.py`).
 """
 
 import ast
@@ -21,17 +21,28 @@ FLOORS = {  # folder -> floor (higher imports lower); the longest matching prefi
     "wslight.__main__": 9,
     "wslight.app": 9,
     "wslight.tasks": 8,
-    "wslight.attack": 7,
-    "wslight.search": 6,
-    "wslight.probes": 6,
-    "wslight.features": 5,
+    "wslight.attack": 7,  # the Delta attack and the word-sensitivity search are siblings over the chain engine
+    "wslight.search": 7,
+    "wslight.probes": 7,
+    "wslight.features": 6,
+    "wslight.chains": 5,
     "wslight.plots": 4,
     "wslight.records": 3,
     "wslight.data": 2,
     "wslight.base": 1,
     "wslight": 1,  # the package itself: its __init__ holds only the version
 }
-NAMES = {9: "app", 8: "tasks", 7: "attack", 6: "search", 5: "features", 4: "plots", 3: "records", 2: "data", 1: "base"}
+NAMES = {
+    9: "app",
+    8: "tasks",
+    7: "attack, search, probes",
+    6: "features",
+    5: "chains",
+    4: "plots",
+    3: "records",
+    2: "data",
+    1: "base",
+}
 
 
 def module_name(path: Path) -> str:

@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from tests.conftest import unit_rows
+from wslight.chains.engine import MonotoneAscent, autograd_evaluate, run_chains
 from wslight.features import make_map
 from wslight.features.move import GenericMove
 from wslight.search.ascent import Search
-from wslight.search.chains import MonotoneAscent, autograd_evaluate, run_chains
 from wslight.search.sensitivity import word_sensitivity
 from wslight.search.settings import SearchSettings
 

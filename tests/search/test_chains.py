@@ -11,6 +11,7 @@ import torch
 import yaml
 from conftest import unit_rows
 
+from wslight.chains.engine import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
 from wslight.data import EmbeddingSpec, load_token_embeddings
 from wslight.features import FreshMaps, RandomAttentionFeatures, ReLUAttentionFeatures, make_map, move
 from wslight.features.move import GenericMove, float64_moves, token_move
@@ -29,7 +30,6 @@ from wslight.features.rows import (
     unit,
 )
 from wslight.search import ascent, kept
-from wslight.search.chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
 from wslight.search.sensitivity import word_sensitivity
 from wslight.search.settings import SearchSettings, family_defaults
 from wslight.search.starts import seeded_draws

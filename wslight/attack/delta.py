@@ -29,10 +29,10 @@ from torch import Tensor, nn
 
 from ..base.numerics import sum_last
 from ..base.seeding import generator
+from ..chains.ball import project_ball
+from ..chains.engine import Evaluate, FixedStep, MomentumDescent, StepRule, autograd_evaluate, near_best, run_chains
 from ..features import FreshMaps
-from ..features.ball import project_ball
 from ..features.move import TokenMove, float64_twin, token_move, trial_features, trial_selector
-from ..search.chains import Evaluate, FixedStep, MomentumDescent, StepRule, autograd_evaluate, near_best, run_chains
 from .heads import Heads, HeadScalars, fit_heads
 from .inputs import AttackInputs, checked_inputs
 from .losses import attack_objective

@@ -14,7 +14,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from .ball import project_ball, tangent_unit
+from ..chains.ball import project_ball, tangent_unit
 from .move import per_trial
 from .rows import token_mixes, unit
 

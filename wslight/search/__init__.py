@@ -1,4 +1,4 @@
-"""The word-sensitivity search and the chain engine both searches run on (docs/theory.md §4).
+"""The word-sensitivity search (docs/theory.md §4), over the chain engine it shares with the attack (`wslight.chains`).
 
 Modules, from the top down:
 - `sensitivity`: `word_sensitivity(map, X)`, the estimator of S (closed-form token moves or autograd);
@@ -7,12 +7,10 @@ Modules, from the top down:
 - `ascent`: `Search`, the rounds of chains of the estimator and their stop rule;
 - `radius_split`: the radius shared out among the heads of a separable change (multi-head RAF);
 - `starts`: the top-curvature direction and the seeded Gaussian draws the chains start from;
-- `chains`: the chain engine (projected steps, step rules, `near_best`), shared with the Delta attack;
 - `result`: `WSResult`, what a search returns;
 - `settings`: `SearchSettings`, the search's settings, written, checked and documented once.
 """
 
-from .chains import FixedStep, MomentumDescent, MonotoneAscent, near_best, run_chains
 from .result import WSResult
 from .sensitivity import moved_token_objective, word_sensitivity, working_dtype, ws_bound_rf
 from .settings import GENERIC_DEFAULTS, SearchSettings
@@ -21,14 +19,9 @@ from .substitution import SubstitutionResult, word_substitution
 __all__ = [
     "GENERIC_DEFAULTS",
     "SearchSettings",
-    "FixedStep",
-    "MomentumDescent",
-    "MonotoneAscent",
     "SubstitutionResult",
     "WSResult",
     "moved_token_objective",
-    "near_best",
-    "run_chains",
     "word_sensitivity",
     "word_substitution",
     "working_dtype",

@@ -15,11 +15,11 @@ import torch
 from torch import Tensor
 
 from ..base import validate
-from ..features.ball import project_ball
+from ..chains.ball import project_ball
+from ..chains.engine import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
 from ..features.move import GenericMove, TokenMove, trial_selector
 from ..features.rows import REMOVAL_ROWS, REMOVAL_SINGULAR, ROW_LIMIT, unit
 from .batching import chunk_sizes, generic_chunk
-from .chains import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
 from .kept import KeptChains, candidate_values
 from .radius_split import ALLOCATION_RANDOM, allocated_start
 from .result import WSResult

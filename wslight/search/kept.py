@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .chains import near_best
+from ..chains.engine import near_best
 
 # The best chains (by the working-dtype objective) whose S is recomputed in float64; the largest is reported
 FINAL_CANDIDATES = 4

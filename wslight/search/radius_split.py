@@ -22,7 +22,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from .chains import MonotoneAscent, run_chains
+from ..chains.engine import MonotoneAscent, run_chains
 
 # Radius levels per block: r^2 is shared out in units of r^2 / ALLOCATION_LEVELS. Measured on raf_mh12 at n = 8, 20
 # bundled reviews, the zoo config's search against the best value of every run (512-1,024 chains): with 32 random

@@ -22,7 +22,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from ..features.ball import project_ball, tangent
+from .ball import project_ball, tangent
 
 # x (T', ..., d) -> (f (T', ...), grad f (T', ..., d)), both detached
 Evaluate = Callable[[Tensor], tuple[Tensor, Tensor]]
