@@ -73,12 +73,19 @@ def attention_edit(
         "attn_b": A[1],
         "diff": A[1] - A[0],
     }
-    out["records"] = [
+    out["records"] = _edit_records(out)
+    return out
+
+
+def _edit_records(res: dict) -> list[dict]:
+    """One flat record per (query, key) cell of `attention_edit`'s result."""
+    toks_a, toks_b, A_a, A_b, head = res["tokens_a"], res["tokens_b"], res["attn_a"], res["attn_b"], res["head"]
+    return [
         {
             "experiment": "probe",
             "probe": "attention_edit",
-            "encoder": encoder,
-            "layer": layer,
+            "encoder": res["encoder"],
+            "layer": res["layer"],
             "head": "mean" if head is None else head,
             "query": q,
             "key": k,
@@ -86,14 +93,13 @@ def attention_edit(
             "key_token_a": toks_a[k],
             "query_token_b": toks_b[q],
             "key_token_b": toks_b[k],
-            "attention_a": float(A[0, q, k]),
-            "attention_b": float(A[1, q, k]),
-            "diff": float(A[1, q, k] - A[0, q, k]),
+            "attention_a": float(A_a[q, k]),
+            "attention_b": float(A_b[q, k]),
+            "diff": float(A_b[q, k] - A_a[q, k]),
         }
         for q in range(len(toks_a))
         for k in range(len(toks_a))
     ]
-    return out
 
 
 def attention_under_delta(
@@ -132,24 +138,13 @@ def attention_under_delta(
         `column_mean_before`, `column_mean_after` ((n,): mean attention each key receives), `delta` (d,),
         `records` (one per (query, key) cell).
     """
-    if method not in ("optimised", "closed_form"):
-        raise ValueError(f"method must be one of ['optimised', 'closed_form'], got {method!r}")
-    validate.integer("steps", steps, low=0)
-    validate.number("delta_norm", delta_norm, low=0, strict=True, allow_none=True)
-    validate.number("lr", lr, low=0, strict=True)
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"text must be a non-empty string, got {text!r}")
+    _check_delta_arguments(text, method, steps, delta_norm, lr)
     model, tokenizer, info = load_encoder(encoder)
     tk = tokenise(tokenizer, text, max_positions(model))
     check_index("position", position, tk.n, f"tokenised text of {tk.n} tokens, [CLS] at 0")
     check_index("layer", layer, info.num_layers, f"{info.num_layers} encoder layers")
     check_index("head", head, info.num_heads, f"{info.num_heads} attention heads")
-    if delta_heads == "shown":
-        dheads = [head]
-    elif delta_heads == "all":
-        dheads = list(range(info.num_heads))
-    else:
-        dheads = check_heads(delta_heads, info.num_heads, key="delta_heads")
+    dheads = _targeted_heads(delta_heads, head, info.num_heads)
 
     hidden, attn = encoder_forward(model, tk.inputs, attentions=True)  # (L + 1, 1, n, d), (L, 1, heads, n, n)
     H0 = hidden[0, 0]  # (n, d)
@@ -178,29 +173,55 @@ def attention_under_delta(
         "column_mean_before": before.mean(0),
         "column_mean_after": after.mean(0),
     }
+    out["records"] = _under_delta_records(out, info.num_heads)
+    return out
+
+
+def _check_delta_arguments(text, method: str, steps: int, delta_norm: float | None, lr: float) -> None:
+    """Raise ValueError for a bad argument of `attention_under_delta`, naming it (before the encoder is loaded)."""
+    if method not in ("optimised", "closed_form"):
+        raise ValueError(f"method must be one of ['optimised', 'closed_form'], got {method!r}")
+    validate.integer("steps", steps, low=0)
+    validate.number("delta_norm", delta_norm, low=0, strict=True, allow_none=True)
+    validate.number("lr", lr, low=0, strict=True)
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"text must be a non-empty string, got {text!r}")
+
+
+def _targeted_heads(delta_heads, head: int, num_heads: int) -> list[int]:
+    """The first-layer heads Delta targets: "shown" (= [head]), "all", or the checked int or list."""
+    if delta_heads == "shown":
+        return [head]
+    if delta_heads == "all":
+        return list(range(num_heads))
+    return check_heads(delta_heads, num_heads, key="delta_heads")
+
+
+def _under_delta_records(res: dict, num_heads: int) -> list[dict]:
+    """One flat record per (query, key) cell of `attention_under_delta`'s result."""
+    tokens, before, after = res["tokens"], res["before"], res["after"]
     common = {
         "experiment": "probe",
         "probe": "attention_under_delta",
-        "encoder": encoder,
-        "layer": layer,
-        "head": head,
-        "position": position,
-        "token": tk.tokens[position],
-        "delta_heads": heads_label(dheads, info.num_heads),
-        "method": method,
-        "delta_norm": out["delta_norm"],
+        "encoder": res["encoder"],
+        "layer": res["layer"],
+        "head": res["head"],
+        "position": res["position"],
+        "token": res["token"],
+        "delta_heads": heads_label(res["delta_heads"], num_heads),
+        "method": res["method"],
+        "delta_norm": res["delta_norm"],
     }
-    out["records"] = [
+    return [
         common
         | {
             "query": q,
             "key": k,
-            "query_token": tk.tokens[q],
-            "key_token": tk.tokens[k],
+            "query_token": tokens[q],
+            "key_token": tokens[k],
             "attention_before": float(before[q, k]),
             "attention_after": float(after[q, k]),
         }
-        for q in range(tk.n)
-        for k in range(tk.n)
+        for q in range(len(tokens))
+        for k in range(len(tokens))
     ]
-    return out

@@ -17,6 +17,7 @@ from ..base import validate
 from ..base.seeding import generator
 from ..data.encoders import load_encoder
 from ._common import (
+    Tokenised,
     check_heads,
     check_index,
     default_probe_text,
@@ -72,13 +73,7 @@ def layerwise_change(
         their (C, L + 1) `rel_change`, `best`, `nearest`) and `records` (one flat dict per (layer, kind, method)).
     """
     text = default_probe_text() if text is None else text
-    if not isinstance(text, str) or not text.strip():
-        raise ValueError(f"text must be a non-empty string, got {text!r}")
-    validate.integer("n_draws", n_draws, low=1)
-    validate.integer("replacement_k", replacement_k, low=0)
-    validate.integer("steps", steps, low=0)
-    validate.number("delta_norm", delta_norm, low=0, strict=True, allow_none=True)
-    validate.number("lr", lr, low=0, strict=True)
+    _check_arguments(text, n_draws, replacement_k, steps, delta_norm, lr)
     model, tokenizer, info = load_encoder(encoder)
     tk = tokenise(tokenizer, text, max_positions(model))
     check_index("position", position, tk.n, f"tokenised text of {tk.n} tokens, [CLS] at 0")
@@ -89,45 +84,17 @@ def layerwise_change(
     c = float(H0[position].norm()) if delta_norm is None else float(delta_norm)
     d_cf = closed_form_delta(model, H0, position, heads, c)  # (d,)
     d_opt, opt_info = optimised_delta(model, H0, position, heads, c, steps=steps, lr=lr)  # (d,)
-    g = torch.stack(
-        [torch.randn(H0.shape[1], generator=generator(seed, "probes/layerwise/gaussian", j)) for j in range(n_draws)]
-    )  # (n_draws, d)
-    g = g / g.norm(dim=-1, keepdim=True) * c
-    deltas = torch.cat([d_cf[None], d_opt[None], g.to(H0.dtype)])  # (2 + n_draws, d)
-    P = torch.zeros(deltas.shape[0], tk.n, H0.shape[1], dtype=H0.dtype)  # (B, n, d)
+    deltas = torch.cat([d_cf[None], d_opt[None], _gaussian_deltas(seed, n_draws, H0.shape[1], c).to(H0.dtype)])
+    P = torch.zeros(deltas.shape[0], tk.n, H0.shape[1], dtype=H0.dtype)  # (2 + n_draws, n, d)
     P[:, position] = deltas
-    B = deltas.shape[0]
-    hidden, _ = encoder_forward(model, {k: v.expand(B, -1) for k, v in tk.inputs.items()}, P)  # (L + 1, B, n, d)
-    rel = relative_change(hidden, clean)  # (L + 1, B)
-    gauss = rel[:, 2:].T  # (n_draws, L + 1)
-    rc = {
-        "closed_form": rel[:, 0],
-        "optimised": rel[:, 1],
-        "gaussian": gauss,
-        "gaussian_mean": gauss.mean(0),
-        "gaussian_sd": gauss.std(0, unbiased=True) if n_draws > 1 else torch.zeros_like(gauss[0]),
-    }
-    with torch.no_grad():
-        m_clean = attention_mass(model, H0[None], position, heads)  # (1,)
-        m_delta = attention_mass(model, H0[None] + P[:2], position, heads)  # (2, n, d) -> (2,)
-    mass = {"clean": float(m_clean[0]), "closed_form": float(m_delta[0]), "optimised": float(m_delta[1])}
+    rc = _delta_changes(model, tk.inputs, P, clean, n_draws)
+    mass = _attention_masses(model, H0, P[:2], position, heads)
 
-    ids = tk.inputs["input_ids"][0]
     replacement = None
     if replacement_k > 0:
-        tt = int(tk.inputs["token_type_ids"][0, position]) if "token_type_ids" in tk.inputs else 0
-        cand = replacement_candidates(model, tokenizer, H0, ids, position, d_opt, heads, replacement_k, tt)
-        C = len(cand["ids"])
-        rep_inputs = {k: v.expand(C, -1).clone() for k, v in tk.inputs.items()}
-        rep_inputs["input_ids"][:, position] = torch.tensor(cand["ids"])
-        rep_hidden, _ = encoder_forward(model, rep_inputs)  # (L + 1, C, n, d)
-        rep_rel = relative_change(rep_hidden, clean).T  # (C, L + 1)
-        best = int(rep_rel[:, -1].argmax())
-        nearest = 0  # the nearest pool comes first, sorted by distance
-        cand.update(rel_change=rep_rel, best=best, nearest=nearest)
-        rc["replacement_best"] = rep_rel[best]
-        rc["replacement_nearest"] = rep_rel[nearest]
-        replacement = cand
+        replacement = _replacement_changes(model, tokenizer, tk, clean, position, d_opt, heads, replacement_k)
+        rc["replacement_best"] = replacement["rel_change"][replacement["best"]]
+        rc["replacement_nearest"] = replacement["rel_change"][replacement["nearest"]]
 
     out = {
         "encoder": encoder,
@@ -148,6 +115,93 @@ def layerwise_change(
     }
     out["records"] = _records(out, info.num_heads)
     return out
+
+
+def _check_arguments(text, n_draws: int, replacement_k: int, steps: int, delta_norm: float | None, lr: float) -> None:
+    """Raise ValueError for a bad argument of `layerwise_change`, naming it (before the encoder is loaded)."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"text must be a non-empty string, got {text!r}")
+    validate.integer("n_draws", n_draws, low=1)
+    validate.integer("replacement_k", replacement_k, low=0)
+    validate.integer("steps", steps, low=0)
+    validate.number("delta_norm", delta_norm, low=0, strict=True, allow_none=True)
+    validate.number("lr", lr, low=0, strict=True)
+
+
+def _gaussian_deltas(seed: int, n_draws: int, d: int, norm: float) -> torch.Tensor:
+    """The Gaussian control: `n_draws` directions of norm `norm`, draw j seeded by (seed, ..., j); (n_draws, d)."""
+    g = torch.stack(
+        [torch.randn(d, generator=generator(seed, "probes/layerwise/gaussian", j)) for j in range(n_draws)]
+    )  # (n_draws, d)
+    return g / g.norm(dim=-1, keepdim=True) * norm
+
+
+def _delta_changes(model, inputs: dict, P: torch.Tensor, clean: torch.Tensor, n_draws: int) -> dict:
+    """Relative change of every layer under the perturbations P (closed form, optimised, then the Gaussian draws).
+
+    Args:
+        model: the encoder.
+        inputs: the tokenised text, (1, n) tensors.
+        P: (2 + n_draws, n, d) perturbations of hidden_states[0].
+        clean: (L + 1, 1, n, d) hidden states of the clean text.
+        n_draws: number of Gaussian draws (the last n_draws rows of P).
+
+    Returns:
+        dict of (L + 1,) tensors `closed_form`, `optimised`, `gaussian_mean`, `gaussian_sd` and the (n_draws, L + 1)
+        `gaussian`.
+    """
+    B = P.shape[0]
+    hidden, _ = encoder_forward(model, {k: v.expand(B, -1) for k, v in inputs.items()}, P)  # (L + 1, B, n, d)
+    rel = relative_change(hidden, clean)  # (L + 1, B)
+    gauss = rel[:, 2:].T  # (n_draws, L + 1)
+    return {
+        "closed_form": rel[:, 0],
+        "optimised": rel[:, 1],
+        "gaussian": gauss,
+        "gaussian_mean": gauss.mean(0),
+        "gaussian_sd": gauss.std(0, unbiased=True) if n_draws > 1 else torch.zeros_like(gauss[0]),
+    }
+
+
+def _attention_masses(model, H0: torch.Tensor, P: torch.Tensor, position: int, heads: list[int]) -> dict:
+    """First-layer attention mass on `position` (chosen heads) of the clean text and under the two Deltas.
+
+    Args:
+        model: the encoder.
+        H0: (n, d) clean hidden_states[0].
+        P: (2, n, d) the closed-form and the optimised perturbation.
+        position: the perturbed token.
+        heads: the first-layer heads summed.
+
+    Returns:
+        dict of floats `clean`, `closed_form`, `optimised`.
+    """
+    with torch.no_grad():
+        m_clean = attention_mass(model, H0[None], position, heads)  # (1,)
+        m_delta = attention_mass(model, H0[None] + P, position, heads)  # (2, n, d) -> (2,)
+    return {"clean": float(m_clean[0]), "closed_form": float(m_delta[0]), "optimised": float(m_delta[1])}
+
+
+def _replacement_changes(
+    model, tokenizer, tk: Tokenised, clean: torch.Tensor, position: int, d_opt: torch.Tensor, heads: list[int], k: int
+) -> dict:
+    """Real replacement words at `position` snapped to x_position + d_opt, with the relative change each causes.
+
+    Returns:
+        the candidates of `replacement_candidates` with their (C, L + 1) `rel_change`, the index `best` (largest change
+        at the last layer) and `nearest` (0: the nearest pool comes first, sorted by distance).
+    """
+    H0 = clean[0, 0]  # (n, d)
+    ids = tk.inputs["input_ids"][0]
+    tt = int(tk.inputs["token_type_ids"][0, position]) if "token_type_ids" in tk.inputs else 0
+    cand = replacement_candidates(model, tokenizer, H0, ids, position, d_opt, heads, k, tt)
+    C = len(cand["ids"])
+    rep_inputs = {key: v.expand(C, -1).clone() for key, v in tk.inputs.items()}
+    rep_inputs["input_ids"][:, position] = torch.tensor(cand["ids"])
+    rep_hidden, _ = encoder_forward(model, rep_inputs)  # (L + 1, C, n, d)
+    rep_rel = relative_change(rep_hidden, clean).T  # (C, L + 1)
+    cand.update(rel_change=rep_rel, best=int(rep_rel[:, -1].argmax()), nearest=0)
+    return cand
 
 
 def _records(res: dict, num_heads: int) -> list[dict]:
