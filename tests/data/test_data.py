@@ -17,6 +17,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from wslight.data import (
     CacheRebuildWarning,
     EmbeddingSpec,
+    cache_key,
     cache_paths,
     cache_root,
     encoders,
@@ -249,7 +250,7 @@ def test_cache_dir_from_env(tmp_path, monkeypatch):
 def test_cache_key_is_stable():
     """The key of an entry derives from the request alone: a pinned value, so entries built before stay hits."""
     spec = EmbeddingSpec(source="synthetic", num_samples=40)
-    request = build_mod.cache_request(spec, None)
+    request = cache_key.cache_request(spec, None)
     assert request == {
         "format": 1,
         "source": "synthetic",
@@ -260,16 +261,16 @@ def test_cache_key_is_stable():
         "synthetic_dim": 384,
         "synthetic_unit_rows": False,
     }
-    assert build_mod.cache_stem(spec, request) == "synthetic-bundled-minilm-layer0-L256-M40-seed0-d0d76481329fa208"
+    assert cache_key.cache_stem(spec, request) == "synthetic-bundled-minilm-layer0-L256-M40-seed0-d0d76481329fa208"
     text = EmbeddingSpec(num_samples=20, layer=2)
     info = encoders.encoder_info(text.encoder)
-    assert set(build_mod.cache_request(text, info)) == {
+    assert set(cache_key.cache_request(text, info)) == {
         "format", "source", "source_fingerprint", "max_length", "num_samples", "seed", "encoder", "encoder_revision",
         "encoder_fingerprint", "layer", "max_tokens", "selection", "storage_dtype", "tokenization",
     }  # fmt: skip
     # cache_dir and the encoder batch are not part of the key
-    assert build_mod.cache_request(dataclasses.replace(text, cache_dir="/elsewhere", batch_size=7), info) == (
-        build_mod.cache_request(text, info)
+    assert cache_key.cache_request(dataclasses.replace(text, cache_dir="/elsewhere", batch_size=7), info) == (
+        cache_key.cache_request(text, info)
     )
 
 

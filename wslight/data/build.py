@@ -1,25 +1,24 @@
-"""Building and opening the embedding cache: the cache key, a lock per entry, the build, `load_token_embeddings`.
+"""Building and opening the embedding cache: a lock per entry, the build, `load_token_embeddings`.
 
 Paper (docs/theory.md §10.1): reviews with < 240 WordPiece tokens, balanced labels +1/-1, tokenized with padding to
 max_length 256 (truncation), embedded by bert-base-uncased, keeping hidden_states[0] (the embedding layer's output).
 
 The embeddings are computed once per (source, encoder, layer, max_length, max_tokens, num_samples, seed, selection,
 storage dtype) and stored in a cache directory (file format: `wslight.data.cache`); later runs and every DDP rank
-memory-map it. 'synthetic' has no cache: its samples are regenerated from the seed on demand.
+memory-map it (the entry a spec maps to: `wslight.data.cache_key`). 'synthetic' has no cache: its samples are
+regenerated from the seed on demand.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
-import re
 import time
 import warnings
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -28,14 +27,14 @@ from torch import Tensor
 from wslight.base.validate import choice
 from wslight.data import cache as _cache
 from wslight.data import encoders
-from wslight.data.sources import load_texts, select_reviews, source_fingerprint, token_counts
+from wslight.data.cache_key import cache_paths, cache_request, cache_stem, entry_paths  # noqa: F401  (re-exported)
+from wslight.data.sources import Selection, TextCorpus, load_texts, select_reviews, token_counts
 from wslight.data.spec import STORAGE_DTYPES, EmbeddingSpec, validate_spec
 from wslight.data.store import TokenEmbeddings
 from wslight.data.synthetic import select_synthetic
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
 VERSIONED_PACKAGES = (
     "wslight",
     "torch",
@@ -57,57 +56,6 @@ def _versions() -> dict:
         except metadata.PackageNotFoundError:
             out[pkg] = None
     return out
-
-
-def cache_request(spec: EmbeddingSpec, info: encoders.EncoderInfo | None) -> dict:
-    """The fields a cache entry must match (its manifest's `request`), JSON-serialisable."""
-    req: dict[str, Any] = {
-        "format": FORMAT_VERSION,
-        "source": spec.source,
-        "source_fingerprint": source_fingerprint(spec.source),
-        "max_length": spec.max_length,
-        "num_samples": spec.num_samples,
-        "seed": spec.seed,
-    }
-    if spec.source == "synthetic":
-        req.update(synthetic_dim=spec.synthetic_dim, synthetic_unit_rows=spec.synthetic_unit_rows)
-        return req
-    assert info is not None
-    req.update(
-        encoder=spec.encoder,
-        encoder_revision=info.revision,
-        encoder_fingerprint=info.fingerprint,
-        layer=spec.layer,
-        max_tokens=spec.max_tokens,
-        selection=spec.selection,
-        storage_dtype=spec.storage_dtype,
-        tokenization="padding=max_length,truncation=True",
-    )
-    return req
-
-
-def cache_stem(spec: EmbeddingSpec, request: dict) -> str:
-    """File stem of a cache entry: readable settings plus a hash of the full request."""
-    key = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()[:16]
-    enc = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(spec.encoder).name or spec.encoder)[:40]
-    # "-L<max_length>" is kept in the stem so that entries built before stay hits.
-    return f"{spec.source}-{enc}-layer{spec.layer}-L{spec.max_length}-M{spec.num_samples}-seed{spec.seed}-{key}"
-
-
-def _entry_paths(spec: EmbeddingSpec, request: dict) -> tuple[Path, Path, Path]:
-    """(safetensors file, manifest, lock file) of the entry answering `request`."""
-    root = _cache.cache_root(spec.cache_dir)
-    stem = cache_stem(spec, request)
-    return root / f"{stem}.safetensors", root / f"{stem}.json", root / f"{stem}.lock"
-
-
-def cache_paths(spec: EmbeddingSpec) -> tuple[Path, Path]:
-    """(safetensors file, manifest) of the cache entry a text spec maps to (validates the spec)."""
-    info = validate_spec(spec)
-    if info is None:
-        raise ValueError("embeddings.source 'synthetic' is generated on demand and has no cache entry")
-    data, manifest, _ = _entry_paths(spec, cache_request(spec, info))
-    return data, manifest
 
 
 def _shapes(spec: EmbeddingSpec, hidden: int) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
@@ -181,31 +129,85 @@ def _build(
     device: str | None,
 ) -> dict:
     """Select, tokenize and embed the reviews of `spec`, stream them into `data`, then write the manifest."""
-    from transformers import AutoTokenizer
-
     t0 = time.perf_counter()
     corpus = load_texts(spec.source)
-    # Selection needs only the tokenizer, so bad sizes are reported before the model loads.
-    sel_tok = AutoTokenizer.from_pretrained(info.path)
-    sel = select_reviews(
-        corpus, lambda t: token_counts(sel_tok, t), spec.num_samples, spec.max_tokens, spec.seed, spec.selection
-    )
+    sel = _select(spec, info, corpus)
     t_sel = time.perf_counter()
     model, tokenizer, _ = encoders.load_encoder(spec.encoder)
     texts = [corpus.texts[i] for i in sel.positions.tolist()]
     # Paper: padding='max_length', truncation=True, max_length=256 -> [CLS] tokens [SEP] [PAD] ...
     enc = tokenizer(texts, padding="max_length", truncation=True, max_length=spec.max_length, return_tensors="pt")
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    home = next(model.parameters()).device
-    M, bs = spec.num_samples, spec.batch_size
     for path in (manifest_path, data):  # the old manifest goes first: a crash below leaves no entry that validates
         path.unlink(missing_ok=True)
     t_enc = time.perf_counter()
-    shapes = _shapes(spec, info.hidden_size)
+    size, sha = _stream_entry(spec, info, model, enc, corpus, sel, data, dev, progress)
+    t1 = time.perf_counter()
+    M = spec.num_samples
+    timing = {
+        "total_s": round(t1 - t0, 3),
+        "selection_s": round(t_sel - t0, 3),
+        "encoder_s": round(t1 - t_enc, 3),
+        "reviews_per_s": round(M / max(t1 - t0, 1e-9), 1),
+        "encoder_reviews_per_s": round(M / max(t1 - t_enc, 1e-9), 1),
+        "device": str(dev),
+    }
+    manifest = _manifest(spec, info, request, data, corpus, sel, size, sha, timing)
+    _cache.atomic_write_text(manifest_path, json.dumps(manifest, indent=2) + "\n")
+    log.info("built %s in %.1f s (%.0f reviews/s)", data, t1 - t0, M / max(t1 - t0, 1e-9))
+    return manifest
+
+
+def _select(spec: EmbeddingSpec, info: encoders.EncoderInfo, corpus: TextCorpus) -> Selection:
+    """The reviews of `spec` (`select_reviews`), counted with the encoder's tokenizer alone.
+
+    Selection needs only the tokenizer, so bad sizes are reported before the model loads.
+    """
+    from transformers import AutoTokenizer
+
+    sel_tok = AutoTokenizer.from_pretrained(info.path)
+    return select_reviews(
+        corpus, lambda t: token_counts(sel_tok, t), spec.num_samples, spec.max_tokens, spec.seed, spec.selection
+    )
+
+
+def _stream_entry(
+    spec: EmbeddingSpec,
+    info: encoders.EncoderInfo,
+    model,
+    enc: dict[str, Tensor],
+    corpus: TextCorpus,
+    sel: Selection,
+    data: Path,
+    dev: torch.device,
+    progress: bool,
+) -> tuple[int, str]:
+    """Embed the tokenized reviews batch by batch on `dev` and stream every tensor of the entry into `data`.
+
+    Args:
+        spec: what is embedded (layer, batch size, storage dtype).
+        info: the encoder's description (hidden size).
+        model: the encoder, moved to `dev` for the build and back after.
+        enc: the tokenized selected reviews, (M, S) tensors.
+        corpus: the text source the reviews come from (its row ids).
+        sel: the selection (positions in the corpus, labels, token counts).
+        data: the safetensors file written.
+        dev: where the encoder runs.
+        progress: show a tqdm bar.
+
+    Returns:
+        (file size in bytes, sha256) of the committed file.
+    """
+    from tqdm.auto import tqdm
+
+    home = next(model.parameters()).device
+    M, bs = spec.num_samples, spec.batch_size
     try:
         model.to(dev)
         with (
-            _cache.SafetensorsStreamWriter(data, shapes, {"format": "wslight-embeddings"}) as w,
+            _cache.SafetensorsStreamWriter(
+                data, _shapes(spec, info.hidden_size), {"format": "wslight-embeddings"}
+            ) as w,
             torch.inference_mode(),
         ):
             w.write("labels", sel.labels)
@@ -213,8 +215,6 @@ def _build(
             w.write("token_counts", sel.token_counts)
             w.write("input_ids", enc["input_ids"].numpy().astype(np.int32))
             w.write("attention_mask", enc["attention_mask"].numpy().astype(np.int8))
-            from tqdm.auto import tqdm
-
             bar = tqdm(
                 total=M, desc=f"embedding {spec.source} with {spec.encoder}", unit="review", disable=not progress
             )
@@ -226,11 +226,24 @@ def _build(
                 w.write("embeddings", h.cpu().numpy().astype(STORAGE_DTYPES[spec.storage_dtype]))
                 bar.update(len(batch["input_ids"]))
             bar.close()
-            size, sha = w.commit()
+            return w.commit()
     finally:
         model.to(home)
-    t1 = time.perf_counter()
-    manifest = {
+
+
+def _manifest(
+    spec: EmbeddingSpec,
+    info: encoders.EncoderInfo,
+    request: dict,
+    data: Path,
+    corpus: TextCorpus,
+    sel: Selection,
+    size: int,
+    sha: str,
+    timing: dict,
+) -> dict:
+    """The manifest of a freshly built entry: the request it answers, its file, encoder, selection and timing."""
+    return {
         "format": "wslight-embeddings",
         "request": request,
         "file": data.name,
@@ -250,28 +263,18 @@ def _build(
         "layer": spec.layer,
         "max_length": spec.max_length,
         "max_tokens": spec.max_tokens,
-        "num_samples": M,
+        "num_samples": spec.num_samples,
         "seed": spec.seed,
         "selection": spec.selection,
         "classes": {"+1": int((sel.labels == 1).sum()), "-1": int((sel.labels == -1).sum())},
         "reviews_scanned": sel.scanned,
-        "shapes": {k: list(s) for k, (_, s) in shapes.items()},
+        "shapes": {k: list(s) for k, (_, s) in _shapes(spec, info.hidden_size).items()},
         "dtype": spec.storage_dtype,
         "compute_dtype": "float32",
         "versions": _versions(),
-        "timing": {
-            "total_s": round(t1 - t0, 3),
-            "selection_s": round(t_sel - t0, 3),
-            "encoder_s": round(t1 - t_enc, 3),
-            "reviews_per_s": round(M / max(t1 - t0, 1e-9), 1),
-            "encoder_reviews_per_s": round(M / max(t1 - t_enc, 1e-9), 1),
-            "device": str(dev),
-        },
+        "timing": timing,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    _cache.atomic_write_text(manifest_path, json.dumps(manifest, indent=2) + "\n")
-    log.info("built %s in %.1f s (%.0f reviews/s)", data, t1 - t0, M / max(t1 - t0, 1e-9))
-    return manifest
 
 
 def _synthetic(spec: EmbeddingSpec) -> TokenEmbeddings:
@@ -323,7 +326,7 @@ def load_token_embeddings(
         return _synthetic(spec)
     assert info is not None
     request = cache_request(spec, info)
-    data, manifest_path, lock = _entry_paths(spec, request)
+    data, manifest_path, lock = entry_paths(spec, request)
     found = _open_entry(data, manifest_path, request, spec, info.hidden_size, verify == "full")
     if isinstance(found, TokenEmbeddings):
         return found
