@@ -60,6 +60,8 @@ def _join(values: list) -> Any:
 def sweep_sizes(init_args: dict) -> dict[str, Any]:
     """map, n, d, N of an evaluation config (`maps`, `cases: [{map, n}]`, `d_values`, `N_values`...)."""
     out: dict[str, Any] = {}
+    grid = init_args.get("grid")  # the word-sensitivity sweeps' grid block (maps, d_values, n_values)
+    init_args = {**init_args, **grid} if isinstance(grid, dict) else init_args
     for key, name in SIZE_KEYS.items():
         value = init_args.get(key)
         if value is not None and name not in out:

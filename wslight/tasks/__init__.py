@@ -5,7 +5,8 @@
 - `attack_callback`: `DeltaAttack`, the Delta attack run on a fitted head after `fit`/`test`;
 - `evaluation`: the `Evaluation` base of `evaluate.py` (trials sharded over devices, gathered, appended to
   results.jsonl, resumable);
-- `grid`: the map x d x n x L grid both word-sensitivity sweeps walk;
+- `grid_settings`: `GridSettings`, the map x d x n x L grid both word-sensitivity sweeps walk, and its trials;
+- `grid`: `MapGridEvaluation`, the evaluation over that grid with the search's settings;
 - `ws_sweep`: `WordSensitivitySweep`, S over the grid (Figures 2-3);
 - `words_sweep`: `WordSubstitutionSweep`, the exact best real word against the continuous S, and the heads it flips;
 - `trained_run`, `head_words`: a train.py run read back (`TrainedRun`), and `TrainedHeadWords`, the words that flip
@@ -24,6 +25,7 @@ from .datamodule import EmbeddingDataModule, EmbeddingDataset, split_indices
 from .evaluation import EmbeddingsEvaluation, Evaluation, gather_records
 from .figures import save_figure
 from .finetune import ReviewTextDataModule, SequenceClassifierFineTune
+from .grid_settings import GridSettings
 from .head_words import TrainedHeadWords
 from .head_words_callback import HeadWordFlips
 from .probes import AttentionEditProbe, AttentionUnderDeltaProbe, LayerwiseChangeProbe
@@ -46,6 +48,7 @@ __all__ = [
     "AttentionUnderDeltaProbe",
     "DeltaAttackSweep",
     "EmbeddingsEvaluation",
+    "GridSettings",
     "Evaluation",
     "LayerwiseChangeProbe",
     "WordSensitivitySweep",

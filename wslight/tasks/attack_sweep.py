@@ -160,6 +160,8 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
         output_dir: where results.jsonl and figures go (None: the logger's directory).
     """
 
+    maps_key = "model.init_args.cases"
+
     def __init__(
         self,
         cases: list[AttackCase],

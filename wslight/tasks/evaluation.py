@@ -108,6 +108,9 @@ class Evaluation(pl.LightningModule):
             trainer.default_root_dir without a logger). A leading `~` is the home folder (`wslight.base.paths`).
     """
 
+    # The config key of the maps a trial's `map` comes from, named when a trial fails
+    maps_key = "model.init_args.maps"
+
     def __init__(self, trials_per_step: int = 1, output_dir: str | None = None) -> None:
         super().__init__()
         self.trials_per_step = validate.positive_int("trials_per_step", trials_per_step)
@@ -307,12 +310,12 @@ class Evaluation(pl.LightningModule):
     def failure_text(self, specs: list[dict], err: Exception) -> str:
         """What failed, where and on which trials.
 
-        For example `model.init_args.maps: my_map failed in forward (my_maps.py:12) at n = 10, d = 192: RuntimeError:
-        ...`.
+        For example `model.init_args.grid.maps: my_map failed in forward (my_maps.py:12) at n = 10, d = 192:
+        RuntimeError: ...` (`maps_key`: the evaluation's key of its maps).
         """
         spec = specs[0]
         cell = ", ".join(f"{k} = {spec[k]}" for k in ("n", "d", "N", "L") if k in spec)
-        what = f"model.init_args.maps: {spec['map']}" if "map" in spec else f"{type(self).__name__}"
+        what = f"{self.maps_key}: {spec['map']}" if "map" in spec else f"{type(self).__name__}"
         site = failure_site(err)
         message = " ".join(str(err).split()) or "(no message)"
         where = "".join(f" {part}" for part in (site, f"at {cell}" if cell else "") if part)

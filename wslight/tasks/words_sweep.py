@@ -23,6 +23,7 @@ from ..search.sensitivity import word_sensitivity
 from ..search.settings import DEFAULT_CHUNK_ELEMENTS, SearchSettings
 from ..search.substitution import word_substitution
 from .grid import MapGridEvaluation
+from .grid_settings import GridSettings
 
 WORDS_REQUIRED = ("ws_words",)  # the value every summarised record needs (ws is absent with continuous: false)
 # The heads a sweep can flip: theta* = Phi^+ Y (min_norm: the head `train.py` fits with fit_mode closed_form) and the
@@ -54,11 +55,8 @@ class WordSubstitutionSweep(MapGridEvaluation):
     phi_norm, N, y, gram_ill_conditioned, seed, map_seed, seconds and nonfinite.
 
     Args:
-        maps: which maps (as `WordSensitivitySweep.maps`).
-        d_values: embedding dimensions (the first d coordinates of each token; the words' rows alike).
-        n_values: context lengths (the first n tokens).
-        depths: depths L of the maps that have one ("deep_rf"); other maps record L = 1.
-        trials: reviews per cell, each with its own fresh map.
+        grid: the cells and their trials (`GridSettings`: maps, d_values, n_values, depths, trials: reviews per cell,
+            each with its own fresh map; rf_width_ratio). The words' rows take the first d coordinates as the tokens'.
         embeddings: the reviews' token embeddings (layer 0 of a text source).
         position: the token substituted (>= 1: [CLS] is no word); a review is used only when it holds a word there.
         N: training reviews of the heads (0: no heads, no flips).
@@ -69,7 +67,6 @@ class WordSubstitutionSweep(MapGridEvaluation):
             unset fields: each map's family defaults).
         continuous: False leaves the continuous search out (`ws`, `ws_ratio`, `chains` and `near_best` are null):
             for a map whose search a CPU cannot afford (the whole pre-trained encoder), S_words alone.
-        rf_width_ratio: RF neurons k = ratio * n d (the paper: 1); DeepRF widths likewise.
         chunk_elements: working elements one chunk of words may hold (bounds the memory of the substitution).
         seed: the sweep's seed (reviews, maps, the searches' random starts, training sets).
         trials_per_step: trials per test step (sharded over devices by Lightning).
@@ -78,33 +75,30 @@ class WordSubstitutionSweep(MapGridEvaluation):
 
     def __init__(
         self,
-        maps: list[str | dict[str, Any]],
-        d_values: list[int],
-        n_values: list[int],
-        depths: list[int] | None = None,
-        trials: int = 10,
+        grid: GridSettings,
         embeddings: EmbeddingSpec | None = None,
         position: int = 1,
         N: int = 200,
         trainings: list[Literal["min_norm", "finetune", "retrain"]] | None = None,
         search: SearchSettings | None = None,
         continuous: bool = True,
-        rf_width_ratio: float = 1.0,
         chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
         seed: int = 0,
         trials_per_step: int = 1,
         output_dir: str | None = None,
     ) -> None:
         super().__init__(trials_per_step, output_dir)
-        self.set_grid(maps, d_values, n_values, depths, trials, rf_width_ratio)
+        self.set_grid(grid)
         self.set_search(search)
         self.continuous = validate.boolean("continuous", continuous)
-        self.position = validate.integer("position", position, low=1, high=min(self.n_values) - 1)
+        self.position = validate.integer("position", position, low=1, high=min(self.grid.n_values) - 1)
         self.N = validate.integer("N", N, low=0)
         self.trainings = validate.choices("trainings", list(HEADS) if trainings is None else trainings, HEADS)
         self.chunk_elements = validate.positive_int("chunk_elements", chunk_elements)
         self.seed = validate.integer("seed", seed, low=0)
-        self.set_embeddings(embeddings, "d_values", max(self.d_values), "n_values", max(self.n_values))
+        self.set_embeddings(
+            embeddings, "grid.d_values", max(self.grid.d_values), "grid.n_values", max(self.grid.n_values)
+        )
         if self.embeddings.source == "synthetic":
             raise ValueError("embeddings.source: the substitution needs real reviews and their words, got 'synthetic'")
         if self.embeddings.layer != 0:
@@ -112,9 +106,10 @@ class WordSubstitutionSweep(MapGridEvaluation):
                 f"embeddings.layer: a substitution changes one row of layer 0 only, so it must be 0, got "
                 f"{self.embeddings.layer}"
             )
-        if self.N + self.trials > self.embeddings.num_samples:
+        if self.N + self.grid.trials > self.embeddings.num_samples:
             raise ValueError(
-                f"N: N + trials = {self.N + self.trials} exceeds embeddings.num_samples = {self.embeddings.num_samples}"
+                f"N: N + grid.trials = {self.N + self.grid.trials} exceeds embeddings.num_samples = "
+                f"{self.embeddings.num_samples}"
             )
         self._words: Any = None
         self._admissible: dict[int, tuple[torch.Tensor, int]] = {}
@@ -142,10 +137,10 @@ class WordSubstitutionSweep(MapGridEvaluation):
             sep = self.words.tokenizer.sep_token_id
             lengths = [int((row == sep).nonzero()[0, 0]) if (row == sep).any() else row.shape[0] for row in ids]
             self._reviews = [i for i, ln in zip(order, lengths) if first[i] and self.position < ln]
-            if len(self._reviews) < self.trials:
+            if len(self._reviews) < self.grid.trials:
                 raise ValueError(
                     f"embeddings.num_samples: {len(self._reviews)} reviews have a word at position {self.position}, "
-                    f"fewer than trials = {self.trials}"
+                    f"fewer than grid.trials = {self.grid.trials}"
                 )
         return self._reviews[trial]
 
@@ -182,13 +177,13 @@ class WordSubstitutionSweep(MapGridEvaluation):
         """The step's trials (one cell): the continuous search, the heads and the whole admissible vocabulary."""
         start = time.perf_counter()
         m, d, n, L = self.batch_key(specs[0])
-        entry = self.map_entries[m]
+        entry = self.grid.map_entries[m]
         index = [self.review_index(s["trial"]) for s in specs]
         X, y = self.store.samples(index, n, d)  # (T, n, d), (T,)
         X = X[:, None].to(self.device)  # (T, 1, n, d): one review per trial
         map_seeds = [derive_seed(self.seed, "words.map", m, d, n, L, s["trial"]) for s in specs]
         maps = [
-            entry.build(n, d, ms, depth=L, width_ratio=self.rf_width_ratio, dtype="float32").to(self.device)
+            entry.build(n, d, ms, depth=L, width_ratio=self.grid.rf_width_ratio, dtype="float32").to(self.device)
             for ms in map_seeds
         ]
         restart_seeds = [derive_seed(ms, "words.restarts") for ms in map_seeds]

@@ -17,6 +17,7 @@ from ..records.summary import cell_table, markdown_table, nonfinite, trusted, wr
 from ..search.sensitivity import word_sensitivity
 from ..search.settings import SearchSettings
 from .grid import MapGridEvaluation
+from .grid_settings import GridSettings
 
 # Maps whose S the paper proves to decay as 1/sqrt(n): their S sqrt(n) figure shows that law as a flat line.
 SQRT_N_MAPS = ("rf", "deep_rf")
@@ -35,21 +36,13 @@ class WordSensitivitySweep(MapGridEvaluation):
     whose scores are all <= 0; such records are left out of the summary).
 
     Args:
-        maps: which maps to sweep: registered names ("rf", "deep_rf", "raf", "relu_raf", or any map added with
-            `wslight.features.register_map`), dotted import paths of map classes (`mymap.MyMap`) or
-            `{class_path: mymap.MyMap, init_args: {...}}` (init_args: further constructor arguments, recorded as
-            `map_args`). Records carry the registered name of the class when it has one, else the path as written.
-        d_values: embedding dimensions (the first d coordinates of each token).
-        n_values: context lengths (the first n tokens).
-        depths: depths L of the maps that have one ("deep_rf"); other maps record L = 1.
-        trials: independent trials per cell.
+        grid: the cells and their trials (`GridSettings`: maps, d_values, n_values, depths, trials, rf_width_ratio).
         embeddings: where the token embeddings come from (source, encoder, layer, number of reviews, seed).
         positions: "first" (token 0, the paper's figures), "all" (the true sup over i) or a list of token indices.
         search: the word-sensitivity search's settings (`wslight.search.SearchSettings`: chains_per_round,
             max_chains, gain_tol, max_steps, tol, window, radius_scale...), taken whole by every trial's search; a
             field left unset takes each map's family default (its class's `search_defaults`, the settings its
             shipped config was measured with), else the generic one (docs/theory.md §4.3).
-        rf_width_ratio: RF neurons k = ratio * n d (the paper: 1, i.e. k = D); DeepRF widths likewise.
         shared_weights: False (the paper): a fresh map per trial; True: one map per cell shared by its trials, which
             batches the trials of a cell in one search.
         dtype: working dtype of the maps and the search.
@@ -60,15 +53,10 @@ class WordSensitivitySweep(MapGridEvaluation):
 
     def __init__(
         self,
-        maps: list[str | dict[str, Any]],
-        d_values: list[int],
-        n_values: list[int],
-        depths: list[int] | None = None,
-        trials: int = 10,
+        grid: GridSettings,
         embeddings: EmbeddingSpec | None = None,
         positions: Literal["first", "all"] | list[int] = "first",
         search: SearchSettings | None = None,
-        rf_width_ratio: float = 1.0,
         shared_weights: bool = False,
         dtype: Literal["float32", "float64"] = "float32",
         seed: int = 0,
@@ -76,12 +64,14 @@ class WordSensitivitySweep(MapGridEvaluation):
         output_dir: str | None = None,
     ) -> None:
         super().__init__(trials_per_step, output_dir)
-        self.set_grid(maps, d_values, n_values, depths, trials, rf_width_ratio)
+        self.set_grid(grid)
         self.set_search(search)
         validate.dtype("dtype", dtype)
         self.seed = validate.integer("seed", seed, low=0)
-        self.set_embeddings(embeddings, "d_values", max(self.d_values), "n_values", max(self.n_values))
-        validate.positions("positions", positions, min(self.n_values))  # indices against the smallest n
+        self.set_embeddings(
+            embeddings, "grid.d_values", max(self.grid.d_values), "grid.n_values", max(self.grid.n_values)
+        )
+        validate.positions("positions", positions, min(self.grid.n_values))  # indices against the smallest n
         validate.note_repeats("positions", positions)
         self.positions, self.shared_weights, self.map_dtype = positions, shared_weights, dtype
         self._last_map: tuple[int | None, Any] = (None, None)
@@ -99,8 +89,8 @@ class WordSensitivitySweep(MapGridEvaluation):
     def cell_map(self, m: str, d: int, n: int, L: int, map_seed: int) -> torch.nn.Module:
         """The shared map of a cell on this device, reused by the cell's next trials."""
         if self._last_map[0] != map_seed:
-            fmap = self.map_entries[m].build(
-                n, d, map_seed, depth=L, width_ratio=self.rf_width_ratio, dtype=self.map_dtype
+            fmap = self.grid.map_entries[m].build(
+                n, d, map_seed, depth=L, width_ratio=self.grid.rf_width_ratio, dtype=self.map_dtype
             )
             self._last_map = (map_seed, fmap.to(self.device))
         return self._last_map[1]
@@ -125,12 +115,12 @@ class WordSensitivitySweep(MapGridEvaluation):
         else:  # the paper's protocol: trial t has its own map, all trials searched together
             map_seeds = [self.map_seed(m, d, n, L, s["trial"]) for s in specs]
             fresh = trial_maps(
-                self.map_entries[m],
+                self.grid.map_entries[m],
                 map_seeds,
                 n,
                 d,
                 depth=L,
-                width_ratio=self.rf_width_ratio,
+                width_ratio=self.grid.rf_width_ratio,
                 dtype=self.map_dtype,
                 device=self.device,
             )
@@ -156,7 +146,7 @@ class WordSensitivitySweep(MapGridEvaluation):
                 "ws_sqrt_n": rec["ws"] * math.sqrt(n),
                 "bound": bound,
                 "seconds": seconds,
-                **self.map_entries[m].record_fields,  # map_args of a {class_path, init_args} entry
+                **self.grid.map_entries[m].record_fields,  # map_args of a {class_path, init_args} entry
             }
             record["nonfinite"] = nonfinite(record)  # e.g. S = inf when phi(X) = 0: null in the file, flagged
             records.append(record)
@@ -174,7 +164,7 @@ class WordSensitivitySweep(MapGridEvaluation):
         records = trusted(records, "word sensitivity", ("ws",))
         table = cell_table(records, ("map", "d", "n", "L"), "ws")
         for row in table:  # S against n: one curve per map and d (and depth), step = n
-            depth = f"/L{row['L']}" if self.takes_depth(row["map"]) else ""
+            depth = f"/L{row['L']}" if self.grid.takes_depth(row["map"]) else ""
             self.log_curve(f"ws/{row['map']}/d{row['d']}{depth}", row["n"], row["mean"])
         if not self.trainer.is_global_zero or not records:
             return
@@ -182,7 +172,7 @@ class WordSensitivitySweep(MapGridEvaluation):
         label = embeddings_label(self.embeddings)  # the titles name the tokens
         for m in sorted({r["map"] for r in records}):
             recs = [r for r in records if r["map"] == m]
-            group: Literal["d", "L"] = "L" if self.takes_depth(m) else "d"
+            group: Literal["d", "L"] = "L" if self.grid.takes_depth(m) else "d"
             self.add_figure(f"ws/{m}", plot_ws_curves(recs, m, group=group, encoder=label), f"ws_{m}")
             if m in SQRT_N_MAPS:
                 scaled = plot_ws_curves(recs, m, group=group, scaled=True, encoder=label)
