@@ -29,7 +29,7 @@ from ..base import validate
 from .checkpoints import CKPT_NAMES, check_checkpoint
 from .config_files import base_of, config_paths, load_yaml, read_config
 from .errors import UsageError
-from .renames import check_moved_attack_keys, check_moved_class_paths, check_moved_search_keys
+from .renames import check_moved_attack_keys, check_moved_class_paths, check_moved_sweep_keys
 
 # Training sizes are written once, under data, and linked to the map and the head (target -> source).
 LINKS = {
@@ -136,7 +136,7 @@ def check_command(args: list[str], evaluate: bool) -> list[str]:
     files = config_paths(args)
     trees = [(str(path), read_config(path)) for path in files]
     check_moved_class_paths(trees, args)
-    check_moved_search_keys(trees, args)
+    check_moved_sweep_keys(trees, args)
     check_moved_attack_keys(trees, args)
     for i, (path, tree) in enumerate(trees):
         _check_top_keys(path, tree)
