@@ -68,8 +68,8 @@ def test_training_mistakes_name_the_key_path(cli_fails, tmp_path, extra, pattern
 
 
 def test_evaluation_mistake_names_the_key_path(cli_fails):
-    err = cli_fails(["test", "--config", WS, "--model.init_args.trials", "0"], evaluate=True)
-    assert "evaluate.py: error: model.init_args.trials must be a positive integer, got 0" in err
+    err = cli_fails(["test", "--config", WS, "--model.init_args.grid.trials", "0"], evaluate=True)
+    assert "evaluate.py: error: model.init_args.grid.trials must be a positive integer, got 0" in err
 
 
 @pytest.mark.parametrize("key", ["model.init_args.feature_map.init_args.n", "model.init_args.n"])
@@ -99,8 +99,8 @@ def test_a_config_given_to_the_other_entry_point_says_which_one_it_belongs_to(cl
 
 def test_evaluate_py_test_is_accepted_once(cli_fails):
     """`evaluate.py test --config ...` (the usage line shows `test`) means `evaluate.py --config ...`."""
-    err = cli_fails(["test", "test", "--config", WS, "--model.init_args.trials", "0"], evaluate=True)
-    assert "model.init_args.trials must be a positive integer, got 0" in err
+    err = cli_fails(["test", "test", "--config", WS, "--model.init_args.grid.trials", "0"], evaluate=True)
+    assert "model.init_args.grid.trials must be a positive integer, got 0" in err
 
 
 @pytest.mark.parametrize(
@@ -127,8 +127,8 @@ def test_debug_flag_and_env_print_the_traceback_then_the_block(capsys, monkeypat
 
 def test_console_script_evaluate_is_evaluate_py(cli_fails):
     """`wslight evaluate --config ...` is evaluate.py (the `test` subcommand supplied), training stays `wslight fit`."""
-    err = cli_fails(["evaluate", "--config", WS, "--model.init_args.trials", "0"])
-    assert "evaluate.py: error: model.init_args.trials must be a positive integer, got 0" in err
+    err = cli_fails(["evaluate", "--config", WS, "--model.init_args.grid.trials", "0"])
+    assert "evaluate.py: error: model.init_args.grid.trials must be a positive integer, got 0" in err
     err = cli_fails(["evaluate", "--config", TRAIN])
     assert "is a training config" in err
 
@@ -304,6 +304,30 @@ def test_a_search_setting_at_its_old_place_names_the_new_key(tmp_path, cli_fails
     # the attack's restarts is its own, in its own block
     err = cli_fails(["test", "--config", "attack/fig4", "--model.init_args.restarts", "0"], evaluate=True)
     assert "the command line: model.init_args.restarts: write model.init_args.attack.restarts" in err
+
+
+def test_a_grid_setting_at_its_old_place_names_the_new_key(tmp_path, cli_fails):
+    """The grid of a word-sensitivity sweep written at its old place is one block naming each key's new path.
+
+    `maps`, `d_values`, `n_values`, `depths`, `trials` and `rf_width_ratio` moved into one `grid:` block: a saved config
+    or an override that writes them the old way is one block, before any work; with an old search setting, one block
+    names both. The attack sweep's own `trials` is not the grid's.
+    """
+    saved = tmp_path / "saved_ws.yaml"
+    text = (ROOT / "configs" / "ws" / "raf.yaml").read_text()
+    grid = text[text.index("    grid:\n") : text.index("    positions:")]
+    flat = "".join(line[2:] + "\n" for line in grid.splitlines()[1:])  # the keys one level up, as before the block
+    saved.write_text(text.replace(grid, flat + "    rf_width_ratio: 1.0\n"))
+    err = cli_fails(["test", "--config", str(saved)], evaluate=True)
+    for key in ("maps", "d_values", "n_values", "depths", "trials", "rf_width_ratio"):
+        assert f"{saved}: model.init_args.{key}: write model.init_args.grid.{key}" in err
+    assert "the grid is one block, `grid: {maps: [...], d_values: [...]" in err and "search's" not in err
+    err = cli_fails(["test", "--config", "words/raf", "--model.init_args.n_values", "[4]", "--model.restarts=2"], True)
+    assert "the command line: model.init_args.n_values: write model.init_args.grid.n_values" in err
+    assert "the command line: model.init_args.restarts: write model.init_args.search.chains_per_round" in err
+    assert "the search's settings are one block" in err and "the grid is one block" in err
+    err = cli_fails(["test", "--config", "attack/fig4", "--model.init_args.trials", "0"], evaluate=True)
+    assert "model.init_args.trials must be a positive integer, got 0" in err and "grid" not in err
 
 
 def test_an_attack_setting_at_its_old_place_names_the_new_key(tmp_path, cli_fails):

@@ -4,7 +4,8 @@ Every LightningModule, callback, evaluation and the DataModule now live in `wsli
 config that names their old modules (`wslight.evaluations.WordSensitivitySweep`, `wslight.models.FeatureMapClassifier`,
 `wslight.callbacks.DeltaAttack`, `wslight.data.EmbeddingDataModule`) is refused before anything runs. So is a
 word-sensitivity sweep's search setting written at its old place (`model.init_args.restarts`): the settings are one
-`search:` block now, and `restarts` is `chains_per_round`. So is an attack setting of the Delta-attack sweep or callback
+`search:` block now, and `restarts` is `chains_per_round`; so is its grid (`model.init_args.d_values`), one `grid:`
+block now (`model.init_args.grid.d_values`). So is an attack setting of the Delta-attack sweep or callback
 at its old place (`model.init_args.steps`, `trainer.callbacks.<i>.init_args.restarts`): they are one `attack:` block,
 and the callback's `penalty` is `penalties`.
 """
@@ -99,24 +100,38 @@ def _model_keys(trees: list[tuple[str, Any]], args: list[str], keys: Any) -> lis
     return given
 
 
-def check_moved_search_keys(trees: list[tuple[str, Any]], args: list[str]) -> None:
-    """Refuse a search setting of a word-sensitivity sweep at its old place, in a config file or on the command line.
+# The grid the two word-sensitivity sweeps took one by one -> its field of `grid:` (GridSettings)
+MOVED_GRID_KEYS = {key: f"grid.{key}" for key in ("maps", "d_values", "n_values", "depths", "trials", "rf_width_ratio")}
+# Every setting of those sweeps at its old place -> its key under model.init_args now
+MOVED_SWEEP_KEYS = {**{k: f"search.{v}" for k, v in MOVED_SEARCH_KEYS.items()}, **MOVED_GRID_KEYS}
+
+
+def check_moved_sweep_keys(trees: list[tuple[str, Any]], args: list[str]) -> None:
+    """Refuse a search or grid setting of a word-sensitivity sweep at its old place (config file or command line).
+
+    The search's settings are one `search:` block (`restarts` is `chains_per_round`), and the grid (maps, d_values,
+    n_values, depths, trials, rf_width_ratio) one `grid:` block: both named in one block.
 
     Raises:
         UsageError: one block naming each old key, where it is given and the key to write instead.
     """
     if _model_class(trees, args) not in SEARCH_SWEEPS:
-        return  # another evaluation's `restarts` (the attack's: `check_moved_attack_keys`)
-    given = _model_keys(trees, args, MOVED_SEARCH_KEYS)
-    if given:
-        lines = "; ".join(
-            f"{where}: model.init_args.{key}: write model.init_args.search.{MOVED_SEARCH_KEYS[key]}"
-            for where, key in given
+        return  # another evaluation's `restarts` or `trials` (the attack's: `check_moved_attack_keys`)
+    given = _model_keys(trees, args, MOVED_SWEEP_KEYS)
+    if not given:
+        return
+    lines = "; ".join(
+        f"{where}: model.init_args.{key}: write model.init_args.{MOVED_SWEEP_KEYS[key]}" for where, key in given
+    )
+    blocks = []
+    if any(key in MOVED_SEARCH_KEYS for _, key in given):
+        blocks.append(
+            "the search's settings are one block, `search: {chains_per_round: ..., max_chains: ...}`, and `restarts` "
+            "is `chains_per_round`"
         )
-        raise UsageError(
-            f"{lines} (the search's settings are one block, `search: {{chains_per_round: ..., max_chains: ...}}`, "
-            "and `restarts` is `chains_per_round`; see `wslight evaluate --config ws/raf --help`)"
-        )
+    if any(key in MOVED_GRID_KEYS for _, key in given):
+        blocks.append("the grid is one block, `grid: {maps: [...], d_values: [...], n_values: [...], trials: ...}`")
+    raise UsageError(f"{lines} ({'; '.join(blocks)}; see `wslight evaluate --config ws/raf --help`)")
 
 
 # The attack settings the Delta-attack sweep and callback took one by one -> their field of `attack:`
