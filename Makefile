@@ -65,8 +65,8 @@ $(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
 
 # Each benchmark prints its tables and writes its results page (ws_speed.md, attack_speed.md) into reports/bench/.
 bench: env
-	$(PY) benchmarks/ws.py
-	$(PY) benchmarks/attack.py
+	$(PY) -m benchmarks.ws
+	$(PY) -m benchmarks.attack
 
 # Each map family as a plain module (the generic autograd path) against its closed form, on the same maps and 20
 # bundled reviews, with the tightness of both (benchmarks/generic.py): RAF and ReLU-RAF at n = 10, 50, then RF at
@@ -75,11 +75,11 @@ bench: env
 # ReLU-RAF with some starts left out); about 1.5 hours on one thread; writes reports/generic/generic_speed.md,
 # generic_rf.md, generic_attention.md and generic_starts.md.
 generic-speed: env
-	$(PY) benchmarks/generic.py --maps raf relu_raf --page reports/generic
-	$(PY) benchmarks/generic.py --maps rf deep_rf --n-for rf=10 --page reports/generic --page-name generic_rf.md
-	$(PY) benchmarks/generic.py --maps pretrained_attn transformer --n 16 64 --trials 4 --page reports/generic \
+	$(PY) -m benchmarks.generic --maps raf relu_raf --page reports/generic
+	$(PY) -m benchmarks.generic --maps rf deep_rf --n-for rf=10 --page reports/generic --page-name generic_rf.md
+	$(PY) -m benchmarks.generic --maps pretrained_attn transformer --n 16 64 --trials 4 --page reports/generic \
 		--page-name generic_attention.md
-	$(PY) benchmarks/generic_starts.py --page reports/generic
+	$(PY) -m benchmarks.generic_starts --page reports/generic
 
 # The authors' own code, the baseline of benchmarks/attack.py: their public repository at commit b984775, cloned
 # into benchmarks/authors/ (git-ignored; it has no license, so none of it is copied into this repository).
@@ -97,7 +97,7 @@ authors-code:
 # it, and the screen's recall on the RAF head: train.py and evaluate.py as a user types them, about 15 minutes on
 # 2 cores; writes reports/classifier/real_classifier.md (the runs' logs beside it).
 classifier: env
-	$(PY) benchmarks/real_classifier.py --out reports/classifier/runs --page reports/classifier
+	$(PY) -m benchmarks.real_classifier --out reports/classifier/runs --page reports/classifier
 
 # A classifier fine-tuned end to end (configs/finetune/imdb.yaml, about half an hour on 2 cores) and the words that
 # flip it (configs/words/classifier.yaml): robust accuracy over the k = 10 and 50 nearest words and the screened
@@ -106,19 +106,19 @@ classifier: env
 # reports/finetuned/finetuned_classifier.md.
 FINETUNED_RUN ?=
 finetuned: env
-	$(PY) benchmarks/finetuned_classifier.py --out reports/finetuned/runs --page reports/finetuned$(if $(FINETUNED_RUN), --run $(FINETUNED_RUN),)
+	$(PY) -m benchmarks.finetuned_classifier --out reports/finetuned/runs --page reports/finetuned$(if $(FINETUNED_RUN), --run $(FINETUNED_RUN),)
 
 # One real word through the whole pre-trained encoder (L = 1, 2, 6 layers) against n, beside RAF and its single
 # pre-trained attention layer: evaluate.py on configs/words/encoder.yaml, S_words alone, about 30 minutes on 2 cores;
 # writes reports/encoder_words/encoder_words.md (the runs' logs beside it).
 encoder-words: env
-	$(PY) benchmarks/encoder_words.py --out reports/encoder_words/runs --page reports/encoder_words
+	$(PY) -m benchmarks.encoder_words --out reports/encoder_words/runs --page reports/encoder_words
 
 # The continuous S of the whole encoder (L = 1, 2 and 6 at n = 8, 16, 32) beside S_words, RAF and the single layer:
 # evaluate.py on configs/words/encoder.yaml with continuous: true, 3 reviews a cell, about two hours on 2 cores;
 # writes reports/encoder_continuous/encoder_continuous.md after each run (resumable: run it again after a stop).
 encoder-continuous: env
-	$(PY) benchmarks/encoder_continuous.py --out reports/encoder_continuous/runs --page reports/encoder_continuous
+	$(PY) -m benchmarks.encoder_continuous --out reports/encoder_continuous/runs --page reports/encoder_continuous
 
 # The results pages of the latest `make reproduce` (reports/offline/) and `make bench` (reports/bench/) runs, with their
 # figures, copied into docs/results/; exits 2 naming the run whose pages are missing. RUNS=bench copies one run's
@@ -138,14 +138,14 @@ results-pages: env
 GPU_PY ?= python3
 GPU_CHECK_ARGS ?=
 gpu-check:
-	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1 $(GPU_PY) benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
+	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1 $(GPU_PY) -m benchmarks.gpu_check $(GPU_CHECK_ARGS)
 
 # On a GPU machine: the real classifier's flips over the whole vocabulary and the screen's recall at n = 128, and the
 # continuous S of the whole encoder against n (benchmarks/gpu_words.py), in about 7 minutes (--budget); writes
 # reports/gpu_words/gpu_words.md and the runs' records beside it. Needs the bundled encoder and reviews (make env's).
 GPU_WORDS_ARGS ?=
 gpu-words:
-	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1 $(GPU_PY) benchmarks/gpu_words.py --out reports/gpu_words/runs --page reports/gpu_words $(GPU_WORDS_ARGS)
+	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1 $(GPU_PY) -m benchmarks.gpu_words --out reports/gpu_words/runs --page reports/gpu_words $(GPU_WORDS_ARGS)
 
 clean:
 	rm -rf $(VENV) lightning_logs reports .pytest_cache

@@ -21,10 +21,10 @@ Times cover everything after drawing the data: features, heads, search, records.
 authors' closed-form outputs t0, t1 against the package's closed forms on the same float64 features (`fit_heads`),
 and the err / sign of every trial. `--profile` prints where the package's time goes (cProfile, one table).
 
-    python benchmarks/attack.py                  # RAF, d=384, n=40, N=400, re-trained, loss err, 10 trials
-    python benchmarks/attack.py --trials 3       # a quick run
-    python benchmarks/attack.py --profile        # the package's side only, under cProfile
-    python benchmarks/attack.py --largest        # also the paper's largest cell (RAF, d=768, n=120, N=1300), ours only
+    python -m benchmarks.attack                  # RAF, d=384, n=40, N=400, re-trained, loss err, 10 trials
+    python -m benchmarks.attack --trials 3       # a quick run
+    python -m benchmarks.attack --profile        # the package's side only, under cProfile
+    python -m benchmarks.attack --largest        # also the paper's largest cell (RAF, d=768, n=120, N=1300), ours only
 """
 
 from __future__ import annotations
@@ -33,21 +33,28 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import progress  # benchmarks/progress.py, beside this
+from benchmarks import progress
 
 if __name__ == "__main__" and "--part" in sys.argv:  # before torch is imported (seconds): Ctrl-C stops that too
     progress.start_part()
 elif __name__ == "__main__":
-    progress.start("benchmarks/attack.py")
+    progress.start("benchmarks.attack")
 
 import torch  # noqa: E402
-from attack_page import print_sides, write_attack_page  # noqa: E402
-from authors_gen import AUTHORS_DIR, AUTHORS_MAPS, authors_trial, how_to_get, load_utils, run_quietly  # noqa: E402
 
+from benchmarks.attack_page import print_sides, write_attack_page  # noqa: E402
+from benchmarks.authors_gen import (  # noqa: E402
+    AUTHORS_DIR,
+    AUTHORS_MAPS,
+    authors_trial,
+    how_to_get,
+    load_utils,
+    run_quietly,
+)
+from benchmarks.common import command_line, run_part  # noqa: E402
 from wslight.attack import delta_attack  # noqa: E402
 from wslight.attack.heads import fit_heads  # noqa: E402
 from wslight.base.seeding import derive_seed, generator  # noqa: E402
@@ -279,23 +286,13 @@ def profile_ours(a) -> None:
 BLAS_THREADS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def run_part(part: str, argv: list[str], threads: int, what: str) -> dict:
-    """Run one part in a subprocess (numpy's and torch's BLAS pinned to `threads`), saying `what` it computes.
+def run_side(part: str, argv: list[str], threads: int, what: str) -> dict:
+    """Run one side in a subprocess (numpy's and torch's BLAS pinned to `threads`), saying `what` it computes.
 
     Returns its JSON result with its peak memory added.
     """
-    progress.say(what)
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
     env = dict(os.environ, **{k: str(threads) for k in BLAS_THREADS}) if threads else None
-    status, usage = progress.run_part([sys.executable, __file__, "--part", part, "--out", path, *argv], env)
-    if status != 0:
-        raise SystemExit(f"part {part} failed with status {status}")
-    with open(path) as fh:
-        result = json.load(fh)
-    os.unlink(path)
-    result["peak_gib"] = usage.ru_maxrss / 1024**2  # ru_maxrss is in KiB on Linux
-    return result
+    return run_part(__file__, part, argv, what, env)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -364,10 +361,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# {a.map}, d={a.d}, n={a.n}, N={a.N}, {a.training}, loss err, {a.trials} trials, data: {data}")
     sides = {}
     if have_authors:
-        sides["authors"] = run_part("authors", common, a.threads, f"the authors' code, {a.trials} trials one at a time")
+        sides["authors"] = run_side("authors", common, a.threads, f"the authors' code, {a.trials} trials one at a time")
     if a.port:
-        sides["port"] = run_part("port", common, a.threads, f"the torch port, {a.trials} trials one at a time")
-    sides["ours"] = run_part("ours", common, a.threads, f"the package, {a.trials} trials in one call")
+        sides["port"] = run_side("port", common, a.threads, f"the torch port, {a.trials} trials one at a time")
+    sides["ours"] = run_side("ours", common, a.threads, f"the package, {a.trials} trials in one call")
     print_sides(sides, a)
     largest = None
     if a.largest:
@@ -376,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
         big += ["--data", "synthetic"]  # d = 768 is wider than the bundled encoder
         print(f"\n# largest: raf, d=768, n=120, N=1300, retrain, loss err, {a.largest_trials} trial(s), ours only,")
         print("# SYNTHETIC aniso rows")
-        res = run_part("ours", big, a.threads, "the largest cell, the package")
+        res = run_side("ours", big, a.threads, "the largest cell, the package")
         errs = [r["err"] for r in res["trials"]]
         print(
             f"time {res['time_s']:.1f} s, peak {res['peak_gib']:.2f} GiB (limit 24), errs {[f'{e:.2e}' for e in errs]}"
@@ -384,7 +381,7 @@ def main(argv: list[str] | None = None) -> None:
         steps = [int(r["steps"]) for r in res["trials"]]
         print(f"Gram condition number {res['trials'][0]['gram_cond']:.3g}, steps {steps}")
         largest = res
-    page = write_attack_page(Path(a.pages), sides, largest, data, a, argv)
+    page = write_attack_page(Path(a.pages), sides, largest, data, a, command_line(__file__, argv))
     print(f"\nresults page: {page}")
 
 

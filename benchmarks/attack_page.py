@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from authors_gen import AUTHORS_COMMIT, how_to_get
-
+from benchmarks.authors_gen import AUTHORS_COMMIT, how_to_get
 from wslight.records.pages import PageHeader, write_page
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -62,8 +60,8 @@ def agreement(sides: dict) -> list[str]:
     return lines
 
 
-def write_attack_page(folder, sides: dict, largest: dict | None, data: str, a, argv) -> Path:
-    """Write attack_speed.md: the header (wslight.records.pages), the protocol, and the measured table."""
+def write_attack_page(folder, sides: dict, largest: dict | None, data: str, a, command: list[str]) -> Path:
+    """Write attack_speed.md: the header (wslight.records.pages, `command` as typed), the protocol, the table."""
     ours = sides["ours"]
     body = [
         PROTOCOL,
@@ -90,7 +88,6 @@ def write_attack_page(folder, sides: dict, largest: dict | None, data: str, a, a
             f"err {errs}.",
             "",
         ]
-    command = ["python", "benchmarks/attack.py", *(sys.argv[1:] if argv is None else argv)]
     return write_page(folder / "attack_speed.md", "Attack speed", PageHeader.collect(command), body)
 
 

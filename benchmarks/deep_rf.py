@@ -13,8 +13,8 @@ its own. Columns: seconds per trial (maps drawn inside the timed call), the rati
 largest relative difference of S between the sides (the exact top curvature and float32 rounding of the gradient move
 a chain's path a little; both are lower bounds of the same maximum).
 
-    python benchmarks/deep_rf.py                         # d = 64, n = 50 and 80, L = 2, 4, 8
-    python benchmarks/deep_rf.py --d 32 --n 50 --depths 2 --trials 4
+    python -m benchmarks.deep_rf                         # d = 64, n = 50 and 80, L = 2, 4, 8
+    python -m benchmarks.deep_rf --d 32 --n 50 --depths 2 --trials 4
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ import sys
 import time
 
 import torch
-from ws import map_seeds, samples, shipped_search, start_seeds  # benchmarks/ws.py, next to this script
 
+from benchmarks.common import module_name
+from benchmarks.ws import map_seeds, samples, shipped_search, start_seeds
 from wslight.features import FreshMaps
 from wslight.features.deep_rf import DeepRFMove
 from wslight.features.move import TokenMove
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         for depth in a.depths:
             out = {}
             for side in ("autograd", "closed"):
-                cmd = [sys.executable, __file__, "--side", side, "--d", str(a.d), "--n", str(n)]
+                cmd = [sys.executable, "-m", module_name(__file__), "--side", side, "--d", str(a.d), "--n", str(n)]
                 cmd += ["--depths", str(depth), "--trials", str(a.trials), "--seed", str(a.seed)]
                 line = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
                 out[side] = json.loads(line)

@@ -13,25 +13,19 @@ Each record holds S (the generic search's lower bound, with its chains and `near
 1% of it) and S_words of the same review and token. The page is rewritten after each run, so an interrupted run
 leaves the finished rows; evaluate.py resumes a run's finished trials when it is started again.
 
-    python benchmarks/encoder_continuous.py --out reports/encoder_continuous/runs --page reports/encoder_continuous
+    python -m benchmarks.encoder_continuous --out reports/encoder_continuous/runs --page reports/encoder_continuous
     # the same: make encoder-continuous
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from commands import evaluate, page_arguments  # noqa: E402
-from encoder_words import CONFIG, best_words, label, mean_sd  # noqa: E402
-from encoder_words import slopes as word_slopes  # noqa: E402
-
-from wslight.records.pages import PageHeader, write_page  # noqa: E402
-from wslight.records.summary import markdown_table  # noqa: E402
+from benchmarks.common import evaluate, page_arguments
+from benchmarks.encoder_words import CONFIG, best_words, label, mean_sd
+from benchmarks.encoder_words import slopes as word_slopes
+from wslight.records.pages import PageHeader, write_page
+from wslight.records.summary import markdown_table
 
 
 def encoder(layers: int) -> str:

@@ -10,7 +10,7 @@ a review on one core (benchmarks/encoder_continuous.py runs it on fewer reviews 
 
 Writes the results page encoder_words.md (the table, the slopes, the words, with date, machine and commit) into --page:
 
-    python benchmarks/encoder_words.py --out reports/encoder_words/runs --page reports/encoder_words
+    python -m benchmarks.encoder_words --out reports/encoder_words/runs --page reports/encoder_words
     # the same: make encoder-words
 """
 
@@ -18,17 +18,11 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from collections import Counter
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from commands import evaluate, page_arguments  # noqa: E402
-
-from wslight.records.pages import PageHeader, write_page  # noqa: E402
-from wslight.records.summary import markdown_table, slope_table  # noqa: E402
+from benchmarks.common import evaluate, page_arguments
+from wslight.records.pages import PageHeader, write_page
+from wslight.records.summary import markdown_table, slope_table
 
 CONFIG = "configs/words/encoder.yaml"
 FEWER_LAYERS = (1, 2)  # the encoder's first L layers, each its own run (one record name per run)

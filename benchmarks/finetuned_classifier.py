@@ -11,43 +11,19 @@ Beside each run: the forwards it made, their FLOPs (`wslight.features.classifier
 they set at the machine's matrix-multiply rate, measured in the same run on the products that dominate a forward
 (float32, one thread and every core). Writes finetuned_classifier.md into --page:
 
-    python benchmarks/finetuned_classifier.py --out reports/finetuned/runs --page reports/finetuned   # = make finetuned
+    python -m benchmarks.finetuned_classifier --out reports/finetuned/runs --page reports/finetuned   # = make finetuned
 """
 
 from __future__ import annotations
 
 import json
 import re
-import sys
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from commands import evaluate, page_arguments, train  # noqa: E402
-
-from wslight.records.pages import PageHeader, usable_cores, write_page  # noqa: E402
+from benchmarks.common import evaluate, matmul_rate, page_arguments, train
+from wslight.records.pages import PageHeader, usable_cores, write_page
 
 CONFIG = "configs/words/classifier.yaml"
-
-
-def matmul_rate(threads: int, hidden: int = 384, rows: int = 64 * 128, seconds: float = 3.0) -> float:
-    """GFLOP/s of float32 (rows, H) @ (H, 4H) products, the feed-forward's shape, on `threads` threads."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        a, b = torch.randn(rows, hidden), torch.randn(hidden, 4 * hidden)
-        a @ b  # warm-up
-        count, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            a @ b
-            count += 1
-        return 2 * rows * hidden * 4 * hidden * count / (time.perf_counter() - start) / 1e9
-    finally:
-        torch.set_num_threads(before)
 
 
 def summary_row(results: Path) -> dict[str, str]:

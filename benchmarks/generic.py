@@ -16,26 +16,26 @@ side's share within 1% of the best known value (target: >= 95%) with its worst r
 sublayers' rows have no target (their first side is no closed form: the larger the ratio, the more it gains); a run
 of those alone names its sides "single-token forward" and "full forward".
 
-    python benchmarks/generic.py --threads 1                                  # RAF and ReLU-RAF, d = 384, n = 10, 50
-    python benchmarks/generic.py --maps rf deep_rf --threads 1                # RF at d = 384, DeepRF at its config's d
-    python benchmarks/generic.py --maps raf --n 10 --trials 6 --threads 1     # one quick row
-    python benchmarks/generic.py --threads 1 --page docs/results              # also write generic_speed.md there
-    python benchmarks/generic.py --maps rf deep_rf --n-for rf=10 --page reports/bench --page-name generic_rf.md
-    python benchmarks/generic.py --maps pretrained_attn --n 16 64 --trials 6  # the single-token forward against the
+    python -m benchmarks.generic --threads 1                                  # RAF and ReLU-RAF, d = 384, n = 10, 50
+    python -m benchmarks.generic --maps rf deep_rf --threads 1                # RF at d = 384, DeepRF at its config's d
+    python -m benchmarks.generic --maps raf --n 10 --trials 6 --threads 1     # one quick row
+    python -m benchmarks.generic --threads 1 --page docs/results              # also write generic_speed.md there
+    python -m benchmarks.generic --maps rf deep_rf --n-for rf=10 --page reports/bench --page-name generic_rf.md
+    python -m benchmarks.generic --maps pretrained_attn --n 16 64 --trials 6  # the single-token forward against the
                                                                               # full one (configs/ws/zoo.yaml's search)
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
-from ws import CONFIGS, map_seeds, samples, shipped_search, start_seeds  # benchmarks/ws.py, beside this
 
+from benchmarks.common import command_line
+from benchmarks.ws import WS_CONFIGS, map_seeds, samples, shipped_search, start_seeds
 from wslight.features import make_map
 from wslight.records.pages import PageHeader, write_page
 from wslight.search import SearchSettings
@@ -86,8 +86,8 @@ def cell_inputs(
     """The reviews (T, 1, n, d), a map each, the start seeds and the family's shipped search settings of one cell."""
     X = samples("imdb", a.trials, n, d, a.seed)[:, None].float()  # one review per trial
     maps = [make_map(name, n, d, s) for s in map_seeds(a.seed, a.trials)]
-    config = CONFIGS / f"{name}.yaml"
-    settings = shipped_search(name, config if config.exists() else CONFIGS / "zoo.yaml")
+    config = WS_CONFIGS / f"{name}.yaml"
+    settings = shipped_search(name, config if config.exists() else WS_CONFIGS / "zoo.yaml")
     return X, maps, start_seeds(a.seed, a.trials), settings
 
 
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     lines += ["", "target: the plain module within 3x the closed form's seconds, >= 95% of reviews within 1%"]
     print(lines[-1])
     if a.page is not None:
-        command = ["python", "benchmarks/generic.py", *(sys.argv[1:] if argv is None else argv)]
+        command = command_line(__file__, argv)
         title = "A user's own map against the closed form"
         print(write_page(a.page / a.page_name, title, PageHeader.collect(command), [__doc__, "", *lines]))
 

@@ -19,32 +19,24 @@ reviews within 1% of the best known value (the largest S of every run here and o
 a round), with the worst ratio S / S_best. It answers a question the generic benchmark leaves open: how tight a
 structure-blind search is when it runs in about 3x the closed form's time.
 
-    python benchmarks/generic_starts.py --threads 1                      # RAF and ReLU-RAF, d = 384, n = 10, 50
-    python benchmarks/generic_starts.py --maps raf --n 10 --trials 6     # one quick cell
-    python benchmarks/generic_starts.py --page docs/results              # also write generic_starts.md there
+    python -m benchmarks.generic_starts --threads 1                      # RAF and ReLU-RAF, d = 384, n = 10, 50
+    python -m benchmarks.generic_starts --maps raf --n 10 --trials 6     # one quick cell
+    python -m benchmarks.generic_starts --page docs/results              # also write generic_starts.md there
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from unittest import mock
 
 import torch
-from generic import (
-    DIMS,
-    Plain,
-    best_known,
-    cell_inputs,
-    tightness,
-    timed,
-    warm_up,
-)  # benchmarks/generic.py, beside this
 
 import wslight.search.ascent as ascent
+from benchmarks.common import command_line
+from benchmarks.generic import DIMS, Plain, best_known, cell_inputs, tightness, timed, warm_up
 from wslight.features.move import GenericMove
 from wslight.records.pages import PageHeader, write_page
 
@@ -112,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
                 lines.append("| " + " | ".join(cells) + " |")
                 print(lines[-1], flush=True)
     if a.page is not None:
-        command = ["python", "benchmarks/generic_starts.py", *(sys.argv[1:] if argv is None else argv)]
+        command = command_line(__file__, argv)
         title = "What a plain module's starts cost and buy"
         print(write_page(a.page / "generic_starts.md", title, PageHeader.collect(command), [__doc__, "", *lines]))
 

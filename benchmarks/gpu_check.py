@@ -21,8 +21,8 @@ maps, the search, the float64 recomputation and the records; DeepRF's weight dra
 torch.cuda.max_memory_allocated over the part. Tokens are synthetic: Gaussian rows rescaled to norm sqrt(d) (the
 paper's input assumption; the GPU machine has no hub access for bert-base-uncased).
 
-    python benchmarks/gpu_check.py                 # on a GPU machine; writes $OUT/gpu_check.md and .json if OUT is set
-    python benchmarks/gpu_check.py --cpu-smoke     # tiny sizes on the CPU: the script end to end, no GPU needed
+    python -m benchmarks.gpu_check                 # on a GPU machine; writes $OUT/gpu_check.md and .json if OUT is set
+    python -m benchmarks.gpu_check --cpu-smoke     # tiny sizes on the CPU: the script end to end, no GPU needed
 """
 
 from __future__ import annotations
@@ -40,14 +40,12 @@ from pathlib import Path
 import torch
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from wslight.attack import delta_attack  # noqa: E402
-from wslight.base.seeding import derive_seed, generator  # noqa: E402
-from wslight.features import FreshMaps, make_map  # noqa: E402
-from wslight.search import SearchSettings  # noqa: E402
-from wslight.search.sensitivity import word_sensitivity  # noqa: E402
+from benchmarks.common import ROOT, Budget
+from wslight.attack import delta_attack
+from wslight.base.seeding import derive_seed, generator
+from wslight.features import FreshMaps, make_map
+from wslight.search import SearchSettings
+from wslight.search.sensitivity import word_sensitivity
 
 DEEP_RF_CONFIG = ROOT / "configs/paper/ws/deep_rf_h200.yaml"
 GiB = 1024**3
@@ -58,19 +56,6 @@ SEARCH = SearchSettings(chunk_elements=2**31).resolved()
 # ----------------------------------------------------------------------------------------------------------------------
 # Helpers
 # ----------------------------------------------------------------------------------------------------------------------
-
-
-class Budget:
-    """Wall-clock budget of the whole check: parts ask before they start and are skipped when it is spent."""
-
-    def __init__(self, seconds: float) -> None:
-        self.start, self.seconds = time.perf_counter(), seconds
-
-    def left(self) -> float:
-        return self.seconds - (time.perf_counter() - self.start)
-
-    def allows(self, estimate: float) -> bool:
-        return estimate <= self.left()
 
 
 def sync(device: str) -> None:

@@ -12,8 +12,8 @@ Runs, each as a user types it (train.py, then evaluate.py), within one wall-cloc
 
 Writes gpu_words.md (the tables, with date, machine and commit) and each run's results.jsonl into --page:
 
-    python benchmarks/gpu_words.py --out reports/gpu_words/runs --page reports/gpu_words   # = make gpu-words
-    python benchmarks/gpu_words.py --out /tmp/gw --page /tmp/gw --smoke                   # tiny sizes, any machine
+    python -m benchmarks.gpu_words --out reports/gpu_words/runs --page reports/gpu_words   # = make gpu-words
+    python -m benchmarks.gpu_words --out /tmp/gw --page /tmp/gw --smoke                   # tiny sizes, any machine
 """
 
 from __future__ import annotations
@@ -29,16 +29,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from commands import page_arguments, train  # noqa: E402
-from encoder_words import label, mean_sd, slopes  # noqa: E402
-from gpu_check import Budget  # noqa: E402
-
-from wslight.records.pages import PageHeader, write_page  # noqa: E402
-from wslight.records.summary import markdown_table  # noqa: E402
-from wslight.tasks.head_words import head_words_table, recall_text, screen_recall  # noqa: E402
+from benchmarks.common import ROOT, Budget, page_arguments, train
+from benchmarks.encoder_words import label, mean_sd, slopes
+from wslight.records.pages import PageHeader, write_page
+from wslight.records.summary import markdown_table
+from wslight.tasks.head_words import head_words_table, recall_text, screen_recall
 
 CLASSIFIER = "configs/encoder_classifier.yaml"
 WORDS = "configs/words/encoder_classifier.yaml"

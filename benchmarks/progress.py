@@ -1,4 +1,4 @@
-"""Progress lines and Ctrl-C for the benchmarks that run each side in a subprocess of its own (ws.py, attack.py).
+"""Progress lines and Ctrl-C for the benchmarks that run each side in a subprocess of its own (ws, attack).
 
 The driver says on stderr which row and side it starts, with the seconds since its start, so a run of minutes shows
 where it is. SIGINT (Ctrl-C) or SIGTERM stops it within a second: the running part is killed (it may be deep in one
@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -80,9 +81,9 @@ def say(what: str) -> None:
     _write(f"[{time.monotonic() - _start:6.0f} s] {what}")
 
 
-def run_part(command: list[str], env: dict[str, str] | None = None) -> tuple[int, Any]:
+def run_part(command: list[str], env: dict[str, str] | None = None, cwd: Path | str | None = None) -> tuple[int, Any]:
     """Run a part's command; its exit code (-N when a signal N ended it) and its resource usage (os.wait4's)."""
-    proc = subprocess.Popen(command, env=env)
+    proc = subprocess.Popen(command, env=env, cwd=cwd)
     _running.append(proc)
     try:
         _, status, usage = os.wait4(proc.pid, 0)

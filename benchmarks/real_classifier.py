@@ -13,7 +13,7 @@ Runs, each as a user types it (train.py, then evaluate.py on the run it printed)
 
 Writes the results page real_classifier.md (the runs' tables, with date, machine and commit) into --page:
 
-    python benchmarks/real_classifier.py --out reports/classifier/runs --page reports/classifier   # = make classifier
+    python -m benchmarks.real_classifier --out reports/classifier/runs --page reports/classifier   # = make classifier
 """
 
 from __future__ import annotations
@@ -22,12 +22,8 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from commands import evaluate, page_arguments, train  # noqa: E402
-
-from wslight.records.pages import PageHeader, write_page  # noqa: E402
+from benchmarks.common import evaluate, page_arguments, train
+from wslight.records.pages import PageHeader, write_page
 
 
 def words(config: str, logs: str, cwd: Path, *extra: str) -> tuple[str, float]:

@@ -16,8 +16,8 @@ trials computed three ways on the same reviews, maps and seeds:
 The bare call and the sweep alternate --repeats times (each in its own process, one torch thread); the table takes
 each side's median. The records' `ws` must equal the bare call's values bit for bit: the benchmark stops otherwise.
 
-    python benchmarks/sweep.py                       # RAF, d = 384, n = 50, 10 trials, 3 repeats, 3 baseline trials
-    python benchmarks/sweep.py --map rf --d 192 --n 90 --baseline-trials 1
+    python -m benchmarks.sweep                       # RAF, d = 384, n = 50, 10 trials, 3 repeats, 3 baseline trials
+    python -m benchmarks.sweep --map rf --d 192 --n 90 --baseline-trials 1
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,14 +35,12 @@ import torch
 import yaml
 from lightning.pytorch.callbacks import Callback
 
+from benchmarks import ws as bench_ws  # the warm-up and the authors' loop
+from benchmarks.common import ROOT
+from benchmarks.common import run_part as run_module_part
 from wslight.base.seeding import derive_seed, generator
 from wslight.features import FreshMaps
 from wslight.search.sensitivity import word_sensitivity
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import ws as bench_ws  # noqa: E402  (benchmarks/ws.py: the warm-up and the authors' loop)
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 class LoopClock(Callback):
@@ -154,22 +150,18 @@ PARTS = {"bare": part_bare, "sweep": part_sweep, "baseline": part_baseline}
 
 
 def run_part(part: str, argv: list[str], checkout: str | None = None) -> dict:
-    """Run one part in a fresh interpreter (one torch thread); return its JSON result and its wall time.
+    """Run one part in a fresh interpreter (one torch thread); its JSON result and its wall time (`process_s`).
 
-    With `checkout`, the part imports wslight from that folder (another commit's package, for an A/B of the sweep).
+    With `checkout`, the part imports wslight from that folder (another commit's package, for an A/B of the sweep):
+    it runs there, with that folder first on its path and this repository after it for the benchmarks (a checkout
+    whose benchmarks/ is a package runs its own).
     """
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        out = f.name
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    cwd = ROOT
     if checkout:
-        env["PYTHONPATH"] = str(Path(checkout).resolve())
-    t0 = time.perf_counter()
-    subprocess.run([sys.executable, __file__, "--part", part, "--out", out, *argv], check=True, cwd=ROOT, env=env)
-    wall = time.perf_counter() - t0
-    result = json.loads(Path(out).read_text())
-    os.unlink(out)
-    result["process_s"] = wall
-    return result
+        cwd = Path(checkout).resolve()
+        env["PYTHONPATH"] = f"{cwd}{os.pathsep}{ROOT}"
+    return run_module_part(__file__, part, argv, env=env, cwd=cwd)
 
 
 def sweep_rows(name: str, runs: list[dict], T: int) -> list[tuple[str, float]]:
@@ -209,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--part", choices=sorted(PARTS), help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    a.config = str(Path(a.config or ROOT / "configs" / "ws" / f"{a.map}.yaml").resolve())
+    a.config = str(Path(a.config or bench_ws.WS_CONFIGS / f"{a.map}.yaml").resolve())
     torch.set_num_threads(1)
     if a.part:
         Path(a.out).write_text(json.dumps(PARTS[a.part](a)))

@@ -18,7 +18,7 @@ greedy order misses. Times are per review, one process, `--threads` torch thread
 TextAttack is not installed with the package (its requirements would replace this environment's transformers):
 
     python -m pip install --target /tmp/ta-site --no-deps textattack==0.3.11 <the modules its import needs: TA_DEPS>
-    PYTHONPATH=/tmp/ta-site HF_HUB_OFFLINE=1 python benchmarks/textattack_side.py --model <HF folder> --reviews 20
+    PYTHONPATH=/tmp/ta-site HF_HUB_OFFLINE=1 python -m benchmarks.textattack_side --model <HF folder> --reviews 20
 
 Offline, `import textattack` needs two stand-ins, given here only while it imports: flair (its POS/NER tagger, imported
 at import time; flair 0.15 requires transformers < 5) and NLTK's stopword list (read at import time by the
@@ -37,8 +37,8 @@ import types
 from importlib import metadata
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import ROOT, command_line
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 TA_SITE = "/tmp/ta-site"
@@ -80,8 +80,8 @@ def import_textattack() -> list[str]:
     except Exception as e:  # not installed, or an import that fails here
         why = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
         print(
-            f"textattack_side.py: TextAttack is not importable ({why}); install it with `{INSTALL}` and run with "
-            f"PYTHONPATH={TA_SITE}",
+            f"benchmarks.textattack_side: TextAttack is not importable ({why}); install it with `{INSTALL}` and run "
+            f"with PYTHONPATH={TA_SITE}",
             file=sys.stderr,
         )
         raise SystemExit(2) from None
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--page", type=Path, default=ROOT / "reports" / "textattack", help="where the page goes")
     args = parser.parse_args(argv)
-    command = ["python", "benchmarks/textattack_side.py", *(sys.argv[1:] if argv is None else argv)]
+    command = command_line(__file__, argv)
     stand_ins = import_textattack()
 
     import torch

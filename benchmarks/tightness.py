@@ -23,13 +23,13 @@ attracting and self-capture directions off the map's Jacobian, docs/theory.md §
 plain modules a `search_starts` naming those directions (`WithStarts`), as a user who knows their map can. Timings
 need an otherwise idle machine: with other processes on the cores, torch's threads contend (try --threads 1).
 
-    python benchmarks/tightness.py                          # the default grid (minutes)
-    python benchmarks/tightness.py --quick --maps rf raf    # 6 trials, smallest n per map
-    python benchmarks/tightness.py --maps raf --n 50 --chains-per-round 8 --max-chains 32
-    python benchmarks/tightness.py --maps raf relu_raf --generic   # the attention maps as plain modules (autograd)
-    python benchmarks/tightness.py --maps raf relu_raf --generic --own-starts   # ... that name their own starts
-    python benchmarks/tightness.py --zoo                    # configs/ws/zoo.yaml's maps, its smallest and largest n
-    python benchmarks/tightness.py --zoo --maps raf_mh12    # one of them
+    python -m benchmarks.tightness                          # the default grid (minutes)
+    python -m benchmarks.tightness --quick --maps rf raf    # 6 trials, smallest n per map
+    python -m benchmarks.tightness --maps raf --n 50 --chains-per-round 8 --max-chains 32
+    python -m benchmarks.tightness --maps raf relu_raf --generic   # the attention maps as plain modules (autograd)
+    python -m benchmarks.tightness --maps raf relu_raf --generic --own-starts   # ... that name their own starts
+    python -m benchmarks.tightness --zoo                    # configs/ws/zoo.yaml's maps, its smallest and largest n
+    python -m benchmarks.tightness --zoo --maps raf_mh12    # one of them
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ import time
 
 import torch
 import yaml
-from torch import nn
-from ws import CONFIGS, map_seeds, samples, shipped_search, start_seeds, with_flags  # benchmarks/ws.py, beside this
 
+from benchmarks.generic import Plain
+from benchmarks.ws import WS_CONFIGS, map_seeds, samples, shipped_search, start_seeds, with_flags
 from wslight.features import FreshMaps, make_map
 from wslight.features.attention import ReLUAttentionFeatures
 from wslight.features.move import GenericMove, move_class_for
@@ -63,26 +63,15 @@ def shipped_settings(name: str) -> SearchSettings:
 
     configs/ws/<map>.yaml; the zoo maps: configs/ws/zoo.yaml.
     """
-    path = CONFIGS / f"{name}.yaml"
-    return shipped_search(name, path if path.exists() else CONFIGS / "zoo.yaml")
+    path = WS_CONFIGS / f"{name}.yaml"
+    return shipped_search(name, path if path.exists() else WS_CONFIGS / "zoo.yaml")
 
 
 def zoo_grid() -> dict[str, tuple[int, list[int]]]:
     """The zoo config's maps other than the paper's, at its d and its smallest and largest n."""
-    args = yaml.safe_load((CONFIGS / "zoo.yaml").read_text())["model"]["init_args"]
+    args = yaml.safe_load((WS_CONFIGS / "zoo.yaml").read_text())["model"]["init_args"]
     ns = [min(args["n_values"]), max(args["n_values"])]
     return {m: (args["d_values"][0], ns) for m in args["maps"] if m not in GRID}
-
-
-class Plain(nn.Module):
-    """A user's map: only forwards to the wrapped one, so the package sees no closed form and uses autograd."""
-
-    def __init__(self, inner: nn.Module, n: int, d: int) -> None:
-        super().__init__()
-        self.inner, self.n, self.d = inner, n, d
-
-    def forward(self, X: torch.Tensor) -> torch.Tensor:
-        return self.inner(X)
 
 
 class WithStarts(Plain):
@@ -116,7 +105,7 @@ def maps_for(name: str, n: int, d: int, seeds: list[int], generic: bool, own_sta
     if generic and name in ATTENTION or name not in GRID:  # the zoo's maps are built in full
         maps = [make_map(name, n, d, s) for s in seeds]
         wrap = WithStarts if own_starts else Plain
-        return maps if name not in GRID else [wrap(m, n, d) for m in maps]
+        return maps if name not in GRID else [wrap(m) for m in maps]
     return FreshMaps(name, seeds)
 
 

@@ -11,8 +11,8 @@ call in float32 (the working dtype a sweep uses) on one thread; the brute force 
 moved sample, `--brute-words` words in batches of 64, and its time is scaled to the whole vocabulary (marked "est.").
 The last column checks the two sides' best word on the brute force's subset.
 
-    python benchmarks/words.py                        # d = 384, n = 64, position 1, the attention maps and RF
-    python benchmarks/words.py --maps raf --n 16 64 256
+    python -m benchmarks.words                        # d = 384, n = 64, position 1, the attention maps and RF
+    python -m benchmarks.words --maps raf --n 16 64 256
 """
 
 from __future__ import annotations

@@ -21,10 +21,10 @@ sqrt(d) (by about 7%); the table therefore also shows the package run at each tr
 
 Every measured part runs in its own subprocess, so the reported peak memory (ru_maxrss from wait4) is that part's own.
 
-    python benchmarks/ws.py --threads 1                           # RAF cell, RF cell, per-step cost of RAF against n
-    python benchmarks/ws.py --threads 1 --baseline-trials 3       # the baseline on the first 3 trials, time scaled
-    python benchmarks/ws.py --largest             # also RF at d=768, n=150, k=D=115,200 (one map, minutes)
-    python benchmarks/ws.py --data synthetic      # Gaussian rows instead of the bundled reviews (the default)
+    python -m benchmarks.ws --threads 1                           # RAF cell, RF cell, per-step cost of RAF against n
+    python -m benchmarks.ws --threads 1 --baseline-trials 3       # the baseline on the first 3 trials, time scaled
+    python -m benchmarks.ws --largest             # also RF at d=768, n=150, k=D=115,200 (one map, minutes)
+    python -m benchmarks.ws --data synthetic      # Gaussian rows instead of the bundled reviews (the default)
 """
 
 from __future__ import annotations
@@ -32,22 +32,21 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import progress  # benchmarks/progress.py, beside this
+from benchmarks import progress
 
 if __name__ == "__main__" and "--part" in sys.argv:  # before torch is imported (seconds): Ctrl-C stops that too
     progress.start_part()
 elif __name__ == "__main__":
-    progress.start("benchmarks/ws.py")
+    progress.start("benchmarks.ws")
 
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
+from benchmarks.common import CONFIGS, command_line, run_part  # noqa: E402
 from wslight.base.seeding import derive_seed, generator  # noqa: E402
 from wslight.features import MAPS, FreshMaps, make_map  # noqa: E402
 from wslight.features.rf import fresh_preactivations  # noqa: E402
@@ -56,7 +55,7 @@ from wslight.search import SearchSettings  # noqa: E402
 from wslight.search.sensitivity import moved_token_objective, word_sensitivity  # noqa: E402
 from wslight.search.settings import family_defaults  # noqa: E402
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "ws"
+WS_CONFIGS = CONFIGS / "ws"  # the shipped sweeps' configs, whose search settings the benchmarks run
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Data and maps (deterministic: both sides rebuild the same ones from the seed)
@@ -340,21 +339,6 @@ PARTS = {
 }
 
 
-def run_part(part: str, argv: list[str], what: str) -> dict:
-    """Run one part in a fresh interpreter, saying `what` it computes; its JSON result and its peak RSS (GiB)."""
-    progress.say(what)
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        path = f.name
-    returncode, usage = progress.run_part([sys.executable, __file__, "--part", part, "--out", path, *argv])
-    if returncode != 0:
-        raise SystemExit(f"part {part} failed with exit code {returncode}")
-    with open(path) as f:
-        result = json.load(f)
-    os.unlink(path)
-    result["peak_gib"] = usage.ru_maxrss / 1024**2  # ru_maxrss is in KiB on Linux
-    return result
-
-
 # ----------------------------------------------------------------------------------------------------------------------
 # Driver
 # ----------------------------------------------------------------------------------------------------------------------
@@ -367,12 +351,15 @@ def fmt_gib(x: float | None) -> str:
 def compare_cell(name: str, map_: str, d: int, n: int, a, common: list[str], search: SearchSettings) -> dict:
     cell = [*common, *search_arg(search), "--map", map_, "--d", str(d), "--n", str(n)]
     row = f"{name} ({map_}, d={d}, n={n})"
-    pkg = run_part("package", cell, f"{row}: the package, {a.trials} trials in one call")
-    base = run_part("baseline", cell, f"{row}: the baseline, {a.baseline_trials} trials one at a time")
+    pkg = run_part(__file__, "package", cell, f"{row}: the package, {a.trials} trials in one call")
+    base = run_part(__file__, "baseline", cell, f"{row}: the baseline, {a.baseline_trials} trials one at a time")
     bt = len(base["ws"])
     radii = [r * d**0.5 for r in base["realised_over_radius"]]
     fair = run_part(
-        "package_at_radius", [*cell, "--radii", *map(str, radii)], f"{row}: the package at the baseline's radii"
+        __file__,
+        "package_at_radius",
+        [*cell, "--radii", *map(str, radii)],
+        f"{row}: the package at the baseline's radii",
     )["ws"]
     base_total = sum(base["per_trial_s"]) * a.trials / bt  # extrapolated when --baseline-trials < --trials
     ratio = base_total / pkg["wall_s"]
@@ -442,7 +429,7 @@ def shipped_search(map_: str, config: Path | None = None) -> SearchSettings:
     Those its config states (the `search:` block of `config`, default configs/ws/<map>.yaml), the rest the map family's
     defaults (docs/theory.md §4.3).
     """
-    args = yaml.safe_load((config or CONFIGS / f"{map_}.yaml").read_text())["model"]["init_args"]
+    args = yaml.safe_load((config or WS_CONFIGS / f"{map_}.yaml").read_text())["model"]["init_args"]
     return SearchSettings(**(args.get("search") or {})).resolved(family_defaults(MAPS[map_]))
 
 
@@ -529,7 +516,7 @@ def write_ws_page(folder: Path, measured: dict, data: str, a: argparse.Namespace
         body += step_lines(measured["step"])
     if "largest" in measured:
         body += largest_lines(measured["largest"])
-    command = ["python", "benchmarks/ws.py", *(sys.argv[1:] if argv is None else argv)]
+    command = command_line(__file__, argv)
     return write_page(folder / "ws_speed.md", "Word-sensitivity speed", PageHeader.collect(command), body)
 
 
@@ -601,7 +588,8 @@ def main(argv: list[str] | None = None) -> None:
     common = [*common, *search_arg(raf)]  # the per-step part and --largest: RAF's settings
     if "step" not in a.skip:
         argv_step = [*common, "--step-n", *map(str, a.step_n), "--step-seconds", str(a.step_seconds)]
-        rows = run_part("step", argv_step, f"RAF per-step cost against n = {', '.join(map(str, a.step_n))}")["rows"]
+        what = f"RAF per-step cost against n = {', '.join(map(str, a.step_n))}"
+        rows = run_part(__file__, "step", argv_step, what)["rows"]
         chains = f"{a.trials} x {raf.chains_per_round}"
         print(f"\n== RAF per-step cost (value + gradient) against n, d=384; batched = {chains} chains ==")
         print(f"{'n':>5} {'batched ms/chain':>16} {'one chain ms':>12} {'full fwd-bwd ms':>15} {'full/batched':>12}")
@@ -619,7 +607,7 @@ def main(argv: list[str] | None = None) -> None:
         measured["step"] = rows
     if a.largest:
         largest = [*common, "--largest-trials", str(a.largest_trials)]
-        r = run_part("largest", largest, "RF at the paper's largest size (d=768, n=150, k=D)")
+        r = run_part(__file__, "largest", largest, "RF at the paper's largest size (d=768, n=150, k=D)")
         print(f"\n== RF at the paper's largest size: d=768, n=150, k=D={r['k']:,}, {a.largest_trials} trials ==")
         print(f"V stored: {r['stored_V']} (dense V would be {r['k'] ** 2 * 4 / 1e9:.0f} GB in float32)")
         print(f"S: {[round(s, 4) for s in r['ws']]}; S*sqrt(n): {[round(s, 3) for s in r['ws_sqrt_n']]}")

@@ -148,16 +148,16 @@ def test_more_processes_than_the_cores_can_start_are_refused_before_any_starts(s
 # ------------------------------------------------------------------------------------------- benchmarks
 
 BENCHMARKS = {  # a small run of each benchmark of `make bench`, synthetic rows (no embeddings to build)
-    "ws.py": ["--threads", "1", "--skip", "rf", "step", "--trials", "2", "--data", "synthetic"],
-    "attack.py": ["--threads", "1", "--trials", "2", "--data", "synthetic"],
+    "benchmarks.ws": ["--threads", "1", "--skip", "rf", "step", "--trials", "2", "--data", "synthetic"],
+    "benchmarks.attack": ["--threads", "1", "--trials", "2", "--data", "synthetic"],
 }
 
 
 @pytest.mark.slow  # a benchmark in a subprocess, stopped by Ctrl-C while its first part computes
-@pytest.mark.parametrize("script", sorted(BENCHMARKS))
-def test_ctrl_c_stops_a_benchmark_within_seconds_with_one_line(tmp_path, script):
+@pytest.mark.parametrize("module", sorted(BENCHMARKS))
+def test_ctrl_c_stops_a_benchmark_within_seconds_with_one_line(tmp_path, module):
     pages = tmp_path / "pages"
-    command = [sys.executable, str(ROOT / "benchmarks" / script), *BENCHMARKS[script], "--pages", str(pages)]
+    command = [sys.executable, "-m", module, *BENCHMARKS[module], "--pages", str(pages)]
     run = _Run(command, tmp_path)
     run.wait_until(lambda: any(" s] " in x for x in run.err), "a progress line")  # "[     5 s] RAF cell ...: ..."
     time.sleep(1)  # its part imports torch, then computes
@@ -166,7 +166,7 @@ def test_ctrl_c_stops_a_benchmark_within_seconds_with_one_line(tmp_path, script)
     assert run.proc.returncode == 130, err[-3000:]
     assert took < 5, f"stopped {took:.1f} s after the signal"
     assert "Traceback" not in err, err[-3000:]
-    assert err.splitlines()[-1].startswith(f"benchmarks/{script}: interrupted (SIGINT) after "), err[-3000:]
+    assert err.splitlines()[-1].startswith(f"{module}: interrupted (SIGINT) after "), err[-3000:]
     assert err.count("interrupted") == 1
     assert _gone(run.proc.pid), "a part of the benchmark is still running"
     assert not pages.exists()

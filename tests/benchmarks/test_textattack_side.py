@@ -1,30 +1,21 @@
-"""benchmarks/textattack_side.py without TextAttack installed: its missing-TextAttack exit and its word alignment."""
+"""benchmarks.textattack_side without TextAttack installed: its missing-TextAttack exit and its word alignment."""
 
-import importlib.util
 import subprocess
 import sys
 
 from conftest import REPO_ROOT, subprocess_env
 from tiny_classifiers import bundled_tokenizer
 
+from benchmarks import textattack_side as side
 from wslight.data.word_positions import tokenise
-
-SCRIPT = REPO_ROOT / "benchmarks" / "textattack_side.py"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("textattack_side", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_missing_textattack_exits_2_with_the_install_line(tmp_path):
     """Without TextAttack the benchmark says in one line how to install it, exits 2 and writes no page."""
-    argv = ["textattack_side.py", "--model", str(tmp_path / "absent"), "--page", str(tmp_path / "page")]
+    argv = ["benchmarks.textattack_side", "--model", str(tmp_path / "absent"), "--page", str(tmp_path / "page")]
     code = (
         "import runpy, sys; sys.modules['textattack'] = None; "  # TextAttack not importable, whatever is installed
-        f"sys.argv = {argv!r}; runpy.run_path({str(SCRIPT)!r}, run_name='__main__')"
+        f"sys.argv = {argv!r}; runpy.run_module('benchmarks.textattack_side', run_name='__main__', alter_sys=True)"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=300
@@ -40,7 +31,6 @@ def test_missing_textattack_exits_2_with_the_install_line(tmp_path):
 
 def test_textattack_words_map_to_the_package_positions_they_are():
     """A TextAttack word gets the package's candidates only where its characters are exactly one package position."""
-    side = load_script()
     text = "I didn't like the film, really-bad acting."
     words = ["I", "didn't", "like", "the", "film", "really-bad", "acting"]  # TextAttack's words_from_text
     spans = side.word_spans(text, words)
