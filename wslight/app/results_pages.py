@@ -3,8 +3,8 @@
 The pages come from `make reproduce` (reports/offline/: reproduction.md, and beyond_paper.md when the run has its
 one-word stages), `make bench` (reports/bench/: ws_speed.md, attack_speed.md), `make classifier`
 (reports/classifier/: real_classifier.md), `make finetuned`
-(reports/finetuned/: finetuned_classifier.md), benchmarks/textattack_side.py (reports/textattack/: textattack_side.md),
-`make encoder-words` (reports/encoder_words/: encoder_words.md), `make
+(reports/finetuned/: finetuned_classifier.md), `python -m benchmarks.textattack_side` (reports/textattack/:
+textattack_side.md), `make encoder-words` (reports/encoder_words/: encoder_words.md), `make
 encoder-continuous` (reports/encoder_continuous/: encoder_continuous.md), `make generic-speed` (reports/generic/:
 generic_speed.md, generic_rf.md, generic_attention.md, generic_starts.md) and, on a GPU machine, `make gpu-words`
 (reports/gpu_words/: gpu_words.md); each page already carries its header (date, machine, commit, command:
@@ -57,7 +57,9 @@ RUNS = {
     "bench": Run("make bench", "bench", ("ws_speed.md", "attack_speed.md")),
     "classifier": Run("make classifier", "classifier", ("real_classifier.md",)),
     "finetuned": Run("make finetuned", "finetuned", ("finetuned_classifier.md",)),
-    "textattack": Run("benchmarks/textattack_side.py --page reports/textattack", "textattack", ("textattack_side.md",)),
+    "textattack": Run(
+        "python -m benchmarks.textattack_side --page reports/textattack", "textattack", ("textattack_side.md",)
+    ),
     "encoder_words": Run("make encoder-words", "encoder_words", ("encoder_words.md",)),
     "encoder_continuous": Run("make encoder-continuous", "encoder_continuous", ("encoder_continuous.md",)),
     "gpu_words": Run("make gpu-words", "gpu_words", ("gpu_words.md",)),
