@@ -9,7 +9,7 @@ from conftest import unit_rows
 from wslight.features import MAPS, resolve_maps
 from wslight.search import word_sensitivity
 from wslight.search.settings import GENERIC_DEFAULTS, SearchSettings, family_defaults
-from wslight.tasks import WordSensitivitySweep
+from wslight.tasks import GridSettings, WordSensitivitySweep
 
 ROOT = Path(__file__).resolve().parents[2]
 BELOW = r"search\.max_chains 4 is below search\.chains_per_round 12"
@@ -38,9 +38,9 @@ def test_a_call_is_refused_before_any_search():
 
 def test_a_sweep_is_refused_when_it_is_built_naming_the_map_whose_default_it_contradicts():
     with pytest.raises(ValueError, match=r"search\.max_chains 4 is below search\.chains_per_round 6 \(the map "):
-        WordSensitivitySweep(["rf", "raf"], [8], [4], search=SearchSettings(max_chains=4), trials=1)
+        WordSensitivitySweep(GridSettings(["rf", "raf"], [8], [4], trials=1), search=SearchSettings(max_chains=4))
     with pytest.raises(ValueError, match=r"\(map raf\)"):
-        WordSensitivitySweep(["rf", "raf"], [8], [4], search=SearchSettings(max_chains=4), trials=1)
+        WordSensitivitySweep(GridSettings(["rf", "raf"], [8], [4], trials=1), search=SearchSettings(max_chains=4))
 
 
 def test_every_shipped_default_and_config_satisfies_the_rule():
@@ -55,7 +55,7 @@ def test_every_shipped_default_and_config_satisfies_the_rule():
         if "search" not in init_args:
             continue
         search = SearchSettings(**init_args["search"])
-        for entry in resolve_maps(init_args.get("maps") or ["raf"]):
+        for entry in resolve_maps((init_args.get("grid") or {}).get("maps") or ["raf"]):
             search.resolved(family_defaults(entry.cls))
             checked += 1
     assert checked >= 5
