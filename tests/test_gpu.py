@@ -339,15 +339,15 @@ def _evaluate(config: str, tmp_path: Path, accelerator: str, *extra: str):
 
 def test_evaluate_ws_on_gpu_writes_the_contract_and_the_cpu_records(tmp_path, capsys):
     extra = [
-        "--model.init_args.maps",
+        "--model.init_args.grid.maps",
         "[rf, deep_rf, raf, relu_raf]",
-        "--model.init_args.d_values",
+        "--model.init_args.grid.d_values",
         "[8]",
-        "--model.init_args.n_values",
+        "--model.init_args.grid.n_values",
         "[4, 6]",
-        "--model.init_args.depths",
+        "--model.init_args.grid.depths",
         "[2]",
-        "--model.init_args.trials",
+        "--model.init_args.grid.trials",
         "2",
         "--model.init_args.search.max_steps",
         "60",

@@ -30,8 +30,8 @@ from wslight.tasks.classifier import FeatureMapClassifier
 WS = (
     "ws/rf",
     {
-        "d_values": [8],
-        "n_values": [4],
+        "grid.d_values": [8],
+        "grid.n_values": [4],
         "search.chains_per_round": 2,
         "search.max_steps": 10,
         "embeddings.max_length": 16,
@@ -85,8 +85,8 @@ def no_output_left(tmp_path):
 
 CLI_CASES = [
     # data
-    ("ws", {"n_values": "[20]"}, [r"n_values: n must be <= 16 \(embeddings.max_length\), got 20"]),
-    ("ws", {"d_values": "[32]"}, [r"d_values: d must be <= 16 \(the embeddings' hidden size\), got 32"]),
+    ("ws", {"grid.n_values": "[20]"}, [r"grid.n_values: n must be <= 16 \(embeddings.max_length\), got 20"]),
+    ("ws", {"grid.d_values": "[32]"}, [r"grid.d_values: d must be <= 16 \(the embeddings' hidden size\), got 32"]),
     (
         "ws",
         {**TEXT, "embeddings.layer": 7},
@@ -100,17 +100,21 @@ CLI_CASES = [
     ("ws", {"embeddings.num_samples": 7}, [r"num_samples must be even.*got 7"]),
     ("ws", {"embeddings.source": "yelp"}, ["source", "yelp"]),
     # word-sensitivity sweep
-    ("ws", {"maps": "[attention]"}, ["maps", "attention"]),
-    ("ws", {"maps": "[]"}, [r"maps must be a non-empty list of values in .*got \[\]"]),
-    ("ws", {"n_values": "[]"}, [r"n_values must list at least one value, got \[\]"]),
-    ("ws", {"d_values": "[0]"}, [r"d_values must hold positive integers, got \[0\]"]),
+    ("ws", {"grid.maps": "[attention]"}, ["maps", "attention"]),
+    ("ws", {"grid.maps": "[]"}, [r"maps must be a non-empty list of values in .*got \[\]"]),
+    ("ws", {"grid.n_values": "[]"}, [r"n_values must list at least one value, got \[\]"]),
+    ("ws", {"grid.d_values": "[0]"}, [r"d_values must hold positive integers, got \[0\]"]),
     # a repeat in a grid would run the same trials twice: refused naming the key and the value
-    ("ws", {"n_values": "[4, 4]"}, [r"model\.init_args\.n_values must not repeat a value, got \[4, 4\] \(4 twice\)"]),
-    ("ws", {"d_values": "[8, 4, 8, 8]"}, [r"d_values must not repeat a value, got \[8, 4, 8, 8\] \(8 3 times\)"]),
-    ("ws", {"depths": "[2, 3, 2]"}, [r"depths must not repeat a value, got \[2, 3, 2\] \(2 twice\)"]),
+    (
+        "ws",
+        {"grid.n_values": "[4, 4]"},
+        [r"model\.init_args\.grid\.n_values must not repeat a value, got \[4, 4\] \(4 twice\)"],
+    ),
+    ("ws", {"grid.d_values": "[8, 4, 8, 8]"}, [r"d_values must not repeat a value, got \[8, 4, 8, 8\] \(8 3 times\)"]),
+    ("ws", {"grid.depths": "[2, 3, 2]"}, [r"depths must not repeat a value, got \[2, 3, 2\] \(2 twice\)"]),
     ("ws", {"search.radius_scale": 0}, ["radius_scale must be a finite number > 0, got 0"]),
     ("ws", {"search.radius_scale": -1.5}, ["radius_scale must be a finite number > 0, got -1.5"]),
-    ("ws", {"trials": 0}, ["trials must be a positive integer, got 0"]),
+    ("ws", {"grid.trials": 0}, ["grid.trials must be a positive integer, got 0"]),
     ("ws", {"positions": "[99]"}, [r"positions: every position must be an int in \[0, 3\], got 99"]),
     # attack sweep
     ("attack", {"N_values": "[50]"}, ["N_values: N \\+ contexts = 51 exceeds embeddings.num_samples = 40"]),
@@ -163,7 +167,7 @@ def test_bad_sweep_config_fails_at_parse_time_naming_the_key(
 
 # A map entry's init_args checked when the sweep is built, named by their key path: before the trainer exists, not
 # at the first cell of that map. The tiny zoo setting: synthetic tokens of the bundled encoder's hidden size 384.
-ZOO = ("ws/zoo", {"n_values": [3], "trials": 1})
+ZOO = ("ws/zoo", {"grid.n_values": [3], "grid.trials": 1})
 LAYERS = r"must be an integer in \[1, 6\] or None \(encoder 'bundled-minilm' has 6 layers\)"
 MAP_ARGS_CASES = [
     (
@@ -196,9 +200,9 @@ def test_a_maps_entrys_bad_argument_is_named_by_its_key_path_before_the_run(
 
     monkeypatch.setattr(sweeps_mod, "word_sensitivity", no_trials)
     with pytest.raises(SystemExit) as exc:
-        main([*command(ZOO), "--model.init_args.maps", maps], evaluate=True)
+        main([*command(ZOO), "--model.init_args.grid.maps", maps], evaluate=True)
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and re.search(rf"evaluate\.py: error: model\.init_args\.{pattern}\n", err), err
+    assert exc.value.code == 2 and re.search(rf"evaluate\.py: error: model\.init_args\.grid\.{pattern}\n", err), err
     assert "Traceback" not in err and "GPU available" not in err  # before Lightning's trainer starts
     no_output_left(tmp_path)
 
@@ -233,9 +237,12 @@ def test_a_width_a_pretrained_map_cannot_take_is_refused_before_the_run(
 
     monkeypatch.setattr(sweeps_mod, "word_sensitivity", no_trials)
     with pytest.raises(SystemExit) as exc:
-        main([*command(ZOO), "--model.init_args.maps", maps, "--model.init_args.d_values", d_values], evaluate=True)
+        main(
+            [*command(ZOO), "--model.init_args.grid.maps", maps, "--model.init_args.grid.d_values", d_values],
+            evaluate=True,
+        )
     err = capsys.readouterr().err
-    assert exc.value.code == 2 and re.search(rf"evaluate\.py: error: model\.init_args\.{pattern}\n", err), err
+    assert exc.value.code == 2 and re.search(rf"evaluate\.py: error: model\.init_args\.grid\.{pattern}\n", err), err
     assert "Traceback" not in err and "GPU available" not in err  # before Lightning's trainer starts
     no_output_left(tmp_path)
 
@@ -383,7 +390,7 @@ def test_unwritable_output_dir_fails_before_any_trial(tmp_path, monkeypatch, com
 
 
 def test_disk_full_fails_clearly_and_leaves_no_partial_line(tmp_path, monkeypatch, command, capsys):
-    args = [*command(WS), "--model.init_args.trials", "3"]
+    args = [*command(WS), "--model.init_args.grid.trials", "3"]
     real_open = open
     calls = []
 

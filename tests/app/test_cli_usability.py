@@ -191,8 +191,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("name", ["ws/raf", "ws/raf.yaml", "configs/ws/raf.yaml"])
 def test_a_shipped_config_is_found_by_name_from_any_directory(cli_fails, tmp_path, monkeypatch, name):
     monkeypatch.chdir(tmp_path)
-    err = cli_fails(["evaluate", "--config", name, "--model.init_args.trials", "0"])
-    assert "evaluate.py: error: model.init_args.trials must be a positive integer, got 0" in err
+    err = cli_fails(["evaluate", "--config", name, "--model.init_args.grid.trials", "0"])
+    assert "evaluate.py: error: model.init_args.grid.trials must be a positive integer, got 0" in err
     assert not list(tmp_path.iterdir())
 
 
@@ -207,7 +207,7 @@ def test_a_file_in_the_working_directory_wins_over_the_shipped_name(cli_fails, t
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws" / "raf.yaml").write_text(Path(WS).read_text().replace("trials: 2", "trials: -3"))
     err = cli_fails(["evaluate", "--config", "ws/raf.yaml"])
-    assert "model.init_args.trials must be a positive integer, got -3" in err
+    assert "model.init_args.grid.trials must be a positive integer, got -3" in err
 
 
 def test_an_unknown_config_name_lists_close_shipped_names(cli_fails, tmp_path, monkeypatch):

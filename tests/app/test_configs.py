@@ -36,7 +36,11 @@ TINY = sorted(p.relative_to(CONF).with_suffix("").as_posix() for p in CONF.rglob
 # Keys an overlay may write again with its base's value, and why.
 RESTATED = {
     # benchmarks/gpu_check.py reads the DeepRF grid from this file itself
-    "paper/ws/deep_rf_h200": {"model.init_args.d_values", "model.init_args.n_values", "model.init_args.depths"},
+    "paper/ws/deep_rf_h200": {
+        "model.init_args.grid.d_values",
+        "model.init_args.grid.n_values",
+        "model.init_args.grid.depths",
+    },
 }
 
 
@@ -121,9 +125,9 @@ def test_shipped_overlays_name_their_base_on_the_first_line():
 def test_a_name_expands_into_its_base_and_overlay():
     root = configs_dir()
     ws, paper, h200 = root / "ws/deep_rf.yaml", root / "paper/ws/deep_rf.yaml", root / "paper/ws/deep_rf_h200.yaml"
-    args = ["test", "--config", "paper/ws/deep_rf_h200", "--model.init_args.trials", "2"]
+    args = ["test", "--config", "paper/ws/deep_rf_h200", "--model.init_args.grid.trials", "2"]
     expanded = ["test", "--config", str(ws), "--config", str(paper), "--config", str(h200)]
-    assert resolve_config_args(args) == [*expanded, "--model.init_args.trials", "2"]
+    assert resolve_config_args(args) == [*expanded, "--model.init_args.grid.trials", "2"]
     assert resolve_config_args(["--config=reproduce/ws_raf"]) == [
         f"--config={root / 'ws/raf.yaml'}",
         f"--config={root / 'reproduce/ws_raf.yaml'}",
@@ -186,9 +190,9 @@ def test_ws_tiny_setting_writes_the_contract(tmp_path, capsys, name):
     cli = run(f"ws/{name}.yaml", tmp_path)
     recs = records(cli)
     sweep = cli.model
-    expected = len(sweep.cells()) * sweep.trials
+    expected = len(sweep.grid.cells()) * sweep.grid.trials
     assert len(recs) == expected and len({r["trial_key"] for r in recs}) == expected
-    assert len({r["L"] for r in recs}) == len(sweep.depths if name == "deep_rf" else [1])
+    assert len({r["L"] for r in recs}) == len(sweep.grid.depths_of(name))
     for r in recs:
         assert WS_FIELDS <= set(r) and r["experiment"] == "ws" and r["map"] == name
         assert r["seed"] == sweep.seed and isinstance(r["map_seed"], int)  # the user's seed, the map's beside it
@@ -221,7 +225,7 @@ def test_words_tiny_setting_writes_the_contract_and_the_exact_best_words(tmp_pat
     cli = run("words/raf.yaml", tmp_path)
     recs = records(cli)
     sweep = cli.model
-    assert len(recs) == len(sweep.cells()) * sweep.trials
+    assert len(recs) == len(sweep.grid.cells()) * sweep.grid.trials
     rows = sweep.words.rows(sweep.position, 384).double()
     for r in recs:
         assert WORDS_FIELDS <= set(r) and r["experiment"] == "words" and r["position"] == 1
@@ -230,7 +234,7 @@ def test_words_tiny_setting_writes_the_contract_and_the_exact_best_words(tmp_pat
             assert r[f"flipped_{training}"] == (r[f"flips_{training}"] > 0) == (r[f"flip_word_{training}"] != "")
         assert r["ws_ratio"] == pytest.approx(r["ws_words"] / r["ws"])
     for r in recs[:: len(recs) - 1]:  # the first and the last record
-        m = sweep.map_entries[r["map"]].build(r["n"], r["d"], r["map_seed"], dtype="float64")
+        m = sweep.grid.map_entries[r["map"]].build(r["n"], r["d"], r["map_seed"], dtype="float64")
         index = int((sweep.store.sample_ids == r["sample_id"]).nonzero()[0, 0])
         X = sweep.store.samples([index], r["n"], r["d"])[0].double()
         mask, _ = sweep.admissible(index)

@@ -51,15 +51,17 @@ def test_evaluate_help_lists_the_evaluations_their_configs_and_the_way_to_their_
 
 
 def test_evaluate_help_with_a_config_shows_its_class_options_and_values(capsys):
-    args = ["--config", "ws/raf", "--model.trials", "3", "--model.search.max_steps", "30", "--help"]
+    args = ["--config", "ws/raf", "--model.grid.trials", "3", "--model.search.max_steps", "30", "--help"]
     assert run_verb("evaluate", args, prog="evaluate.py") == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: evaluate.py --config ws/raf ")
     assert "runs WordSensitivitySweep (wslight.tasks.WordSensitivitySweep)" in out
     lines = out.splitlines()
-    n_values = lines.index("  --model.n_values  list[int], required; given: [10, 20, 50, 100, 150, 200, 250]")
-    assert lines[n_values + 1].strip() == "context lengths (the first n tokens)."  # the docstring's line
-    assert "  --model.trials  int, default 10; given: 3" in lines  # the command line's value wins over the config's
+    n_values = lines.index("  --model.grid.n_values  list[int], required; given: [10, 20, 50, 100, 150, 200, 250]")
+    assert lines[n_values + 1].strip() == "context lengths (the first n tokens), each once."  # the docstring's line
+    assert (
+        "  --model.grid.trials  int, default 10; given: 3" in lines
+    )  # the command line's value wins over the config's
     # the settings dataclass is shown field by field, with the field's own docstring
     steps = lines.index("  --model.search.max_steps  int | None, default null; given: 30")
     assert lines[steps + 1].strip() == "most ascent steps per chain."
@@ -100,7 +102,7 @@ def test_model_help_takes_a_short_class_name(tmp_path, capsys):
     cmd = [sys.executable, "-m", "wslight", "evaluate", "--model.help", "WordSensitivitySweep"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "--model.n_values" in proc.stdout and "independent trials per cell" in proc.stdout
+    assert "--model.grid.n_values" in proc.stdout and "independent trials per cell" in proc.stdout
     with pytest.raises(SystemExit) as exc:
         main(["fit", "--model.help=FeatureMapClassifier"])
     assert exc.value.code == 0

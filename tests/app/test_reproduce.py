@@ -29,7 +29,7 @@ from wslight.records.pages import git_commit
 
 SYNTH = {"source": "synthetic", "synthetic_dim": 16, "num_samples": 60}
 TINY = {
-    "ws_rf": {"d_values": [16], "n_values": [4, 8], "trials": 2, "search.max_steps": 60},
+    "ws_rf": {"grid.d_values": [16], "grid.n_values": [4, 8], "grid.trials": 2, "search.max_steps": 60},
     "attack_fig4": {
         "cases": [{"map": "rf", "n": 30}],  # N / D = 10 / 240, in the range check 9 reads
         "d": 8,

@@ -97,7 +97,8 @@ def test_a_user_map_that_raises_in_forward_names_the_map_the_cell_and_the_line(t
     monkeypatch.syspath_prepend(str(tmp_path))
     logs = ["--trainer.logger.init_args.save_dir", str(tmp_path / "logs")]
     args = tiny(
-        "ws/raf", {"maps": ["raf", "boom_maps.Boom"], "d_values": [8], "n_values": [4, 8], "search.max_steps": 10}
+        "ws/raf",
+        {"grid.maps": ["raf", "boom_maps.Boom"], "grid.d_values": [8], "grid.n_values": [4, 8], "search.max_steps": 10},
     )
     with pytest.raises(SystemExit) as exc:
         main(["test", *args, *logs], evaluate=True)
@@ -106,7 +107,8 @@ def test_a_user_map_that_raises_in_forward_names_the_map_the_cell_and_the_line(t
     assert "Traceback" not in err
     line = next(x for x in err.splitlines() if "error:" in x)
     raise_line = next(i for i, x in enumerate(BOOM.splitlines(), 1) if "raise RuntimeError" in x)
-    want = f"model.init_args.maps: boom_maps.Boom failed in forward (boom_maps.py:{raise_line}) at n = 8, d = 8, L = 1:"
+    want = f"model.init_args.grid.maps: boom_maps.Boom failed in forward (boom_maps.py:{raise_line}) at n = 8, d = 8,"
+    want += " L = 1:"
     assert want in line and line.endswith("RuntimeError: mat1 and mat2 shapes cannot be multiplied (3x8 and 4x8)")
     path, recs = records(tmp_path)
     assert f"{len(recs)} finished trials are kept in {path}" in err

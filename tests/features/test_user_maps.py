@@ -22,7 +22,7 @@ from wslight.data import EmbeddingSpec
 from wslight.features import MAPS, make_map, resolve_map, resolve_maps
 from wslight.search import SearchSettings
 from wslight.search.sensitivity import word_sensitivity
-from wslight.tasks import DeltaAttackSweep, WordSensitivitySweep
+from wslight.tasks import DeltaAttackSweep, GridSettings, WordSensitivitySweep
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parents[1]
@@ -124,10 +124,7 @@ def test_ws_sweep_runs_user_maps_with_their_own_numbers(tmp_path, user_module, c
     mod = user_module
     plain = {"class_path": f"{mod}.Plain", "init_args": {"width": 12}}
     sweep = WordSensitivitySweep(
-        maps=[f"{mod}.TanhMean", f"{mod}.Registered", plain],
-        d_values=[8],
-        n_values=[4],
-        trials=2,
+        grid=GridSettings(maps=[f"{mod}.TanhMean", f"{mod}.Registered", plain], d_values=[8], n_values=[4], trials=2),
         search=SearchSettings(chains_per_round=2, max_steps=20),
         embeddings=tiny_embeddings(tmp_path),
         output_dir=str(tmp_path / "out"),
@@ -182,14 +179,14 @@ def test_bad_entry_is_one_error_naming_maps_and_the_entry(tmp_path, user_module,
     fill = {"mod": user_module}
     entry = json.loads(json.dumps(entry).replace("{mod}", user_module))
     with pytest.raises(ValueError, match=pattern.format(**fill)):
-        WordSensitivitySweep(maps=["raf", entry], d_values=[8], n_values=[4], embeddings=tiny_embeddings(tmp_path))
+        WordSensitivitySweep(GridSettings(["raf", entry], [8], [4]), embeddings=tiny_embeddings(tmp_path))
     assert not (tmp_path / "out").exists()
 
 
 def test_two_maps_under_one_record_name_are_refused(tmp_path, user_module):
     entries = [f"{user_module}.TanhMean", {"class_path": f"{user_module}.TanhMean", "init_args": {"k": 8}}]
     with pytest.raises(ValueError, match=r"maps: .*another entry also records as map"):
-        WordSensitivitySweep(maps=entries, d_values=[8], n_values=[4], embeddings=tiny_embeddings(tmp_path))
+        WordSensitivitySweep(GridSettings(entries, [8], [4]), embeddings=tiny_embeddings(tmp_path))
 
 
 # ------------------------------------------------------------------------------- the command line, as users run it
@@ -207,8 +204,9 @@ def evaluate(tmp_path, *extra) -> subprocess.CompletedProcess:
     cfg = TESTS / "conf" / "ws" / "raf.yaml"
     args = [
         "--config", str(cfg), "--trainer.logger.init_args.save_dir", str(tmp_path / "logs"),
-        "--trainer.enable_progress_bar", "false", "--model.init_args.d_values", "[8]", "--model.init_args.n_values",
-        "[4]", "--model.init_args.trials", "1", "--model.init_args.search.max_steps", "20", *extra,
+        "--trainer.enable_progress_bar", "false", "--model.init_args.grid.d_values", "[8]",
+        "--model.init_args.grid.n_values", "[4]", "--model.init_args.grid.trials", "1",
+        "--model.init_args.search.max_steps", "20", *extra,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": f"{tmp_path / 'user'}{os.pathsep}{ROOT}"}
     return subprocess.run(
@@ -221,7 +219,7 @@ def evaluate(tmp_path, *extra) -> subprocess.CompletedProcess:
 def test_evaluate_py_runs_the_readme_map_by_its_dotted_path(tmp_path):
     (tmp_path / "user").mkdir()
     readme_map(tmp_path / "user")
-    proc = evaluate(tmp_path, "--model.init_args.maps", "[raf, mymap.MeanRandomFeatures]")
+    proc = evaluate(tmp_path, "--model.init_args.grid.maps", "[raf, mymap.MeanRandomFeatures]")
     assert proc.returncode == 0, proc.stderr
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("results: ")
@@ -232,12 +230,12 @@ def test_evaluate_py_runs_the_readme_map_by_its_dotted_path(tmp_path):
 def test_evaluate_py_names_maps_and_a_misspelled_class(tmp_path):
     (tmp_path / "user").mkdir()
     readme_map(tmp_path / "user")
-    proc = evaluate(tmp_path, "--model.init_args.maps", "[raf, mymap.MeanRandomFeature]")
+    proc = evaluate(tmp_path, "--model.init_args.grid.maps", "[raf, mymap.MeanRandomFeature]")
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     errors = [x for x in proc.stderr.splitlines() if "error:" in x]
     assert len(errors) == 1 and errors[0].endswith(
-        "error: model.init_args.maps: 'mymap.MeanRandomFeature': module 'mymap' has no attribute "
+        "error: model.init_args.grid.maps: 'mymap.MeanRandomFeature': module 'mymap' has no attribute "
         "'MeanRandomFeature'; did you mean MeanRandomFeatures?"
     ), proc.stderr
     assert not list(tmp_path.rglob("results.jsonl"))

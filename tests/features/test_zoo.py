@@ -237,12 +237,14 @@ def test_tiny_zoo_writes_the_figure_and_the_slope_table(tmp_path):
     cli = main([*args, "--trainer.enable_progress_bar", "false"], evaluate=True)
     recs = [json.loads(x) for x in Path(cli.model.results_path).read_text().splitlines()]
     sweep = cli.model
-    assert len(recs) == len(sweep.cells()) * sweep.trials and {r["map"] for r in recs} == set(sweep.maps)
+    assert len(recs) == len(sweep.grid.cells()) * sweep.grid.trials and {r["map"] for r in recs} == set(
+        sweep.grid.map_entries
+    )
     assert all(r["ws"] > 0 for r in recs)
     out_dir = Path(cli.model.results_path).parent
     assert (out_dir / "ws_maps.png").exists() and (out_dir / "ws_maps.pdf").exists()
     table = (out_dir / "slopes.md").read_text()
-    assert all(f"| {m} | 384 |" in table for m in sweep.maps)
+    assert all(f"| {m} | 384 |" in table for m in sweep.grid.map_entries)
 
 
 def test_sigmoid_switch_start_turns_on_every_weight_it_controls(rows):

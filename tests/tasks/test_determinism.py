@@ -27,10 +27,10 @@ ROOT = Path(__file__).resolve().parents[2]
 WS_CONFIG = (
     "ws/raf",
     {
-        "maps": ["rf", "raf", "relu_raf"],
-        "d_values": [8],
-        "n_values": [5],
-        "trials": 2,
+        "grid.maps": ["rf", "raf", "relu_raf"],
+        "grid.d_values": [8],
+        "grid.n_values": [5],
+        "grid.trials": 2,
         "search.chains_per_round": 3,
         "search.max_steps": 40,
         "seed": 3,
@@ -43,7 +43,10 @@ ATTACK_CONFIG = (
     {**ATTACK, "cases": [{"map": "raf", "n": 6}], "d": 8, "attack.steps": 60, "embeddings.max_length": 16},
 )
 # The bundled reviews and vocabulary: one real word, with heads, each trial its own step (two per process).
-WORDS_CONFIG = ("words/raf", {"maps": ["raf"], "n_values": [4], "trials": 4, "N": 12, "trials_per_step": 1})
+WORDS_CONFIG = (
+    "words/raf",
+    {"grid.maps": ["raf"], "grid.n_values": [4], "grid.trials": 4, "N": 12, "trials_per_step": 1},
+)
 # Features p = n d = 100 * 384 = 38400 > 32768: the context sample's scalars (||phi||^2, phi^T P phi, ...) are
 # single-output reductions big enough for torch to split them over threads.
 WIDE_ATTACK_CONFIG = (
@@ -92,7 +95,7 @@ def test_two_runs_give_bit_identical_records_and_another_seed_other_ones(tmp_pat
     assert len(ra) == (6 if body is WS_CONFIG else 4)
     assert ra == rb  # every field but the timings, floats compared exactly
     if body is WS_CONFIG:  # the seed is what makes them equal: another seed gives other values
-        other = ("--model.init_args.seed", "4", "--model.init_args.maps", "[rf]")
+        other = ("--model.init_args.seed", "4", "--model.init_args.grid.maps", "[rf]")
         c = records_of(run_in_process(cfg, tmp_path / "c", *other))
         assert [r["ws"] for r in ra if r["map"] == "rf"] != [r["ws"] for r in c]
 

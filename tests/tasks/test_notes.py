@@ -2,7 +2,7 @@
 
 from wslight.base.validate import repeated
 from wslight.data.spec import EmbeddingSpec
-from wslight.tasks import EmbeddingDataModule, HeadWordFlips, WordSensitivitySweep
+from wslight.tasks import EmbeddingDataModule, GridSettings, HeadWordFlips, WordSensitivitySweep
 
 SYNTHETIC = EmbeddingSpec(source="synthetic", num_samples=20, max_length=8, synthetic_dim=6)
 
@@ -19,10 +19,10 @@ def test_repeated_positions_are_kept_once_with_a_note_naming_the_key_and_the_rep
     callback = HeadWordFlips(reviews=2, positions=[1, 4, 1, 7, 4])
     assert callback.positions == [1, 4, 7]
     assert notes(capsys) == ["note: positions repeats 1, 4 (given [1, 4, 1, 7, 4]): each is evaluated once"]
-    WordSensitivitySweep(["rf"], [6], [4], positions=[0, 2, 0], trials=1, embeddings=SYNTHETIC)
+    WordSensitivitySweep(GridSettings(["rf"], [6], [4], trials=1), positions=[0, 2, 0], embeddings=SYNTHETIC)
     assert notes(capsys) == ["note: positions repeats 0 (given [0, 2, 0]): each is evaluated once"]
     HeadWordFlips(reviews=2, positions=[1, 4, 7])
-    WordSensitivitySweep(["rf"], [6], [4], positions="all", trials=1, embeddings=SYNTHETIC)
+    WordSensitivitySweep(GridSettings(["rf"], [6], [4], trials=1), positions="all", embeddings=SYNTHETIC)
     assert notes(capsys) == []
 
 

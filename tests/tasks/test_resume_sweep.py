@@ -25,10 +25,10 @@ TRIALS = 16  # 2 maps x 2 n x 4 trials
 
 # The tiny test setting of configs/ws/raf.yaml (tests/conf/ws/raf.yaml) with two maps, one d and four trials a cell.
 WS = {
-    "maps": ["rf", "raf"],
-    "d_values": [8],
-    "n_values": [4, 8],
-    "trials": 4,
+    "grid.maps": ["rf", "raf"],
+    "grid.d_values": [8],
+    "grid.n_values": [4, 8],
+    "grid.trials": 4,
     "search.chains_per_round": 4,
     "search.max_steps": 40,
     "seed": 5,

@@ -224,7 +224,13 @@ def test_nearly_collinear_training_samples_are_flagged(rows):
 # The tiny test settings (tests/conf) of the shipped configs with ReLU-RAF on one cell, three trials, one a step.
 WS = (
     "ws/relu_raf",
-    {"d_values": [8], "n_values": [6], "trials": 3, "search.chains_per_round": 2, "search.max_steps": 20},
+    {
+        "grid.d_values": [8],
+        "grid.n_values": [6],
+        "grid.trials": 3,
+        "search.chains_per_round": 2,
+        "search.max_steps": 20,
+    },
 )
 ATTACK = (
     "attack/fig4",

@@ -45,7 +45,10 @@ def steps_saw_the_store(monkeypatch):
 def test_the_embeddings_open_once_before_the_trials_and_stay_out_of_their_seconds(
     tmp_path, cpu_trainer, tiny, slow_opening, steps_saw_the_store
 ):
-    args = ["test", *tiny("ws/raf", {"d_values": [8], "n_values": [4], "trials": 3, "trials_per_step": 2})]
+    args = [
+        "test",
+        *tiny("ws/raf", {"grid.d_values": [8], "grid.n_values": [4], "grid.trials": 3, "trials_per_step": 2}),
+    ]
     args += [*cpu_trainer.args, "--trainer.logger.init_args.save_dir", str(tmp_path)]
     cli = main(args, evaluate=True)
     records = [json.loads(x) for x in Path(cli.model.results_path).read_text().splitlines()]

@@ -22,10 +22,10 @@ from wslight.records.results import without_timing
 ROOT = Path(__file__).resolve().parents[2]
 
 TINY = [
-    "--model.init_args.maps", "[raf, rf]",
-    "--model.init_args.d_values", "[8]",
-    "--model.init_args.n_values", "[4, 6]",
-    "--model.init_args.trials", "3",  # odd: the distributed sampler pads with a duplicate, which must not be recorded
+    "--model.init_args.grid.maps", "[raf, rf]",
+    "--model.init_args.grid.d_values", "[8]",
+    "--model.init_args.grid.n_values", "[4, 6]",
+    "--model.init_args.grid.trials", "3",  # odd: the sampler pads with a duplicate, which must not be recorded
     "--model.init_args.search.max_steps", "40",
     "--model.init_args.embeddings.source", "synthetic",
     "--model.init_args.embeddings.synthetic_dim", "16",
