@@ -85,13 +85,13 @@ def main() -> None:
     records: list[dict] = []
     walls: list[str] = []
     for done, (name, maps, ns) in enumerate(runs, 1):
-        grid = ["--model.init_args.maps", maps, "--model.init_args.n_values", json.dumps(ns)]
+        grid = ["--model.init_args.grid.maps", maps, "--model.init_args.grid.n_values", json.dumps(ns)]
         path, seconds = evaluate(
             CONFIG,
             a.out,
             *grid,
             "--model.init_args.continuous=true",
-            f"--model.init_args.trials={a.reviews}",
+            f"--model.init_args.grid.trials={a.reviews}",
             "--model.init_args.trials_per_step=1",
         )
         records += [json.loads(line) for line in path.read_text().splitlines()]

@@ -77,7 +77,7 @@ def main() -> None:
     runs = [evaluate(CONFIG, a.out)]
     for L in FEWER_LAYERS:
         maps = f"[{{class_path: pretrained_encoder, init_args: {{layers: {L}}}}}]"
-        runs.append(evaluate(CONFIG, a.out, "--model.init_args.maps", maps))
+        runs.append(evaluate(CONFIG, a.out, "--model.init_args.grid.maps", maps))
     records = [json.loads(line) for path, _ in runs for line in path.read_text().splitlines()]
     walls = ", ".join(f"{seconds / 60:.1f} min" for _, seconds in runs)
     body = [

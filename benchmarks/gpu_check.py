@@ -269,7 +269,8 @@ def deep_rf_grid(args) -> tuple[int, list[int], list[int], SearchSettings]:
     search = SEARCH.replace(**(cfg.get("search") or {}))
     if args.cpu_smoke:
         return 8, [3, 4], [2, 3], search.replace(max_steps=40)
-    return cfg["d_values"][0], list(cfg["n_values"]), list(cfg["depths"]), search
+    grid = cfg["grid"]  # the sweep's grid: block
+    return grid["d_values"][0], list(grid["n_values"]), list(grid["depths"]), search
 
 
 def deep_rf_cell(n: int, L: int, d: int, trials: int, search: SearchSettings, gpu: str, seed: int) -> dict:

@@ -154,7 +154,8 @@ def main() -> None:
     # Smoke: 8 tokens of 40 reviews, one position of one review, the continuous search short.
     data = ["--data.init_args.n", "8", "--data.init_args.embeddings.num_samples", "40"] if a.smoke else []
     words = ["--model.init_args.positions", "[1]"] if a.smoke else []
-    sweep = ["--model.init_args.n_values", "[8]", "--model.init_args.trials", "1", "--model.init_args.trials_per_step"]
+    sweep = ["--model.init_args.grid.n_values", "[8]", "--model.init_args.grid.trials", "1"]
+    sweep += ["--model.init_args.trials_per_step"]
     sweep = [*sweep, "1", "--model.init_args.search", "{max_steps: 20, max_chains: 4}"] if a.smoke else []
     reviews = 1 if a.smoke else 20
     # A GPU holds far more words per chunk than the CPU default: fewer, larger batches through the layers.
@@ -180,7 +181,7 @@ def main() -> None:
         share = budget.left() - 20 if layers == 1 else 0.7 * budget.left()
         recs, run = evaluate_until(
             ENCODER, a.out, a.out / f"encoder_L{layers}", share,
-            "--model.init_args.maps", maps, "--model.init_args.continuous", "true", *sweep,
+            "--model.init_args.grid.maps", maps, "--model.init_args.continuous", "true", *sweep,
         )  # fmt: skip
         keep(recs, a.page, f"encoder_L{layers}_continuous")
         continuous += recs

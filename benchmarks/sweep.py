@@ -70,10 +70,10 @@ def sweep_of(a) -> object:
     """The cell's WordSensitivitySweep, built from the config's model block (for its trials' inputs)."""
     from wslight.data import EmbeddingSpec, load_token_embeddings
     from wslight.search.settings import SearchSettings
-    from wslight.tasks import WordSensitivitySweep
+    from wslight.tasks import GridSettings, WordSensitivitySweep
 
     args = dict(yaml.safe_load(Path(a.config).read_text())["model"]["init_args"])
-    args.update(d_values=[a.d], n_values=[a.n], trials=a.trials)
+    args["grid"] = GridSettings(**{**args["grid"], "d_values": [a.d], "n_values": [a.n], "trials": a.trials})
     args["embeddings"] = EmbeddingSpec(**args.get("embeddings", {}))
     args["search"] = SearchSettings(**args["search"]) if args.get("search") else None
     sweep = WordSensitivitySweep(**args)
@@ -95,7 +95,7 @@ def part_bare(a) -> dict:
     bench_ws.warm_up(a.map)
     restarts = [derive_seed(s, "ws.restarts") for s in seeds]
     t0 = time.perf_counter()
-    fm = FreshMaps(a.map, seeds, depth=1, width_ratio=sweep.rf_width_ratio, dtype=sweep.map_dtype)
+    fm = FreshMaps(a.map, seeds, depth=1, width_ratio=sweep.grid.rf_width_ratio, dtype=sweep.map_dtype)
     res = word_sensitivity(fm, X[:, None], sweep.positions, sweep.search, restarts, radius=sweep.radius(a.d))
     wall = time.perf_counter() - t0
     return {"ws": res.ws[:, 0].tolist(), "wall_s": wall}
@@ -110,11 +110,11 @@ def part_sweep(a) -> dict:
     args = [
         "--config",
         a.config,
-        "--model.init_args.d_values",
+        "--model.init_args.grid.d_values",
         f"[{a.d}]",
-        "--model.init_args.n_values",
+        "--model.init_args.grid.n_values",
         f"[{a.n}]",
-        "--model.init_args.trials",
+        "--model.init_args.grid.trials",
         str(a.trials),
         "--trainer.devices",
         "1",

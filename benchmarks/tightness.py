@@ -69,7 +69,7 @@ def shipped_settings(name: str) -> SearchSettings:
 
 def zoo_grid() -> dict[str, tuple[int, list[int]]]:
     """The zoo config's maps other than the paper's, at its d and its smallest and largest n."""
-    args = yaml.safe_load((WS_CONFIGS / "zoo.yaml").read_text())["model"]["init_args"]
+    args = yaml.safe_load((WS_CONFIGS / "zoo.yaml").read_text())["model"]["init_args"]["grid"]
     ns = [min(args["n_values"]), max(args["n_values"])]
     return {m: (args["d_values"][0], ns) for m in args["maps"] if m not in GRID}
 
