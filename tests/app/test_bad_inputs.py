@@ -193,7 +193,7 @@ MAP_ARGS_CASES = [
 def test_a_maps_entrys_bad_argument_is_named_by_its_key_path_before_the_run(
     tmp_path, capsys, monkeypatch, command, maps, pattern
 ):
-    import wslight.tasks.ws_sweep as sweeps_mod
+    import wslight.tasks.sensitivity_sweep as sweeps_mod
 
     def no_trials(*a, **k):
         raise AssertionError("no trial may run for a bad map entry")
@@ -230,7 +230,7 @@ def test_a_width_a_pretrained_map_cannot_take_is_refused_before_the_run(
     tmp_path, capsys, monkeypatch, command, maps, d_values, pattern
 ):
     """A pre-trained map takes only its encoder's hidden size: a d_values entry beside it is refused at once."""
-    import wslight.tasks.ws_sweep as sweeps_mod
+    import wslight.tasks.sensitivity_sweep as sweeps_mod
 
     def no_trials(*a, **k):
         raise AssertionError("no trial may run for a width the map cannot take")
@@ -372,7 +372,7 @@ def _read_only_cases(tmp_path):
 
 
 def test_unwritable_output_dir_fails_before_any_trial(tmp_path, monkeypatch, command, capsys):
-    import wslight.tasks.ws_sweep as sweeps_mod
+    import wslight.tasks.sensitivity_sweep as sweeps_mod
 
     def no_trials(*a, **k):
         raise AssertionError("no trial may run when the results cannot be written")

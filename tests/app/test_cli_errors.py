@@ -285,6 +285,10 @@ def test_a_saved_config_with_the_old_class_paths_says_what_to_write(tmp_path, cl
         ["test", "--config", "ws/raf", "--model", "wslight.evaluations.ws_sweep.WordSensitivitySweep"], True
     )
     assert "the command line: --model = wslight.evaluations.ws_sweep.WordSensitivitySweep: write" in err
+    # the sweep modules of wslight.tasks renamed after what they do: a path through the old module names the class
+    for old, cls in [("ws_sweep", "WordSensitivitySweep"), ("head_words_callback", "HeadWordFlips")]:
+        err = cli_fails(["test", "--config", "ws/raf", "--model", f"wslight.tasks.{old}.{cls}"], True)
+        assert f"the command line: --model = wslight.tasks.{old}.{cls}: write wslight.tasks.{cls}" in err
 
 
 def test_a_search_setting_at_its_old_place_names_the_new_key(tmp_path, cli_fails):

@@ -12,7 +12,7 @@ from lightning.pytorch import Trainer
 
 from wslight.records.results import read_records
 from wslight.tasks import TrainedHeadWords, TrainedRun
-from wslight.tasks.head_words import recall_note, recall_text, screen_note, screen_recall
+from wslight.tasks.trained_head_words import recall_note, recall_text, screen_note, screen_recall
 
 ROOT = Path(__file__).resolve().parents[2]
 N, D = 8, 32

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import wslight.tasks.attack_sweep as attack_mod
-import wslight.tasks.ws_sweep as sweeps_mod
+import wslight.tasks.sensitivity_sweep as sweeps_mod
 from wslight.app.cli import main
 from wslight.attack import delta_attack
 from wslight.data import EmbeddingSpec, TokenEmbeddings, preprocess

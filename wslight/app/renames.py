@@ -2,7 +2,8 @@
 
 Every LightningModule, callback, evaluation and the DataModule now live in `wslight.tasks` (the Lightning floor); a
 config that names their old modules (`wslight.evaluations.WordSensitivitySweep`, `wslight.models.FeatureMapClassifier`,
-`wslight.callbacks.DeltaAttack`, `wslight.data.EmbeddingDataModule`) is refused before anything runs. So is a
+`wslight.callbacks.DeltaAttack`, `wslight.data.EmbeddingDataModule`) or a module of wslight.tasks that was renamed
+(`wslight.tasks.ws_sweep.WordSensitivitySweep`) is refused before anything runs. So is a
 word-sensitivity sweep's search setting written at its old place (`model.init_args.restarts`): the settings are one
 `search:` block now, and `restarts` is `chains_per_round`; so is its grid (`model.init_args.d_values`), one `grid:`
 block now (`model.init_args.grid.d_values`). So is an attack setting of the Delta-attack sweep or callback
@@ -22,6 +23,11 @@ MOVED_MODULES = {
     "wslight.models": "wslight.tasks",
     "wslight.callbacks": "wslight.tasks",
     "wslight.data.datamodule": "wslight.tasks",
+    # the sweep modules named after what they do (their classes are imported from wslight.tasks, as before)
+    "wslight.tasks.ws_sweep": "wslight.tasks",
+    "wslight.tasks.words_sweep": "wslight.tasks",
+    "wslight.tasks.head_words_callback": "wslight.tasks",
+    "wslight.tasks.head_words": "wslight.tasks",
 }
 MOVED_CLASSES = {"wslight.data.EmbeddingDataModule": "wslight.tasks.EmbeddingDataModule"}
 
@@ -69,8 +75,8 @@ def check_moved_class_paths(trees: list[tuple[str, Any]], args: list[str]) -> No
     if moved:
         lines = "; ".join(f"{where} = {old}: write {new}" for where, old, new in moved)
         raise UsageError(
-            f"{lines} (the LightningModules, callbacks, evaluations and the DataModule moved to wslight.tasks; "
-            "nothing else in the config changes)"
+            f"{lines} (the LightningModules, callbacks, evaluations and the DataModule are imported from "
+            "wslight.tasks)"
         )
 
 

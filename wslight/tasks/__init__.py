@@ -7,10 +7,11 @@
   results.jsonl, resumable);
 - `grid_settings`: `GridSettings`, the map x d x n x L grid both word-sensitivity sweeps walk, and its trials;
 - `grid`: `MapGridEvaluation`, the evaluation over that grid with the search's settings;
-- `ws_sweep`: `WordSensitivitySweep`, S over the grid (Figures 2-3);
-- `words_sweep`: `WordSubstitutionSweep`, the exact best real word against the continuous S, and the heads it flips;
-- `trained_run`, `head_words`: a train.py run read back (`TrainedRun`), and `TrainedHeadWords`, the words that flip
-  its trained head; `head_words_callback`: `HeadWordFlips`, the same after `fit`/`test`;
+- `sensitivity_sweep`: `WordSensitivitySweep`, S over the grid (Figures 2-3);
+- `substitution_sweep`: `WordSubstitutionSweep`, the exact best real word against the continuous S, and the heads it
+  flips;
+- `trained_run`, `trained_head_words`: a train.py run read back (`TrainedRun`), and `TrainedHeadWords`, the words
+  that flip its trained head; `head_word_flips`: `HeadWordFlips`, the same after `fit`/`test`;
 - `attack_sweep`: `DeltaAttackSweep` (Figures 4-5) and the attack records shared with `DeltaAttack`;
 - `probes`: the encoder probes (Figures 1 and 3) as evaluations;
 - `figures`: the attack figures and `save_figure`;
@@ -26,12 +27,12 @@ from .evaluation import EmbeddingsEvaluation, Evaluation, gather_records
 from .figures import save_figure
 from .finetune import ReviewTextDataModule, SequenceClassifierFineTune
 from .grid_settings import GridSettings
-from .head_words import TrainedHeadWords
-from .head_words_callback import HeadWordFlips
+from .head_word_flips import HeadWordFlips
 from .probes import AttentionEditProbe, AttentionUnderDeltaProbe, LayerwiseChangeProbe
+from .sensitivity_sweep import WordSensitivitySweep
+from .substitution_sweep import WordSubstitutionSweep
+from .trained_head_words import TrainedHeadWords
 from .trained_run import TrainedRun
-from .words_sweep import WordSubstitutionSweep
-from .ws_sweep import WordSensitivitySweep
 
 __all__ = [
     "DeltaAttack",
