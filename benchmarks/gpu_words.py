@@ -33,7 +33,7 @@ from benchmarks.common import ROOT, Budget, page_arguments, train
 from benchmarks.encoder_words import label, mean_sd, slopes
 from wslight.records.pages import PageHeader, write_page
 from wslight.records.summary import markdown_table
-from wslight.tasks.head_words import head_words_table, recall_text, screen_recall
+from wslight.tasks.trained_head_words import head_words_table, recall_text, screen_recall
 
 CLASSIFIER = "configs/encoder_classifier.yaml"
 WORDS = "configs/words/encoder_classifier.yaml"
