@@ -7,7 +7,6 @@ directory named after a hash of its resolved config, so re-running the same comm
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import warnings
@@ -15,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
@@ -25,11 +23,12 @@ from . import interrupts, run_watch
 from .config_files import resolve_config_args
 from .errors import ParseError, UsageError
 from .failures import failure_message
+from .lightning_noise import ignore_known_warnings, quiet_tips
 from .messages import DEBUG_ENV, args_tree, check_command, fail
 from .placement import available_cores, every_core, on_cpu
 from .run_summary import final_metrics, log_config_text, log_run_hparams, record_metrics, run_hparams
 from .runs import (
-    PRECISION_ALIASES,
+    check_evaluation_precision,
     check_logger_dirs,
     check_output_dir,
     fit_report,
@@ -69,17 +68,7 @@ class WSLightArgumentParser(LightningArgumentParser):
         raise err from ex
 
 
-class _NoTips(logging.Filter):
-    """Drops Lightning's advertising lines at the start of every run, so the run's own lines come first.
-
-    The dropped lines are "💡 Tip: ... try installing litlogger / litmodels"; Lightning's other information lines stay.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("💡 Tip:")
-
-
-logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_NoTips())
+quiet_tips()
 
 
 class WSLightCLI(LightningCLI):
@@ -217,7 +206,7 @@ class WSLightCLI(LightningCLI):
         logger = self.trainer.logger
         log_dir = logger.log_dir if isinstance(logger, TensorBoardLogger) else None  # not created yet
         _new_run_dir = Path(log_dir) if log_dir and not Path(log_dir).exists() else None
-        keep_own_signal_handlers(self.trainer)
+        interrupts.keep_own_signal_handlers(self.trainer)
         claim = getattr(self.model, "claim_before_launch", None)
         if self.subcommand is not None and claim is not None and is_rank_zero():
             claim(self.trainer)  # a busy folder or an unusable results file: before any other process starts
@@ -226,39 +215,6 @@ class WSLightCLI(LightningCLI):
 def is_rank_zero() -> bool:
     """Whether this process is rank 0 (or the only one): the one that prints a run's messages."""
     return getattr(rank_zero_only, "rank", 0) == 0  # from the launcher's environment, then the strategy's rank
-
-
-def keep_own_signal_handlers(trainer: pl.Trainer) -> None:
-    """Leave SIGTERM to `main`'s handler, which stops the run at once like Ctrl-C.
-
-    Lightning's own SIGTERM handler only notes the signal (the run goes on to the end of its step) and, under DDP,
-    broadcasts it from inside the handler: a second SIGTERM (the group's and the launcher's forwarded one) leaves a
-    process waiting in that broadcast for good. On SLURM with auto-requeue Lightning's handlers are kept: they
-    requeue the job.
-    """
-    environment = trainer._accelerator_connector.cluster_environment
-    if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
-        return
-    trainer._signal_connector.register_signal_handlers = lambda: None  # type: ignore[method-assign]
-
-
-def check_evaluation_precision(precision: Any) -> None:
-    """Refuse a mixed or half precision for an evaluation.
-
-    The searches compute in the dtype their config states (model.init_args.dtype) and re-check their values in float64;
-    autocast would change S without a trace in the records. `64-true` is accepted (the records say so in their
-    `precision` field).
-    """
-    if precision is None:
-        return
-    name = PRECISION_ALIASES.get(str(precision), str(precision))
-    if name not in ("32-true", "64-true"):
-        raise UsageError(
-            f"trainer.precision={precision}: an evaluation computes in the dtype of its config "
-            "(model.init_args.dtype: float32 or float64) and re-checks its values in float64; mixed or half "
-            "precision would autocast the maps' products and change the numbers; leave trainer.precision out "
-            "(32-true) or give 64-true"
-        )
 
 
 # The most processes a CPU run starts for each available core: beyond it the processes take minutes to start (each
@@ -333,7 +289,7 @@ def main(
     try:
         args = check_command(resolve_config_args(args), evaluate)
         with warnings.catch_warnings():
-            _ignore_known_warnings()
+            ignore_known_warnings(is_rank_zero())
             cli = WSLightCLI(args=args, run=run, evaluate=evaluate, prog=prog, every_core=every_core)
     except (KeyboardInterrupt, SystemExit) as stop:
         # Lightning turns SIGINT/SIGTERM into a graceful shutdown and exits with 1: the signal's own status instead
@@ -380,24 +336,6 @@ def _command_line(args: list[str] | None, evaluate: bool, prog: str | None) -> t
         sub = args[0] if args and not args[0].startswith("-") else ""
         prog = "evaluate.py" if evaluate else f"train.py {sub}".strip()
     return args, evaluate, debug, prog
-
-
-def _ignore_known_warnings() -> None:
-    """Silence the warnings every run would print that ask nothing of the user (inside `warnings.catch_warnings`)."""
-    # the command line always reaches LightningCLI as `args` (config names resolved, checked), which Lightning
-    # would otherwise warn about on every run
-    warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
-    # a resumed evaluation whose trials are all in results.jsonl has no step left, and says so itself
-    warnings.filterwarnings("ignore", message="Total length of `DataLoader` across ranks is zero")
-    # several processes: the padding duplicates of the distributed sampler are dropped when the records are
-    # appended (wslight.tasks.evaluation), so Lightning's advice to test on one device does not apply
-    warnings.filterwarnings("ignore", message="Using `DistributedSampler` with the dataloaders")
-    # Lightning's own use of a deprecated torch API, once per process
-    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
-    # `--ckpt_path last` resumes into a new version folder on purpose (and prints where it resumes from)
-    warnings.filterwarnings("ignore", message="The dirpath has changed from")
-    if not is_rank_zero():  # every rank reads the results file: rank 0 reports a torn line
-        warnings.filterwarnings("ignore", message=".*dropping a torn last line")
 
 
 def _exit_with(failure: tuple[str, int], prog: str) -> None:

@@ -14,98 +14,32 @@ class name to its dotted path for the second, before LightningCLI sees the comma
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
-import re
 import textwrap
 import typing
 from pathlib import Path
 from typing import Any
 
-import lightning.pytorch as pl
 import yaml
 
 from ..tasks import Evaluation
-from ..tasks import classifier as models
+from .config_classes import (  # noqa: F401  (model_classes, training_classes: re-exported)
+    dotted_path,
+    evaluation_classes,
+    import_class,
+    model_classes,
+    short_class,
+    training_classes,
+)
 from .config_files import base_of, load_yaml, overlay_chain, resolve_config_args, shipped_names
 from .config_files import configs_dir as shipped_dir
+from .docstrings import arg_docs, class_arg_docs, first_sentence, summary_line  # noqa: F401  (arg_docs: re-exported)
 from .errors import UsageError
 
 HELP_FLAGS = ("-h", "--help")
 HELP_ALL = "--help-all"  # LightningCLI's whole help, which `--help` of an evaluation replaces
 MODEL_HELP = "--model.help"
 WIDTH = 100
-
-
-# --- the classes a config may name -------------------------------------------------------------------------------
-def evaluation_classes() -> list[type]:
-    """The evaluations run by `evaluate`: the Evaluation subclasses of `wslight.tasks` that no class there extends.
-
-    The bases EmbeddingsEvaluation, MapGridEvaluation and the probes' base are left out.
-    """
-
-    def subclasses(cls: type) -> list[type]:
-        found: list[type] = []
-        direct: list[type] = cls.__subclasses__()
-        for sub in direct:
-            found += [sub, *subclasses(sub)]
-        return found
-
-    ours = [c for c in subclasses(Evaluation) if c.__module__.startswith("wslight.tasks")]
-    leaves = {c for c in ours if not c.__name__.startswith("_") and not any(c in o.__bases__ for o in ours)}
-    return sorted(leaves, key=lambda c: (c.__module__, c.__name__))
-
-
-def training_classes() -> list[type]:
-    """The LightningModules of `wslight.tasks.classifier` (the heads `fit` trains)."""
-    found = [c for _, c in inspect.getmembers(models, inspect.isclass) if c.__module__ == models.__name__]
-    return [c for c in found if issubclass(c, pl.LightningModule)]
-
-
-def dotted_path(cls: type) -> str:
-    """The package's public path of a class where it exports the class, else the defining module's.
-
-    For example `wslight.tasks.WordSensitivitySweep`, as the shipped configs write it.
-    """
-    package = cls.__module__.rpartition(".")[0]
-    if package and getattr(importlib.import_module(package), cls.__name__, None) is cls:
-        return f"{package}.{cls.__name__}"
-    return f"{cls.__module__}.{cls.__name__}"
-
-
-def model_classes() -> dict[str, type]:
-    """Short name -> class of every module a config's `model.class_path` may name by its short name."""
-    return {c.__name__: c for c in (*evaluation_classes(), *training_classes())}
-
-
-def short_class(name: str, key: str) -> type:
-    """The class of `model_classes` named `name` (the value of `key`).
-
-    Raises:
-        UsageError: no such class; one line that lists the known short names.
-    """
-    classes = model_classes()
-    if name not in classes:
-        raise UsageError(f"{key} {name}: no class of that name; known: {', '.join(classes)} (or a dotted import path)")
-    return classes[name]
-
-
-def import_class(class_path: str) -> type:
-    """The class a `class_path` names: a short name of `model_classes`, or a dotted import path.
-
-    Raises:
-        UsageError: an unknown short name (the message lists the known ones), or a path that does not import.
-    """
-    if "." not in class_path:
-        return short_class(class_path, "model.class_path")
-    module, _, name = class_path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as err:
-        raise UsageError(f"model.class_path {class_path}: cannot import it ({err})") from err
-    if not inspect.isclass(cls):
-        raise UsageError(f"model.class_path {class_path}: not a class")
-    return cls
 
 
 # --- the arguments handed to LightningCLI ------------------------------------------------------------------------
@@ -213,60 +147,6 @@ def config_names(args: list[str]) -> list[str]:
     return names
 
 
-# --- docstrings ---------------------------------------------------------------------------------------------------
-def arg_docs(doc: str | None) -> dict[str, str]:
-    """The `Args:` section of a Google-style docstring as name -> text (`tol, window: ...` gives both names)."""
-    lines = inspect.cleandoc(doc or "").splitlines()
-    start = next((i for i, line in enumerate(lines) if line.strip() == "Args:"), None)
-    if start is None:
-        return {}
-    indent = len(lines[start]) - len(lines[start].lstrip())
-    docs: dict[str, str] = {}
-    names: list[str] = []
-    entry_indent = None
-    for line in lines[start + 1 :]:
-        depth = len(line) - len(line.lstrip())
-        if line.strip() and depth <= indent:
-            break  # the next section
-        if not line.strip():
-            continue
-        entry = re.match(r"(\w+(?:\s*,\s*\w+)*)\s*(?:\([^)]*\))?:\s*(.*)", line.strip())
-        if entry and (entry_indent is None or depth <= entry_indent):
-            entry_indent = depth
-            names = re.split(r"\s*,\s*", entry.group(1))
-            for name in names:
-                docs[name] = entry.group(2)
-        else:
-            for name in names:
-                docs[name] += " " + line.strip()
-    return docs
-
-
-def first_sentence(text: str) -> str:
-    """The text up to its first full stop outside brackets (not an `e.g.` or `i.e.`)."""
-    depth = 0
-    for i, ch in enumerate(text):
-        depth += (ch in "([{") - (ch in ")]}")
-        if ch == "." and depth == 0 and text[i + 1 : i + 2] in ("", " ") and not text[:i].endswith(("e.g", "i.e")):
-            return text[: i + 1]
-    return text
-
-
-def summary_line(cls: type) -> str:
-    """The first sentence of a class's docstring (its first paragraph joined into one line)."""
-    paragraph = inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0]
-    return first_sentence(" ".join(paragraph.split()))
-
-
-def _class_arg_docs(cls: type) -> dict[str, str]:
-    """The documented constructor arguments of a class and of its bases (a base documents what it adds)."""
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        docs.update(arg_docs(klass.__doc__))
-        docs.update(arg_docs(getattr(klass.__dict__.get("__init__"), "__doc__", None)))
-    return docs
-
-
 # --- the text --------------------------------------------------------------------------------------------------------
 def _show(value: Any) -> str:
     """A value as written in a config (YAML flow style), cut to one short line."""
@@ -284,7 +164,7 @@ def option_lines(cls: type, given: dict[str, Any], prefix: str = "--model.") -> 
     `--model.<name>  <type>, default <value>[; given: <value>]`, then the first sentence of its docstring; an
     argument that is a settings dataclass (`search: SearchSettings`) is followed by one such entry per field.
     """
-    docs = _class_arg_docs(cls)
+    docs = class_arg_docs(cls)
     hints = _type_hints(cls)
     lines: list[str] = []
     for p in inspect.signature(cls).parameters.values():

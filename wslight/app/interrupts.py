@@ -13,9 +13,12 @@ import os
 import signal
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import EXIT_SIGNAL_BASE
+
+if TYPE_CHECKING:  # the module imports nothing heavy at run time
+    import lightning.pytorch as pl
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 RESUME_HINT = "interrupted: finished trials are saved in results.jsonl; run the same command again to resume"
@@ -121,3 +124,19 @@ def end_with_launcher() -> None:
         libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # pragma: no cover - no prctl
         return
+
+
+def keep_own_signal_handlers(trainer: pl.Trainer) -> None:
+    """Leave SIGTERM to `main`'s handler, which stops the run at once like Ctrl-C.
+
+    Lightning's own SIGTERM handler only notes the signal (the run goes on to the end of its step) and, under DDP,
+    broadcasts it from inside the handler: a second SIGTERM (the group's and the launcher's forwarded one) leaves a
+    process waiting in that broadcast for good. On SLURM with auto-requeue Lightning's handlers are kept: they
+    requeue the job.
+    """
+    from lightning.fabric.plugins.environments import SLURMEnvironment  # here: the module imports nothing heavy
+
+    environment = trainer._accelerator_connector.cluster_environment
+    if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
+        return
+    trainer._signal_connector.register_signal_handlers = lambda: None  # type: ignore[method-assign]

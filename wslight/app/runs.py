@@ -1,7 +1,7 @@
 """Where a run writes and what names it.
 
-The run key, the checks of its output folders, the report of a fit's checkpoints, the last checkpoint `--ckpt_path last`
-resumes, and the clean-up of a failed run's new folder.
+The run key, the precision an evaluation accepts, the checks of its output folders, the report of a fit's checkpoints,
+the last checkpoint `--ckpt_path last` resumes, and the clean-up of a failed run's new folder.
 """
 
 from __future__ import annotations
@@ -139,3 +139,22 @@ def remove_empty_run_dir(folder: Path | None) -> None:
     entries = list(folder.iterdir())
     if all(p.is_file() and any(p.match(pattern) for pattern in _EMPTY_RUN_FILES) for p in entries):
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def check_evaluation_precision(precision: Any) -> None:
+    """Refuse a mixed or half precision for an evaluation.
+
+    The searches compute in the dtype their config states (model.init_args.dtype) and re-check their values in float64;
+    autocast would change S without a trace in the records. `64-true` is accepted (the records say so in their
+    `precision` field).
+    """
+    if precision is None:
+        return
+    name = PRECISION_ALIASES.get(str(precision), str(precision))
+    if name not in ("32-true", "64-true"):
+        raise UsageError(
+            f"trainer.precision={precision}: an evaluation computes in the dtype of its config "
+            "(model.init_args.dtype: float32 or float64) and re-checks its values in float64; mixed or half "
+            "precision would autocast the maps' products and change the numbers; leave trainer.precision out "
+            "(32-true) or give 64-true"
+        )
