@@ -14,8 +14,8 @@ from ..tasks.classifier import TrainingDiverged
 from ..tasks.evaluation import TrialFailed
 from ..tasks.trained_run import state_dict_mismatch
 from .checkpoints import no_checkpoint_message
+from .error_lines import parse_error_message, value_error_message
 from .errors import EXIT_BUSY, EXIT_SIGNAL_BASE, ParseError, UsageError
-from .messages import parse_error_message, value_error_message
 
 __all__ = ["EXIT_BUSY", "EXIT_SIGNAL_BASE", "failure_message", "trainer_error_message"]
 _WRITE_ERRNOS = {

@@ -12,8 +12,8 @@ import yaml
 
 from ...base import validate
 from ...records.results import unwritable_reason
+from ..error_lines import closest, did_you_mean
 from ..errors import EXIT_BUSY, EXIT_FAILED, EXIT_USAGE, UsageError
-from ..messages import closest, did_you_mean
 from .pages import write_pages
 from .plan import PLAN, PLANS, Stage, load_plan, stage_table
 from .report import write_report
