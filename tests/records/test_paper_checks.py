@@ -8,19 +8,21 @@ import math
 
 import pytest
 
+from wslight.records.attack_claims import (
+    ERR_RESOLUTION,
+    check_closed_forms,
+    check_relu_raf_less_reliable,
+    check_rf_cannot_flip,
+)
 from wslight.records.checks import CLAIM, HYPOTHESIS, Check, checks_report, combined, ordered, tally
 from wslight.records.hypotheses import check_words_raf, check_words_rf
 from wslight.records.paper_checks import all_checks
-from wslight.records.paper_claims import (
-    ERR_RESOLUTION,
-    check_attention_edit,
-    check_closed_forms,
+from wslight.records.paper_claims import check_attention_edit
+from wslight.records.ws_claims import (
     check_deep_rf_decays,
     check_raf_flat,
     check_relu_raf,
-    check_relu_raf_less_reliable,
     check_rf_bound,
-    check_rf_cannot_flip,
     check_rf_sqrt_n_flat,
 )
 

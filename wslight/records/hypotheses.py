@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 
+from .attack_claims import PAPER_MAX_N_OVER_D
 from .checks import HYPOTHESIS, Check, unmeasured, verdict
-from .paper_claims import PAPER_MAX_N_OVER_D
 from .words import words_table
 
 WORDS_FLIP_CLEAR = 0.25  # "a clear share" of reviews flipped by one real word
