@@ -4,7 +4,7 @@
 - `datamodule`: `EmbeddingDataModule`, token embeddings of reviews for training;
 - `attack_callback`: `DeltaAttack`, the Delta attack run on a fitted head after `fit`/`test`;
 - `evaluation`: the `Evaluation` base of `evaluate.py` (trials sharded over devices, gathered, appended to
-  results.jsonl, resumable);
+  results.jsonl, resumable); `embeddings_evaluation`: `EmbeddingsEvaluation`, its base for token embeddings;
 - `grid_settings`: `GridSettings`, the map x d x n x L grid both word-sensitivity sweeps walk, and its trials;
 - `grid`: `MapGridEvaluation`, the evaluation over that grid with the search's settings;
 - `sensitivity_sweep`: `WordSensitivitySweep`, S over the grid (Figures 2-3);
@@ -23,7 +23,8 @@ from .attack_sweep import AttackCase, DeltaAttackSweep, attack_objectives, attac
 from .classifier import FeatureMapClassifier, TrainingDiverged
 from .classifier_words import ClassifierWords
 from .datamodule import EmbeddingDataModule, EmbeddingDataset, split_indices
-from .evaluation import EmbeddingsEvaluation, Evaluation, gather_records
+from .embeddings_evaluation import EmbeddingsEvaluation
+from .evaluation import Evaluation, gather_records
 from .figures import save_figure
 from .finetune import ReviewTextDataModule, SequenceClassifierFineTune
 from .grid_settings import GridSettings

@@ -25,7 +25,7 @@ from ..base.seeding import derive_seed
 from ..data import EmbeddingSpec
 from ..features import resolve_maps, trial_maps
 from ..records.summary import ATTACK_REQUIRED, attack_scalars, attack_table, trusted, write_summary
-from .evaluation import EmbeddingsEvaluation
+from .embeddings_evaluation import EmbeddingsEvaluation
 from .figures import attack_figures
 
 

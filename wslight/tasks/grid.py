@@ -6,7 +6,7 @@ And the settings of the word-sensitivity search they run in each trial (one `Sea
 from __future__ import annotations
 
 from ..search.settings import GENERIC_DEFAULTS, SearchSettings, family_defaults
-from .evaluation import EmbeddingsEvaluation
+from .embeddings_evaluation import EmbeddingsEvaluation
 from .grid_settings import GridSettings
 
 

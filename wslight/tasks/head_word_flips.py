@@ -19,7 +19,8 @@ from ..search.settings import DEFAULT_CHUNK_ELEMENTS
 from .after_fit import AfterFitOrTest
 from .classifier import FeatureMapClassifier
 from .evaluation import gather_records, one_cpu_thread
-from .trained_head_words import HEAD_WORDS_REQUIRED, head_words_table, review_word_records
+from .review_words import review_word_records
+from .trained_head_words import HEAD_WORDS_REQUIRED, head_words_table
 
 HEAD_WORDS_RESULTS_NAME = "head_words.jsonl"
 
@@ -30,7 +31,7 @@ class HeadWordFlips(AfterFitOrTest):
     At the chosen hook, the first `reviews` reviews of the datamodule's test split (an EmbeddingDataModule of real
     reviews, layer 0) are read at every word position within their first n tokens: exactly over the encoder's
     admissible vocabulary, how many words flip the sign of f(X) = phi(X)^T theta + b, the strongest one and the output
-    it gives, S_words and its best word (`wslight.tasks.trained_head_words.review_word_records`). Under DDP rank r takes
+    it gives, S_words and its best word (`wslight.tasks.review_words.review_word_records`). Under DDP rank r takes
     reviews r::world_size; the records are gathered on every rank, and rank 0 appends them to
     `<log dir>/head_words.jsonl` and logs `head_words/flip_rate` (the share of positions some word flips) and
     `head_words/review_flip_rate` (the share of reviews with such a position).

@@ -19,6 +19,7 @@ from ..base.seeding import derive_seed, generator
 from ..data import EmbeddingSpec
 from ..features.move import trial_features
 from ..records.summary import markdown_table, nonfinite, trusted, write_summary
+from ..search.result import WSResult
 from ..search.sensitivity import word_sensitivity
 from ..search.settings import DEFAULT_CHUNK_ELEMENTS, SearchSettings
 from ..search.substitution import word_substitution
@@ -186,26 +187,8 @@ class WordSubstitutionSweep(MapGridEvaluation):
             entry.build(n, d, ms, depth=L, width_ratio=self.grid.rf_width_ratio, dtype="float32").to(self.device)
             for ms in map_seeds
         ]
-        restart_seeds = [derive_seed(ms, "words.restarts") for ms in map_seeds]
-        search = (
-            word_sensitivity(
-                maps, X, positions=[self.position], search=self.search, seed=restart_seeds, radius=self.radius(d)
-            )
-            if self.continuous
-            else None
-        )
-        heads, ill = None, [False] * len(specs)
-        if self.N:
-            train = [self.training_index(derive_seed(ms, "words.train"), i, n) for ms, i in zip(map_seeds, index)]
-            drawn = [self.store.samples(t, n, d) for t in train]
-            X_train = torch.stack([x for x, _ in drawn]).to(self.device)  # (T, N, n, d)
-            Y = torch.stack([labels for _, labels in drawn]).to(self.device)  # (T, N)
-            fitted = fit_heads(trial_features(maps, X_train), Y, trial_features(maps, X), y[:, None].to(self.device))
-            theta = lambda h: fitted.theta_star if h == "min_norm" else fitted.theta(cast(Any, h))[:, 0]  # noqa: E731
-            thetas = [theta(h) for h in self.trainings]
-            heads = torch.stack(thetas, dim=-1)  # (T, p, C)
-            ill = fitted.ill_conditioned.tolist()
-            del fitted, X_train
+        search = self.continuous_search(maps, X, map_seeds, d)
+        heads, ill = self.trial_heads(maps, X, y, map_seeds, index, n, d)
         masks = [self.admissible(i) for i in index]
         allowed = torch.stack([mk for mk, _ in masks])[:, None, None]  # (T, 1, 1, V)
         rows = self.words.rows(self.position, d)
@@ -260,6 +243,43 @@ class WordSubstitutionSweep(MapGridEvaluation):
             record["nonfinite"] = nonfinite(record)
             records.append(record)
         return records
+
+    def continuous_search(
+        self, maps: list[torch.nn.Module], X: torch.Tensor, map_seeds: list[int], d: int
+    ) -> WSResult | None:
+        """The continuous S at `position` of each trial's review X (T, 1, n, d), on its map (None: continuous false)."""
+        restart_seeds = [derive_seed(ms, "words.restarts") for ms in map_seeds]
+        if not self.continuous:
+            return None
+        return word_sensitivity(
+            maps, X, positions=[self.position], search=self.search, seed=restart_seeds, radius=self.radius(d)
+        )
+
+    def trial_heads(
+        self,
+        maps: list[torch.nn.Module],
+        X: torch.Tensor,
+        y: torch.Tensor,
+        map_seeds: list[int],
+        index: list[int],
+        n: int,
+        d: int,
+    ) -> tuple[torch.Tensor | None, list[bool]]:
+        """The heads of `trainings` of each trial, (T, p, C), and whether each trial's Gram is ill-conditioned.
+
+        Fitted on N training reviews drawn by the trial's map seed (`training_index`), the attack's heads also on the
+        trial's own review X (T, 1, n, d) with its label y (T,). None and no flag when N is 0.
+        """
+        if not self.N:
+            return None, [False] * len(maps)
+        train = [self.training_index(derive_seed(ms, "words.train"), i, n) for ms, i in zip(map_seeds, index)]
+        drawn = [self.store.samples(t, n, d) for t in train]
+        X_train = torch.stack([x for x, _ in drawn]).to(self.device)  # (T, N, n, d)
+        Y = torch.stack([labels for _, labels in drawn]).to(self.device)  # (T, N)
+        fitted = fit_heads(trial_features(maps, X_train), Y, trial_features(maps, X), y[:, None].to(self.device))
+        theta = lambda h: fitted.theta_star if h == "min_norm" else fitted.theta(cast(Any, h))[:, 0]  # noqa: E731
+        thetas = [theta(h) for h in self.trainings]
+        return torch.stack(thetas, dim=-1), fitted.ill_conditioned.tolist()  # (T, p, C), T flags
 
     # --- the summary ------------------------------------------------------------------------------------------------
     def summarize(self, records: list[dict], out_dir: Path) -> None:
