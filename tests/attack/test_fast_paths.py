@@ -7,7 +7,9 @@ from wslight.attack.heads import gram_factor, min_norm, min_norm_and_projection,
 from wslight.features import FreshMaps
 from wslight.features.attention_starts import structured_starts
 from wslight.features.fresh import stacked_features
-from wslight.features.move import per_trial, stack_trials, token_move, trial_features
+from wslight.features.move import per_trial, stack_trials
+from wslight.features.generic_move import token_move
+from wslight.features.forwards import trial_features
 
 
 def _problem(T=3, N=30, p=200, B=2, seed=0, scale=None):

@@ -5,7 +5,7 @@ import torch
 from wslight.data import EmbeddingSpec, load_token_embeddings
 from wslight.features import FreshMaps, make_map
 from wslight.features.attention_starts import self_score_maximiser
-from wslight.features.move import token_move
+from wslight.features.generic_move import token_move
 from wslight.search.sensitivity import word_sensitivity
 
 

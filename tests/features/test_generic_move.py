@@ -12,11 +12,12 @@ from torch import nn
 
 from tests.conftest import unit_rows
 from wslight.chains.engine import MonotoneAscent, autograd_evaluate, run_chains
+from wslight.chains.settings import SearchSettings
 from wslight.features import make_map
-from wslight.features.move import GenericMove
-from wslight.search.ascent import Search
+from wslight.features.generic_move import GenericMove
+from wslight.search.rounds import Rounds
 from wslight.search.sensitivity import word_sensitivity
-from wslight.search.settings import SearchSettings
+from wslight.search.start_plan import StartPlan
 
 
 class _Plain(nn.Module):
@@ -117,8 +118,8 @@ def test_the_search_hands_its_generic_rounds_the_live_evaluation(monkeypatch):
     monkeypatch.setattr(GenericMove, "live_value_and_grad", counted)
     monkeypatch.setattr(GenericMove, "change_sq", lambda self, delta: (_ for _ in ()).throw(AssertionError("full")))
     maps, X, token, _ = _case(T=1, B=1, dtype="float32")
-    search = Search.checked(8, 6, [0], None, SearchSettings(max_steps=5, max_chains=4, power_iters=0).resolved())
-    f, x, steps = search._round(token, torch.randn(1, 1, 1, 3, 8), 64)
+    resolved = SearchSettings(max_steps=5, max_chains=4, power_iters=0).resolved()
+    f, x, steps = Rounds(resolved, resolved.radius(8), StartPlan()).round(token, torch.randn(1, 1, 1, 3, 8), 64)
     assert calls["live"] > 0 and f.shape == (1, 1, 1, 3)
 
 

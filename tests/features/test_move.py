@@ -13,7 +13,7 @@ from torch import nn
 from wslight.attack import delta_attack
 from wslight.base.seeding import generator
 from wslight.features import RandomAttentionFeatures, RandomFeatures, make_map
-from wslight.features.move import GenericMove, move_class_for, token_move
+from wslight.features.generic_move import GenericMove, move_class_for, token_move
 from wslight.search.sensitivity import word_sensitivity
 
 ROOT = Path(__file__).resolve().parents[2]

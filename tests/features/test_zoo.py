@@ -13,7 +13,7 @@ import torch
 
 from wslight.base.seeding import generator
 from wslight.features import MAPS, RandomAttentionFeatures, make_map
-from wslight.features.move import GenericMove, move_class_for, token_move
+from wslight.features.generic_move import GenericMove, move_class_for, token_move
 from wslight.records.summary import slope_table
 
 pytestmark = pytest.mark.usefixtures("one_thread")

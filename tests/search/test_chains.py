@@ -12,9 +12,17 @@ import yaml
 from conftest import unit_rows
 
 from wslight.chains.engine import MonotoneAscent, autograd_evaluate, more_chains, near_best, run_chains
+from wslight.chains.settings import ResolvedSearch, SearchSettings
 from wslight.data import EmbeddingSpec, load_token_embeddings
-from wslight.features import FreshMaps, RandomAttentionFeatures, ReLUAttentionFeatures, make_map, move
-from wslight.features.move import GenericMove, float64_moves, token_move
+from wslight.features import (
+    FreshMaps,
+    RandomAttentionFeatures,
+    ReLUAttentionFeatures,
+    family_defaults,
+    generic_move,
+    make_map,
+)
+from wslight.features.generic_move import GenericMove, float64_moves, token_move
 from wslight.features.rows import (
     REMOVAL_ANGLES,
     REMOVAL_ROWS,
@@ -29,9 +37,11 @@ from wslight.features.rows import (
     row_subspaces,
     unit,
 )
-from wslight.search import ascent, kept
+from wslight.search import kept
+from wslight.search.first_round import _homotopy_starts, first_starts
+from wslight.search.rounds import Rounds
 from wslight.search.sensitivity import word_sensitivity
-from wslight.search.settings import SearchSettings, family_defaults
+from wslight.search.start_plan import StartPlan
 from wslight.search.starts import seeded_draws
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -42,9 +52,15 @@ def shipped_search(cls: type) -> dict:
     return SearchSettings().resolved(family_defaults(cls)).given()
 
 
-def settings(**given) -> SearchSettings:
+def settings(**given) -> ResolvedSearch:
     """Search settings with every field filled: the given ones, else the generic defaults."""
     return SearchSettings(**given).resolved()
+
+
+def rounds_of(d: int, plan: StartPlan = StartPlan(), **given) -> Rounds:
+    """The rounds of a search in dimension d at the radius sqrt(d), with these settings (else the generic ones)."""
+    resolved = settings(**given)
+    return Rounds(resolved, resolved.radius(d), plan)
 
 
 def test_near_best_counts_chains_within_one_percent_of_s():
@@ -199,7 +215,7 @@ class _Plain(torch.nn.Module):
 
 
 def test_generic_path_first_round_runs_more_random_chains_after_the_usual_starts():
-    """A map without structured starts runs GENERIC_FIRST_ROUND x chains_per_round chains in its first round.
+    """A map without structured starts runs generic_first_round x chains_per_round chains in its first round.
 
     Besides the homotopy starts: the usual `chains_per_round` starts first (the same as with one round's worth), then
     the homotopy starts, then random ones from their own stream; a map with its own algebra keeps `chains_per_round`.
@@ -208,32 +224,25 @@ def test_generic_path_first_round_runs_more_random_chains_after_the_usual_starts
     X = unit_rows(B, n, d, seed=7)
     inner = make_map("relu_raf", n, d, seed=3)
     plain = _Plain(inner)
+    first = StartPlan().generic_first_round
     res = word_sensitivity(plain, X, chains_per_round=3, max_chains=3, seed=1)
-    assert (res.chains >= 3 * ascent.GENERIC_FIRST_ROUND).all()
-    assert (
-        word_sensitivity(inner, X, chains_per_round=3, max_chains=3, seed=1).chains < 3 * ascent.GENERIC_FIRST_ROUND
-    ).all()
-    search = ascent.Search.checked(
-        d, n, [0], None, settings(chains_per_round=3, max_steps=50, power_iters=10, max_chains=3)
-    )
-    token = token_move([plain], X[None], [0], torch.float32)
-    starts = search._starts(token, [0], [1], torch.float32, X[None])
+    assert first > 1 and (res.chains >= 3 * first).all()
+    assert (word_sensitivity(inner, X, chains_per_round=3, max_chains=3, seed=1).chains < 3 * first).all()
+    given = dict(chains_per_round=3, max_steps=50, power_iters=10, max_chains=3)
+    move = token_move([plain], X[None], [0], torch.float32)
+    starts = first_starts(rounds_of(d, **given), move, [0], [1], torch.float32, X[None])
     # homotopy and row starts (mixes, captured points, removal mixes)
     removal = 2 * REMOVAL_SINGULAR * len(REMOVAL_ANGLES) * min(n, REMOVAL_ROWS)
-    H = len(ascent.HOMOTOPY_SCALES) + 2 * len(SELF_CAPTURE_MIXES) + removal
-    assert starts.shape[3] == 3 * ascent.GENERIC_FIRST_ROUND + H
-    first = ascent.GENERIC_FIRST_ROUND
-    try:
-        ascent.GENERIC_FIRST_ROUND = 1
-        usual = search._starts(token, [0], [1], torch.float32, X[None])
-    finally:
-        ascent.GENERIC_FIRST_ROUND = first
+    H = len(StartPlan().homotopy_scales) + 2 * len(SELF_CAPTURE_MIXES) + removal
+    assert starts.shape[3] == 3 * first + H
+    one_round = rounds_of(d, StartPlan(generic_first_round=1), **given)
+    usual = first_starts(one_round, move, [0], [1], torch.float32, X[None])
     torch.testing.assert_close(starts[:, :, :, : 3 + H], usual, rtol=0, atol=0)
     torch.testing.assert_close(starts.norm(dim=-1), torch.full(starts.shape[:-1], d**0.5), rtol=1e-5, atol=0)
 
 
 def test_homotopy_starts_are_the_best_points_of_the_larger_balls_brought_back_to_the_radius():
-    """Each homotopy start is the direction of the best point of HOMOTOPY_CHAINS chains on the ball of radius s r.
+    """Each homotopy start is the direction of the best point of homotopy_chains chains on the ball of radius s r.
 
     That point lies on (or in) its ball and beats the chains' own starting points there; the balls, searched in one
     round, give the points of one round per ball (float64, to 1e-12).
@@ -241,20 +250,18 @@ def test_homotopy_starts_are_the_best_points_of_the_larger_balls_brought_back_to
     B, n, d = 2, 8, 16
     X = unit_rows(B, n, d, seed=3)
     plain = _Plain(make_map("raf", n, d, seed=4))
-    search = ascent.Search.checked(
-        d, n, [0, 3], None, settings(chains_per_round=2, max_steps=100, power_iters=10, max_chains=2)
-    )
+    rounds = rounds_of(d, chains_per_round=2, max_steps=100, power_iters=10, max_chains=2)
     token = token_move([plain], X[None], [0, 3], torch.float64)
-    H = ascent.HOMOTOPY_SCALES
-    homotopy = search._homotopy_starts(token, [0, 3], [5], torch.float64, X[None], chain_chunk=64)  # (1, B, 2, H, d)
+    H, per_ball = rounds.plan.homotopy_scales, rounds.plan.homotopy_chains
+    homotopy = _homotopy_starts(rounds, token, [0, 3], [5], torch.float64, X[None], chain_chunk=64)  # (1, B, 2, H, d)
     assert homotopy.shape == (1, B, 2, len(H), d)
     torch.testing.assert_close(homotopy.norm(dim=-1), torch.ones(1, B, 2, len(H), dtype=torch.float64))
     for k, scale in enumerate(H):
-        R = scale * search.radius
-        u0 = unit(seeded_draws([5], [0, 3], B, ascent.HOMOTOPY_CHAINS, d, "homotopy", k)).to(torch.float64) * R
+        R = scale * rounds.radius
+        u0 = unit(seeded_draws([5], [0, 3], B, per_ball, d, "homotopy", k)).to(torch.float64) * R
         f0 = token.change_sq(u0)  # (1, B, 2, K) the chains' starting values on that ball
-        balls = torch.full((ascent.HOMOTOPY_CHAINS, 1), R, dtype=torch.float64)
-        f_best, x_best, _ = search._round(token, u0, 64, balls)  # one ball's round alone
+        balls = torch.full((per_ball, 1), R, dtype=torch.float64)
+        f_best, x_best, _ = rounds.round(token, u0, 64, balls)  # one ball's round alone
         best = x_best.gather(3, f_best.argmax(-1)[..., None, None].expand(-1, -1, -1, 1, d))[:, :, :, 0]
         assert (best.norm(dim=-1) <= R * (1 + 1e-12)).all()
         assert (f_best.max(-1).values > f0.max(-1).values).all()  # the chains climbed on the larger ball
@@ -262,7 +269,7 @@ def test_homotopy_starts_are_the_best_points_of_the_larger_balls_brought_back_to
     assert not torch.allclose(homotopy[:, :, :, 0], homotopy[:, :, :, -1])  # the balls' best points differ
 
 
-def test_homotopy_starts_reach_the_maxima_that_random_starts_miss(monkeypatch):
+def test_homotopy_starts_reach_the_maxima_that_random_starts_miss():
     """RAF as a plain module at d = 128 reaches the closed form's S only with the homotopy and row starts.
 
     Without the homotopy starts (and the row starts) the generic path stops short of the closed form's S on some samples
@@ -275,11 +282,17 @@ def test_homotopy_starts_reach_the_maxima_that_random_starts_miss(monkeypatch):
     kw = dict(chains_per_round=6, max_chains=64, max_steps=60, seed=1)  # the RAF family's search
     closed = word_sensitivity(raf, X, **kw).ws
     homotopy = word_sensitivity(_Plain(raf), X, **kw).ws
-    monkeypatch.setattr(ascent, "HOMOTOPY_SCALES", ())
-    monkeypatch.setattr(GenericMove, "row_starts", lambda self, radius, draws, lean: None)
-    random_only = word_sensitivity(_Plain(raf), X, **kw).ws
+    random_only = word_sensitivity(_NoRowStarts(raf), X, start_plan=StartPlan(homotopy_scales=()), **kw).ws
     assert int((random_only < 0.98 * closed).sum()) >= 2
     assert (homotopy >= 0.995 * closed).all()
+
+
+class _NoRowStarts(_Plain):
+    """The same map with one constant feature more: no longer one d-row per token, so no row starts (same S)."""
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        phi = self.inner(X)
+        return torch.cat([phi, phi.new_zeros(*phi.shape[:-1], 1)], dim=-1)
 
 
 class _Hinted(_Plain):
@@ -486,7 +499,7 @@ def test_removal_starts_find_the_pre_trained_layers_higher_maxima_on_the_bundled
     maps = [make_map("pretrained_attn", n, d)] * T
     seeds = list(range(T))
     shipped = word_sensitivity(maps, X, seed=seeds, **settings).ws
-    monkeypatch.setattr(move, "removal_mixes", lambda x, dirs: x.new_zeros(x.shape[0], 0, x.shape[-1]))
+    monkeypatch.setattr(generic_move, "removal_mixes", lambda x, dirs: x.new_zeros(x.shape[0], 0, x.shape[-1]))
     without = word_sensitivity(maps, X, seed=seeds, **settings).ws
     assert (shipped > 1.04 * without).all()
 
@@ -532,14 +545,12 @@ def test_search_starts_come_after_the_usual_starts_at_the_radius():
     B, n, d = 3, 8, 16
     X = unit_rows(B, n, d, seed=2)
     raf = make_map("raf", n, d, seed=2)
-    search = ascent.Search.checked(
-        d, n, [0, 5], None, settings(chains_per_round=3, max_steps=50, power_iters=10, max_chains=3)
+    rounds = rounds_of(d, chains_per_round=3, max_steps=50, power_iters=10, max_chains=3)
+    plain = first_starts(
+        rounds, token_move([_Plain(raf)], X[None], [0, 5], torch.float64), [0, 5], [1], torch.float64, X[None]
     )
-    plain = search._starts(
-        token_move([_Plain(raf)], X[None], [0, 5], torch.float64), [0, 5], [1], torch.float64, X[None]
-    )
-    hinted = search._starts(
-        token_move([_Hinted(raf)], X[None], [0, 5], torch.float64), [0, 5], [1], torch.float64, X[None]
+    hinted = first_starts(
+        rounds, token_move([_Hinted(raf)], X[None], [0, 5], torch.float64), [0, 5], [1], torch.float64, X[None]
     )
     assert hinted.shape[3] == plain.shape[3] + n  # the attracting direction and n - 1 steering ones
     torch.testing.assert_close(hinted[:, :, :, :3], plain[:, :, :, :3], rtol=0, atol=0)
@@ -574,12 +585,18 @@ def test_generic_path_polishing_round_only_adds_chains(monkeypatch):
     X = unit_rows(B, n, d, seed=11)
     plain = _Plain(make_map("relu_raf", n, d, seed=5))
     polished = word_sensitivity(plain, X, chains_per_round=3, max_chains=6, seed=2)
-    monkeypatch.setattr(ascent.Search, "_polishes", staticmethod(lambda token: False))
+    real = Rounds._after_rounds
+
+    def no_polish(self, move, phase, kept, T):  # the same rounds, and the chunk done where it would polish
+        after = real(self, move, phase, kept, T)
+        return None if after is not None and after[0] == "polish" else after
+
+    monkeypatch.setattr(Rounds, "_after_rounds", no_polish)
     plain_rounds = word_sensitivity(plain, X, chains_per_round=3, max_chains=6, seed=2)
     assert (polished.chains > plain_rounds.chains).all()
     assert (polished.ws >= plain_rounds.ws * (1 - 1e-9)).all()
-    token = token_move([make_map("relu_raf", n, d, seed=5)], X[None], [0], torch.float32)
-    assert not ascent.Search._polishes(token)
+    assert token_move([plain], X[None], [0], torch.float32).structure_blind
+    assert not token_move([make_map("relu_raf", n, d, seed=5)], X[None], [0], torch.float32).structure_blind
 
 
 def test_narrowing_to_the_moving_chains_keeps_every_path_and_saves_evaluations():

@@ -9,10 +9,14 @@ import itertools
 import pytest
 import torch
 
+from wslight.chains.settings import SearchSettings
 from wslight.features import make_map
-from wslight.features.move import token_move
-from wslight.search.radius_split import _share_out, allocated_start
+from wslight.features.generic_move import token_move
+from wslight.search.radius_split import _share_out, radius_split_start
 from wslight.search.sensitivity import word_sensitivity
+
+# The ascent every block and level runs: lr 0.25, tol 1e-4, window 20, 300 steps
+ASCENT = SearchSettings(lr=0.25, tol=1e-4, window=20, max_steps=300).resolved()
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -36,7 +40,7 @@ def test_share_out_is_the_best_split_of_the_levels_by_brute_force():
         assert got == pytest.approx(best, rel=1e-12)
 
 
-def test_allocated_start_is_in_the_ball_and_beats_every_one_head_start(rows):
+def test_radius_split_start_is_in_the_ball_and_beats_every_one_head_start(rows):
     """The allocated start lies in the ball and beats every one-head start.
 
     The start has its blocks at their allocated radii; its change is at least that of every start putting the whole
@@ -47,7 +51,7 @@ def test_allocated_start_is_in_the_ball_and_beats_every_one_head_start(rows):
     token = token_move([fmap], X, [0], torch.float64)
     radius = 24**0.5
     draws = torch.randn(1, 3, 1, 8, 24, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    start = allocated_start(token, radius, 0.25, 1e-4, 20, 300, draws)  # (1, B, 1, 1, d)
+    start = radius_split_start(token, radius, ASCENT, draws)  # (1, B, 1, 1, d)
     assert (start.norm(dim=-1) <= radius * (1 + 1e-9)).all()
     H = fmap.heads
     one_head = token.starts[:, :, :, :H] * radius  # (1, B, 1, H, d): the whole radius in one head
@@ -62,6 +66,6 @@ def test_multi_head_search_starts_from_the_split_and_is_seeded(rows):
     b = word_sensitivity(fmap, X, seed=5, chains_per_round=4, max_chains=8)
     assert torch.equal(a.ws, b.ws)
     token = token_move([fmap], X[None].float(), [0], torch.float32)
-    start = allocated_start(token, 24**0.5, 0.25, 1e-4, 20, 300)
+    start = radius_split_start(token, 24**0.5, ASCENT)
     S_start = token.change_sq(start)[0, :, 0, 0].clamp_min(0).sqrt() / token.phi0[0].norm(dim=-1)
     assert (a.ws >= S_start.double() * (1 - 1e-4)).all()

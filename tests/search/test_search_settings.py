@@ -1,14 +1,15 @@
 """`search.max_chains` below `search.chains_per_round` is refused, naming both (a round runs all its chains)."""
 
+import math
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import unit_rows
 
-from wslight.features import MAPS, resolve_maps
+from wslight.chains.settings import GENERIC_DEFAULTS, SearchSettings
+from wslight.features import MAPS, FeatureMap, family_defaults, resolve_maps
 from wslight.search import word_sensitivity
-from wslight.search.settings import GENERIC_DEFAULTS, SearchSettings, family_defaults
 from wslight.tasks import GridSettings, WordSensitivitySweep
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,12 +23,26 @@ def test_max_chains_below_chains_per_round_is_refused_naming_both_keys_and_value
 
 
 def test_a_family_default_that_the_given_setting_contradicts_is_named_as_such():
-    family = {"chains_per_round": 12, "max_chains": 256}
+    family = SearchSettings(chains_per_round=12, max_chains=256)
     with pytest.raises(ValueError, match=BELOW + r" \(the map family's default\)"):
         SearchSettings(max_chains=4).resolved(family)
     generic = r"search\.max_chains 64 \(the generic default\) is below search\.chains_per_round 80"
     with pytest.raises(ValueError, match=generic):
         SearchSettings(chains_per_round=80).resolved()
+
+
+def test_a_misspelt_family_default_fails_when_the_class_is_defined():
+    """Family defaults are a `SearchSettings`: a misspelt field is a TypeError at import, not a silent default."""
+    with pytest.raises(TypeError, match="chains_per_rond"):
+
+        class Misspelt(FeatureMap):
+            search_defaults = SearchSettings(chains_per_rond=6)  # type: ignore[call-arg]
+
+
+def test_the_one_radius_rule_is_the_scale_times_the_square_root_of_d():
+    assert SearchSettings().resolved().radius(384) == math.sqrt(384)
+    assert SearchSettings(radius_scale=0.5).resolved().radius(2921) == 0.5 * math.sqrt(2921)
+    assert GENERIC_DEFAULTS.radius(16) == 4.0
 
 
 def test_a_call_is_refused_before_any_search():
@@ -45,7 +60,7 @@ def test_a_sweep_is_refused_when_it_is_built_naming_the_map_whose_default_it_con
 
 def test_every_shipped_default_and_config_satisfies_the_rule():
     """The defaults and configs keep their numbers: none of them asks for fewer chains than a round."""
-    assert GENERIC_DEFAULTS["max_chains"] >= GENERIC_DEFAULTS["chains_per_round"]
+    assert GENERIC_DEFAULTS.max_chains >= GENERIC_DEFAULTS.chains_per_round
     for cls in MAPS.values():
         SearchSettings().resolved(family_defaults(cls))
     configs = [*ROOT.glob("configs/**/*.yaml"), *ROOT.glob("tests/conf/**/*.yaml")]

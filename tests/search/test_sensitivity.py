@@ -3,14 +3,16 @@
 Optimiser sanity, determinism, bad input, and the S-against-n figure.
 """
 
+import dataclasses
 import math
 
 import pytest
 import torch
 
+from wslight.chains.settings import GENERIC_DEFAULTS, SearchSettings
 from wslight.features import FreshMaps, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
 from wslight.features import make_map as package_make_map
-from wslight.features.move import map_features
+from wslight.features.forwards import map_features
 from wslight.plots.ws import plot_ws_curves, ws_curves
 from wslight.search.sensitivity import (
     WSResult,
@@ -18,7 +20,6 @@ from wslight.search.sensitivity import (
     word_sensitivity,
     ws_bound_rf,
 )
-from wslight.search.settings import GENERIC_DEFAULTS, SearchSettings
 
 # Tiny tensors, many small steps: one torch thread (the conftest fixture) avoids pool contention.
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -201,7 +202,7 @@ def test_all_positions_at_least_first(rows, name):
     fm = make_map(name, n, d, dtype="float64")
     # the generic settings for every map: RF's own (one round, a coarser stop) leave a sample's confirmation round to
     # its best position, so position 0 of [3, 0] may run fewer chains than position 0 alone
-    tight = SearchSettings(**GENERIC_DEFAULTS)
+    tight = SearchSettings(**dataclasses.asdict(GENERIC_DEFAULTS))
     first = word_sensitivity(fm, X, positions="first", search=tight)
     some = word_sensitivity(fm, X, positions=[3, 0], search=tight)
     every = word_sensitivity(fm, X, positions="all", search=tight)
@@ -394,17 +395,16 @@ def test_a_call_at_its_defaults_searches_with_the_map_familys_settings(monkeypat
 
     The family of a built map, a list of them, or FreshMaps drawn from the law (RF); the call's own changes win.
     """
-    from wslight.search import ascent
-    from wslight.search.settings import GENERIC_DEFAULTS
+    from wslight.search import sensitivity
 
     seen = []
-    real = ascent.Search.checked
+    real = sensitivity.Rounds
 
-    def spy(d, n, positions, radius, settings):
+    def spy(settings, radius, plan):
         seen.append(settings)
-        return real(d, n, positions, radius, settings)
+        return real(settings, radius, plan)
 
-    monkeypatch.setattr(ascent.Search, "checked", staticmethod(spy))
+    monkeypatch.setattr(sensitivity, "Rounds", spy)
 
     class Plain(torch.nn.Module):  # a user's module: no family
         def __init__(self) -> None:
@@ -423,4 +423,4 @@ def test_a_call_at_its_defaults_searches_with_the_map_familys_settings(monkeypat
     assert (rf.chains_per_round, rf.max_chains, rf.tol, rf.window) == (4, 4, 1e-3, 10)
     assert fresh_rf == rf  # drawn from the law: the class's defaults too
     assert (raf.chains_per_round, raf.max_chains) == (6, 64) and raf.max_steps == 2  # the call's change wins
-    assert plain.chains_per_round == 3 and plain.max_chains == GENERIC_DEFAULTS["max_chains"]
+    assert plain.chains_per_round == 3 and plain.max_chains == GENERIC_DEFAULTS.max_chains

@@ -2,6 +2,7 @@
 
 Modules, from the top down:
 - `delta`: `delta_attack` and `delta_attacks` (every training and loss of a trial in one search);
+- `report`: the best restart per sample and objective, the heads' outputs there, and one record per sample;
 - `settings`: `AttackSettings`, the optimiser's settings (steps, lr, restarts, faithful, position, radius, dtype),
   checked once, with their defaults and the authors' schedules;
 - `inputs`: `AttackInputs`, the checked training set, context sample and resolved settings of a trial, and
@@ -10,10 +11,11 @@ Modules, from the top down:
 - `heads`: the closed-form heads in N x N space (min-norm interpolator, fine-tuned and re-trained heads).
 """
 
-from .delta import delta_attack, delta_attacks, output_records
+from .delta import delta_attack, delta_attacks
 from .heads import Heads, HeadScalars, fit_heads, min_norm_interpolator
 from .inputs import AttackInputs, checked_inputs, draw_samples
 from .losses import LOSSES, attack_objective
+from .report import output_records
 from .settings import AttackSettings
 
 __all__ = [

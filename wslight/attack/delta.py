@@ -18,24 +18,26 @@ Pure maths: no Lightning import.
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
 
-from ..base.numerics import sum_last
+from ..base.names import Training
 from ..base.seeding import generator
-from ..chains.ball import project_ball
-from ..chains.engine import Evaluate, FixedStep, MomentumDescent, StepRule, autograd_evaluate, near_best, run_chains
+from ..chains.engine import Evaluate, FixedStep, MomentumDescent, StepRule, autograd_evaluate, run_chains
 from ..features import FreshMaps
-from ..features.move import TokenMove, float64_twin, token_move, trial_features, trial_selector
+from ..features.forwards import trial_features
+from ..features.generic_move import float64_twin, token_move
+from ..features.move import TokenMove, trial_selector
 from .heads import Heads, HeadScalars, fit_heads
 from .inputs import AttackInputs, checked_inputs
-from .losses import attack_objective
+from .losses import Loss, attack_objective
+from .report import best_restarts
 from .settings import AttackSettings
 
 # The improved optimiser: momentum steps normalised per sample (initial length lr * radius), cosine decay,
@@ -60,20 +62,29 @@ def _trials(heads: HeadScalars, idx: Tensor) -> HeadScalars:
     return HeadScalars(**{f.name: getattr(heads, f.name)[idx] for f in fields(HeadScalars)})
 
 
-def _chain_objectives(s: Tensor, a: Tensor, ap: Tensor, hR: HeadScalars, attacks, objective: Tensor) -> Tensor:
+def _chain_objectives(
+    s: Tensor,
+    a: Tensor,
+    ap: Tensor,
+    chain_scalars: HeadScalars,
+    attacks: Sequence[tuple[Training, Loss, float]],
+    objective: Tensor,
+) -> Tensor:
     """Each chain's own objective attacks[objective[t, b, c]] of its inner products s, a, ap (T, B, W); (T, B, W).
 
-    hR's per-sample scalars are broadcast over the chains. Each objective is computed on its own chains only, so one
+    The per-sample scalars are broadcast over the chains. Each objective is computed on its own chains only, so one
     objective's infinities (e.g. align on phi(X) = 0) never reach another's gradient.
     """
     if len(attacks) == 1:
-        return attack_objective(s, a, ap, hR, *attacks[0])
+        return attack_objective(s, a, ap, chain_scalars, *attacks[0])
     out = torch.zeros_like(s)
     for o, attack in enumerate(attacks):
         mask = objective == o
         if bool(mask.any()):
-            own = {k: getattr(hR, k).expand_as(s)[mask] for k in ("y", "t0", "phi_sq", "Pphi_sq")}
-            scalars = HeadScalars(**{f.name: own.get(f.name, getattr(hR, f.name)) for f in fields(HeadScalars)})
+            own = {k: getattr(chain_scalars, k).expand_as(s)[mask] for k in ("y", "t0", "phi_sq", "Pphi_sq")}
+            scalars = HeadScalars(
+                **{f.name: own.get(f.name, getattr(chain_scalars, f.name)) for f in fields(HeadScalars)}
+            )
             out[mask] = attack_objective(s[mask], a[mask], ap[mask], scalars, *attack)
     return out
 
@@ -173,57 +184,91 @@ def delta_attacks(
         gram_ill_conditioned.
     """
     settings = (settings or AttackSettings()).replace(**changes)
-    at = checked_inputs(feature_map, X_train, Y, X_ctx, y_ctx, objectives, settings, seed, N, train_ids, ctx_ids)
-    chosen, dtype = at.settings, at.settings.torch_dtype
+    inputs = checked_inputs(feature_map, X_train, Y, X_ctx, y_ctx, objectives, settings, seed, N, train_ids, ctx_ids)
+    heads, move, readout_vectors = _prepare(inputs, feature_map, inputs.settings.torch_dtype, cache)
+    reads = _ChainReads(move, readout_vectors, _with_restart_dim(heads), inputs.attacks)  # scalars (T, B, 1)
+    return _run_chains(inputs, heads, reads, return_delta)
+
+
+def _run_chains(inputs: AttackInputs, heads: Heads, reads: _ChainReads, return_delta: bool) -> list[dict[str, Tensor]]:
+    """Every objective's R chains of every context sample, as one batch; the best restarts reported in float64."""
+    chosen, dtype = inputs.settings, inputs.settings.torch_dtype
     filled = (chosen.restarts, chosen.steps, chosen.lr, chosen.radius)  # resolved: every field set
     R, steps, lr, radius = cast(tuple[int, int, float, float], filled)
-    heads, token, hv = _prepare(at, feature_map, dtype, cache)
-    attacks, T, B, d = at.attacks, at.T, at.B, at.X_ctx.shape[-1]
-    hR = _with_restart_dim(heads)  # (T, B, 1) scalars, broadcast over restarts
-    n_obj = len(attacks)
-
-    def inner(delta: Tensor, token=token, hv=hv) -> Tensor:
-        """(T, B, R, d) -> (T, B, R, 3): phi(X')^T [theta*, phi, P phi]."""
-        return token.readout(delta[:, :, None], hv)[:, :, 0]
-
-    def gain(delta: Tensor, objective: Tensor, token=token, hv=hv, hR=hR) -> Tensor:
-        """-objective objective[t, b, c] of every chain c, (T, B, W, d) -> (T, B, W): the engine maximises."""
-        s, a, ap = inner(delta, token, hv).to(torch.float64).unbind(-1)  # (T, B, W) each
-        return -_chain_objectives(s, a, ap, hR, attacks, objective)
+    T, B, d = inputs.T, inputs.B, inputs.X_ctx.shape[-1]
+    select = trial_selector(reads.move)
 
     def restrict(idx: Tensor, columns: Tensor) -> Evaluate | None:
         """The evaluation of the chains `columns` of the trials idx only (the trials' algebra copied once)."""
-        restricted = select(idx)
-        if restricted is None:
-            return None
-        objective = columns // R  # the chains are objective-major
-        return autograd_evaluate(partial(gain, objective=objective, token=restricted, hv=hv[idx], hR=_trials(hR, idx)))
+        restricted = select(idx)  # the chains are objective-major: chain c attacks objective c // R
+        return None if restricted is None else reads.of_trials(restricted, idx).evaluate(columns // R)
 
-    select = trial_selector(token)
-    starts = _starts(at.seeds, at.per_trial_seeds, T, B, R, d, radius, dtype, at.X_ctx.device).repeat(1, 1, n_obj, 1)
+    n_obj = len(inputs.attacks)
+    starts = _starts(inputs.seeds, inputs.per_trial_seeds, T, B, R, d, radius, dtype, inputs.X_ctx.device)
+    starts = starts.repeat(1, 1, n_obj, 1)
     if chosen.faithful:
         rule: StepRule = FixedStep(radius, lr)
     else:
         rule = MomentumDescent(radius, lr, steps, LR_FLOOR, PATIENCE, RTOL, ATOL)
     every = torch.arange(n_obj * R, device=starts.device).div(R, rounding_mode="floor").expand(T, B, -1)
-    chains = run_chains(autograd_evaluate(partial(gain, objective=every)), starts, rule, steps, restrict)
+    chains = run_chains(reads.evaluate(every), starts, rule, steps, restrict)
     with torch.no_grad():
         # Paper (authors' code): the final iterate; otherwise the best point of each chain
         value, point = (chains.f, chains.x) if chosen.faithful else (chains.best_f, chains.best_x)
-        token64 = float64_twin(token, at.X_ctx)
-        hv64 = hv if hv.dtype == torch.float64 else _head_vectors(heads)
-        inner64 = partial(inner, token=token64, hv=hv64)
+        vectors = reads.readout_vectors
+        vectors64 = vectors if vectors.dtype == torch.float64 else _head_vectors(heads)
+        reads64 = dataclasses.replace(reads, move=float64_twin(reads.move, inputs.X_ctx), readout_vectors=vectors64)
         point = point.to(torch.float64)
-        return _report(attacks, heads, inner64, -value, point, chains.steps, radius, return_delta, at.batched)
+        taken = chains.steps
+        return best_restarts(
+            inputs.attacks, heads, reads64.inner, -value, point, taken, radius, return_delta, inputs.batched, ATOL
+        )
 
 
-def _prepare(at: AttackInputs, feature_map, dtype: torch.dtype, cache: dict | None) -> tuple[Heads, TokenMove, Tensor]:
-    """The closed-form heads, float64 (docs/theory.md §5.2), the contexts' token-move algebra and hv (T, B, p, 3).
+@dataclass(frozen=True)
+class _ChainReads:
+    """What every chain of the attack reads: the contexts' algebra, the heads' vectors and scalars, the objectives.
 
-    hv holds the three vectors the losses read; all come from `cache` when it holds them for the same samples, maps and
-    position.
+    Args:
+        move: the contexts' token-move algebra.
+        readout_vectors: (T, B, p, 3) theta*, phi and P phi, in the working dtype.
+        chain_scalars: the heads' per-sample scalars with a restart dim, (T, B, 1).
+        attacks: the checked (training, loss, penalty) objectives.
     """
-    X_train, Y, X_ctx = at.X_train, at.Y, at.X_ctx
+
+    move: TokenMove
+    readout_vectors: Tensor
+    chain_scalars: HeadScalars
+    attacks: list[tuple[Training, Loss, float]]
+
+    def inner(self, delta: Tensor) -> Tensor:
+        """(T, B, R, d) -> (T, B, R, 3): phi(X')^T [theta*, phi, P phi]."""
+        return self.move.readout(delta[:, :, None], self.readout_vectors)[:, :, 0]
+
+    def gain(self, delta: Tensor, objective: Tensor) -> Tensor:
+        """-objective objective[t, b, c] of every chain c, (T, B, W, d) -> (T, B, W): the engine maximises."""
+        s, a, ap = self.inner(delta).to(torch.float64).unbind(-1)  # (T, B, W) each
+        return -_chain_objectives(s, a, ap, self.chain_scalars, self.attacks, objective)
+
+    def evaluate(self, objective: Tensor) -> Evaluate:
+        """The chains' value and gradient, chain c attacking objective[t, b, c]."""
+        return autograd_evaluate(partial(self.gain, objective=objective))
+
+    def of_trials(self, move: TokenMove, idx: Tensor) -> _ChainReads:
+        """The same reads for the trials idx only, `move` their algebra."""
+        scalars = _trials(self.chain_scalars, idx)
+        return dataclasses.replace(self, move=move, readout_vectors=self.readout_vectors[idx], chain_scalars=scalars)
+
+
+def _prepare(
+    inputs: AttackInputs, feature_map: object, dtype: torch.dtype, cache: dict | None
+) -> tuple[Heads, TokenMove, Tensor]:
+    """The closed-form heads, float64 (docs/theory.md §5.2), the contexts' token-move algebra, the readout vectors.
+
+    The readout vectors (T, B, p, 3) are the three vectors the losses read; all come from `cache` when it holds them
+    for the same samples, maps and position.
+    """
+    X_train, Y, X_ctx = inputs.X_train, inputs.Y, inputs.X_ctx
     # ---- closed-form heads, float64 (docs/theory.md §5.2), and the contexts' token-move algebra
     key = (
         id(feature_map),
@@ -231,24 +276,24 @@ def _prepare(at: AttackInputs, feature_map, dtype: torch.dtype, cache: dict | No
         X_ctx.data_ptr(),
         tuple(X_train.shape),
         tuple(X_ctx.shape),
-        at.settings.position,
+        inputs.settings.position,
         dtype,
     )
     if cache is not None and cache.get("key") == key:  # another objective on the same samples and maps
-        heads, token, hv = cache["heads"], cache["token"], cache["hv"]
+        heads, move, readout_vectors = cache["heads"], cache["move"], cache["readout_vectors"]
     else:
         if isinstance(feature_map, FreshMaps):  # one draw of each trial's map for its training and context samples
-            Phi, phi, token = feature_map.attack_inputs(X_train, X_ctx, at.settings.position, dtype)
+            Phi, phi, move = feature_map.attack_inputs(X_train, X_ctx, inputs.settings.position, dtype)
         else:
-            Phi, phi = trial_features(at.maps, X_train), trial_features(at.maps, X_ctx)  # (T, N, p), (T, B, p)
-            token = token_move(at.maps, X_ctx, [at.settings.position], dtype)
-        heads = fit_heads(Phi, Y, phi, at.y_ctx)
+            Phi, phi = trial_features(inputs.maps, X_train), trial_features(inputs.maps, X_ctx)  # (T, N, p), (T, B, p)
+            move = token_move(inputs.maps, X_ctx, [inputs.settings.position], dtype)
+        heads = fit_heads(Phi, Y, phi, inputs.y_ctx)
         del Phi  # heads.Phi keeps the float64 copy for P
-        hv = _head_vectors(heads).to(dtype)
+        readout_vectors = _head_vectors(heads).to(dtype)
         if cache is not None:
             cache.clear()
-            cache.update(key=key, heads=heads, token=token, hv=hv)
-    return heads, token, hv
+            cache.update(key=key, heads=heads, move=move, readout_vectors=readout_vectors)
+    return heads, move, readout_vectors
 
 
 def _head_vectors(heads: Heads) -> Tensor:
@@ -256,7 +301,17 @@ def _head_vectors(heads: Heads) -> Tensor:
     return torch.stack([heads.theta_star.unsqueeze(1).expand_as(heads.phi), heads.phi, heads.Pphi], -1)
 
 
-def _starts(seeds, per_trial_seeds, T, B, R, d, radius, dtype, device) -> Tensor:
+def _starts(
+    seeds: list[int],
+    per_trial_seeds: bool,
+    T: int,
+    B: int,
+    R: int,
+    d: int,
+    radius: float,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> Tensor:
     """(T, B, R, d): the first restart at the clean token, the others uniform in the ball.
 
     One stream for all trials or one per trial (then a trial's draws do not depend on its batch).
@@ -266,88 +321,3 @@ def _starts(seeds, per_trial_seeds, T, B, R, d, radius, dtype, device) -> Tensor
         draws = [_in_ball(s, 1 if per_trial_seeds else T, R - 1, B, d, radius) for s in seeds]  # (T, R - 1, B, d)
         delta[:, :, 1:] = torch.cat(draws).transpose(1, 2).to(dtype=dtype, device=device)
     return delta
-
-
-def _report(attacks, heads: Heads, inner, loss: Tensor, delta: Tensor, taken: Tensor, radius, return_delta, batched):
-    """Keep the best restart per sample and objective and report the heads' outputs there in float64.
-
-    Args:
-        attacks: the checked (training, loss, penalty) objectives, in the order of the chains' blocks.
-        heads: the closed-form heads, float64.
-        inner: the float64 read-out (T, B, K, d) -> (T, B, K, 3); the kept points are projected onto the ball in
-            float64 first (a point of a float32 chain may sit outside it by a rounding), and the objective is
-            recomputed there.
-        loss: (T, B, n_obj R) each chain's loss.
-        delta: (T, B, n_obj R, d) each chain's point, float64.
-        taken: (T, B, n_obj R) each chain's steps.
-        radius: the ball's radius.
-        return_delta: whether each output holds the kept Delta (T, B, d).
-        batched: whether the caller gave a trial axis (else the outputs drop it).
-    """
-    T, B = loss.shape[:2]
-    d, n_obj = delta.shape[-1], len(attacks)
-    loss, delta, taken = (
-        loss.unflatten(2, (n_obj, -1)),
-        delta.unflatten(2, (n_obj, -1)),
-        taken.unflatten(2, (n_obj, -1)),
-    )
-    r_best = loss.argmin(dim=3)  # (T, B, n_obj)
-    best = loss.gather(3, r_best[..., None])[..., 0]
-    near = near_best(-loss, -best, atol=ATOL)  # restarts within 1% of the best loss (docs/theory.md §4.3)
-    delta_k = delta.gather(3, r_best[..., None, None].expand(T, B, n_obj, 1, d))[:, :, :, 0]
-    delta_k = project_ball(delta_k, radius)
-    sap = inner(delta_k)  # (T, B, n_obj, 3) float64
-    outs = []
-    for o, (training, loss_name, penalty) in enumerate(attacks):
-        D0 = sap[:, :, o, 0]
-        D1 = D0 + heads.coef(training) * (sap[:, :, o, 1] if training == "finetune" else sap[:, :, o, 2])
-        t1 = heads.t0 + heads.coef(training) * (
-            heads.phi_sq if training == "finetune" else sum_last(heads.phi * heads.Pphi)
-        )
-        y = heads.y
-        out = {
-            "y": y,
-            "t0": heads.t0,
-            "t1": t1,
-            "D0": D0,
-            "D1": D1,
-            # Working definitions (docs/theory.md §6.1): Err against y_Delta = -y, its sign version, gamma
-            "err": (D1 + y) ** 2,
-            "sign_err": (torch.sign(D1) != -torch.sign(y)).to(torch.float64),
-            "gamma": torch.maximum(heads.t0.abs(), D0.abs()),
-            "proj_ratio": heads.proj_ratio,
-            "abs_t0": heads.t0.abs(),
-            "abs_D0": D0.abs(),
-            "delta_norm": delta_k[:, :, o].to(torch.float64).norm(dim=-1),
-            "steps": taken[:, :, o].gather(2, r_best[:, :, o, None])[..., 0],
-            "loss": attack_objective(D0, sap[:, :, o, 1], sap[:, :, o, 2], heads, training, loss_name, penalty),
-            "restart": r_best[:, :, o],
-            "chains": torch.full_like(r_best[:, :, o], loss.shape[3]),
-            "near_best": near[:, :, o],
-            "gram_cond": heads.cond[:, None].expand(T, B),
-            "gram_ill_conditioned": heads.ill_conditioned[:, None].expand(T, B),
-        }
-        if return_delta:
-            out["delta"] = delta_k[:, :, o]  # (T, B, d)
-        outs.append(out if batched else {k: v[0] for k, v in out.items()})
-    return outs
-
-
-def output_records(out: dict[str, Tensor]) -> list[dict]:
-    """One flat dict per context sample of a `delta_attack` output (B contexts, no trial dimension).
-
-    The final objective value `loss` is renamed `objective` (in records, `loss` names the objective), and `nonfinite`
-    flags a NaN or infinite value (e.g. phi(X) = 0 for a ReLU-RAF context whose scores are all <= 0, where the heads'
-    updates divide by zero); `gram_cond` is left out of that test, since inf there means a singular Gram, which
-    `gram_ill_conditioned` already flags.
-    """
-    B = max((v.shape[0] for v in out.values() if v.dim() > 0), default=1)
-    records = []
-    for b in range(B):
-        rec = {k: (v[b].item() if v.dim() > 0 else v.item()) for k, v in out.items()}
-        rec["objective"] = rec.pop("loss")
-        rec["nonfinite"] = any(
-            isinstance(v, float) and not math.isfinite(v) for k, v in rec.items() if k != "gram_cond"
-        )
-        records.append(rec)
-    return records

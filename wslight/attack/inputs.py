@@ -49,17 +49,17 @@ class AttackInputs:
 
 
 def checked_inputs(
-    feature_map,
-    X_train,
-    Y,
-    X_ctx,
-    y_ctx,
-    objectives,
+    feature_map: nn.Module | Sequence[nn.Module] | FreshMaps,
+    X_train: Tensor,
+    Y: Tensor,
+    X_ctx: Tensor,
+    y_ctx: Tensor,
+    objectives: Sequence[tuple[str, str, float]],
     settings: AttackSettings,
-    seed,
-    N,
-    train_ids,
-    ctx_ids,
+    seed: int | Sequence[int],
+    N: int | None,
+    train_ids: Tensor | None,
+    ctx_ids: Tensor | None,
 ) -> AttackInputs:
     """Every input of `delta_attacks` checked (a ValueError naming it), the settings resolved, before heavy work."""
     attacks = _checked_objectives(objectives)
@@ -76,7 +76,7 @@ def checked_inputs(
     )
 
 
-def _checked_objectives(objectives) -> list[tuple[Training, Loss, float]]:
+def _checked_objectives(objectives: Sequence[tuple[str, str, float]]) -> list[tuple[Training, Loss, float]]:
     """The (training, loss, penalty) objectives, each checked; at least one."""
     if not objectives:
         raise ValueError("objectives: expected at least one (training, loss, penalty), got none")
@@ -90,7 +90,9 @@ def _checked_objectives(objectives) -> list[tuple[Training, Loss, float]]:
     ]
 
 
-def _checked_samples(X_train, Y, X_ctx, y_ctx) -> tuple[bool, Tensor, Tensor, Tensor, Tensor]:
+def _checked_samples(
+    X_train: Tensor, Y: Tensor, X_ctx: Tensor, y_ctx: Tensor
+) -> tuple[bool, Tensor, Tensor, Tensor, Tensor]:
     """Whether the caller gave a trial axis, and the samples and labels with one: (T, M, n, d), (T, M), (T, B, ...)."""
     if X_train.dim() not in (3, 4) or X_ctx.dim() != X_train.dim():
         raise ValueError(
@@ -109,7 +111,7 @@ def _checked_samples(X_train, Y, X_ctx, y_ctx) -> tuple[bool, Tensor, Tensor, Te
     return batched, X_train, Y, X_ctx, y_ctx
 
 
-def _checked_maps(feature_map, T: int) -> tuple[list[nn.Module], str]:
+def _checked_maps(feature_map: nn.Module | Sequence[nn.Module] | FreshMaps, T: int) -> tuple[list[nn.Module], str]:
     """The T trials' maps ([] for FreshMaps) and the name of their kind."""
     maps: list[nn.Module]
     if isinstance(feature_map, FreshMaps):
@@ -126,7 +128,7 @@ def _checked_maps(feature_map, T: int) -> tuple[list[nn.Module], str]:
     return maps, kind
 
 
-def _checked_seeds(seed, T: int) -> tuple[list[int], bool]:
+def _checked_seeds(seed: int | Sequence[int], T: int) -> tuple[list[int], bool]:
     """The seeds of the random restarts (one per trial, or one for all) and whether they are one per trial."""
     per_trial_seeds = isinstance(seed, (list, tuple))
     seeds = list(seed) if isinstance(seed, (list, tuple)) else [cast(int, seed)]  # one per trial, or one for all

@@ -8,20 +8,19 @@ from .attention import RandomAttentionFeatures, ReLUAttentionFeatures
 from .base import (
     MAPS,
     FeatureMap,
-    MapEntry,
     TokenwiseMap,
+    family_defaults,
     make_map,
     map_dims,
     map_name,
     output_dim,
     register_map,
-    resolve_map,
-    resolve_maps,
 )
 from .deep_rf import DeepRandomFeatures
 from .elementwise import LinearAttentionFeatures as LinearAttentionFeatures
 from .elementwise import SigmoidAttentionFeatures as SigmoidAttentionFeatures
 from .encoder import PretrainedEncoder as PretrainedEncoder
+from .entries import MapEntry, resolve_map, resolve_maps
 from .fresh import FreshMaps, trial_maps
 from .multihead import MultiHeadRAF as MultiHeadRAF
 from .multihead import MultiHeadRAF12 as MultiHeadRAF12
@@ -31,6 +30,7 @@ from .rf import RandomFeatures
 from .transformer import RandomTransformerBlock as RandomTransformerBlock
 
 __all__ = [
+    "family_defaults",
     "MAPS",
     "DeepRandomFeatures",
     "FeatureMap",

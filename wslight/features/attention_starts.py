@@ -28,7 +28,7 @@ SELF_SCORE_BISECTIONS = 100
 
 
 class AttentionMove(Protocol):
-    """What the starts read of an attention map's token-move algebra (`wslight.features.attention.AttentionMove`)."""
+    """What the starts read of an attention map's token-move algebra (`attention_move.AttentionMove`)."""
 
     relu: bool
     positions: list[int]
@@ -50,7 +50,7 @@ def rows_dot(M: Tensor, y: Tensor) -> Tensor:
     return (y.reshape(T, B, P * R, d) @ M.transpose(-1, -2)).reshape(T, B, P, R, -1)  # (T, B, PR, d) @ (T, B, d, n)
 
 
-def structured_starts(token: AttentionMove, W: Tensor, XWt: Tensor) -> Tensor:
+def structured_starts(move: AttentionMove, W: Tensor, XWt: Tensor) -> Tensor:
     """The attention maps' own starts, (T, B, P, S, d) unit directions, in the order the search takes them.
 
     Attract every query onto key i (the direction W^T xbar), steer query i onto the key m whose capture changes row i
@@ -58,19 +58,19 @@ def structured_starts(token: AttentionMove, W: Tensor, XWt: Tensor) -> Tensor:
     self-capture starts. W (T, d, d) the maps' weights, XWt (T, B, n, d) the rows (W x_j)^T.
     """
     d = W.shape[-1]
-    P = len(token.positions)
-    xbar = token.X0.mean(dim=2)  # (T, B, d)
+    P = len(move.positions)
+    xbar = move.X0.mean(dim=2)  # (T, B, d)
     attract = unit(per_trial(xbar, W))  # (T, B, d) = (W^T xbar)^T
-    gain = (token.X0[:, :, None] - token.Oi[:, :, :, None]).norm(dim=-1) * XWt.norm(dim=-1)[:, :, None]
-    gain = gain.masked_fill(token.onehot[None, None], -1.0)  # (T, B, P, n)
+    gain = (move.X0[:, :, None] - move.Oi[:, :, :, None]).norm(dim=-1) * XWt.norm(dim=-1)[:, :, None]
+    gain = gain.masked_fill(move.onehot[None, None], -1.0)  # (T, B, P, n)
     target = gain.argmax(dim=-1)  # (T, B, P), the key m whose capture changes row i most
     steer = unit(torch.gather(XWt, 2, target[..., None].expand(-1, -1, -1, d)))  # (T, B, P, d) = (W x_m)^T
     attract_p = attract[:, :, None].expand(-1, -1, P, -1)  # (T, B, P, d)
     starts = torch.stack([attract_p, steer], dim=3)  # (T, B, P, 2, d)
-    if token.relu:
-        return torch.cat([starts, self_capture_starts(token, XWt, attract)], dim=3)
+    if move.relu:
+        return torch.cat([starts, self_capture_starts(move, XWt, attract)], dim=3)
     radius = d**0.5  # a start's direction only: the search scales it to its radius
-    own = unit(self_score_maximiser(token.Ws, token.xi, radius))  # (T, B, P, d)
+    own = unit(self_score_maximiser(move.Ws, move.xi, radius))  # (T, B, P, d)
     return torch.cat([starts, torch.stack([own, unit(own + attract_p)], dim=3)], dim=3)
 
 
@@ -106,7 +106,7 @@ def self_score_maximiser(Ws: Tensor, x: Tensor, radius: float) -> Tensor:
     return torch.einsum("tdk,tbpk->tbpd", V, b / (hi[..., None] - lam_))  # (T, B, P, d)
 
 
-def self_capture_starts(token: AttentionMove, XWt: Tensor, attract: Tensor) -> Tensor:
+def self_capture_starts(move: AttentionMove, XWt: Tensor, attract: Tensor) -> Tensor:
     """ReLU-RAF starts where query i attends to itself alone (docs/theory.md §4.3).
 
     Its output row becomes the moved token y = x_i + Delta, the largest change of that row, and the other rows'
@@ -120,35 +120,35 @@ def self_capture_starts(token: AttentionMove, XWt: Tensor, attract: Tensor) -> T
     returned: the ascended ones first, then the captured ones. XWt (T, B, n, d) the rows (W x_j)^T, attract
     (T, B, d) a unit vector; returns (T, B, P, 2 K, d) unit-radius starts.
     """
-    radius = token.xi.shape[-1] ** 0.5  # a start's direction only: the search scales it to its radius
-    delta = radius * token_mixes(token.xi, attract[:, :, None])  # (T, B, P, K, d)
+    radius = move.xi.shape[-1] ** 0.5  # a start's direction only: the search scales it to its radius
+    delta = radius * token_mixes(move.xi, attract[:, :, None])  # (T, B, P, K, d)
     for _ in range(SELF_CAPTURE_STEPS):
-        step, _ = capture_step(token, XWt, delta, 1.0)
+        step, _ = capture_step(move, XWt, delta, 1.0)
         delta = project_ball(delta - 0.05 * radius * step, radius)
     captured = delta
     for it in range(CAPTURED_ASCENT_STEPS):
         eta = 0.002 + 0.05 * 0.5 * (1 + math.cos(math.pi * it / CAPTURED_ASCENT_STEPS))  # cosine-decayed length
-        _, g = token.value_and_grad(delta)
+        _, g = move.value_and_grad(delta)
         delta = project_ball(delta + eta * radius * tangent_unit(delta, g, radius), radius)
         for _ in range(3):  # back into the capture region, only where it was left
-            step, outside = capture_step(token, XWt, delta, CAPTURE_MARGIN)
+            step, outside = capture_step(move, XWt, delta, CAPTURE_MARGIN)
             delta = torch.where(outside, project_ball(delta - 0.5 * eta * radius * step, radius), delta)
     return torch.cat([delta, captured], dim=3) / radius
 
 
-def capture_step(token: AttentionMove, XWt: Tensor, delta: Tensor, margin: float) -> tuple[Tensor, Tensor]:
+def capture_step(move: AttentionMove, XWt: Tensor, delta: Tensor, margin: float) -> tuple[Tensor, Tensor]:
     """The unit descent direction of the capture penalty at delta, and whether the penalty is > 0 there.
 
     The penalty is sum_{j != i} relu(r_j + margin)^2 + relu(margin - r_ii)^2 (r_j the scores of query i, r_ii its
     self score); delta (T, B, P, K, d) -> direction, (T, B, P, K, 1) bool.
     """
     T, B, n, _ = XWt.shape
-    y = token.xi[:, :, :, None] + delta
-    r = rows_dot(XWt / token.sq, y)  # (T, B, P, K, n), query i's scores of the keys j
-    h = per_trial(y, token.Ws)
-    r_ii = (h * y).sum(-1, keepdim=True) / token.sq
-    push = torch.relu(r + margin) * (~token.onehot)[None, None, :, None, :].to(delta.dtype)  # keys j != i
+    y = move.xi[:, :, :, None] + delta
+    r = rows_dot(XWt / move.sq, y)  # (T, B, P, K, n), query i's scores of the keys j
+    h = per_trial(y, move.Ws)
+    r_ii = (h * y).sum(-1, keepdim=True) / move.sq
+    push = torch.relu(r + margin) * (~move.onehot)[None, None, :, None, :].to(delta.dtype)  # keys j != i
     pull = torch.relu(margin - r_ii)
-    grad = (push.reshape(T, B, -1, n) @ XWt).reshape(y.shape) / token.sq - pull * 2 * h / token.sq
+    grad = (push.reshape(T, B, -1, n) @ XWt).reshape(y.shape) / move.sq - pull * 2 * h / move.sq
     outside = (push.pow(2).sum(-1, keepdim=True) + pull.pow(2)) > 0
     return grad / grad.norm(dim=-1, keepdim=True).clamp_min(1e-30), outside

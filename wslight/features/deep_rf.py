@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal, cast
+from typing import Literal, cast
 
 import torch
 from torch import nn
@@ -11,6 +11,7 @@ from torch import nn
 from ..base import validate
 from ..base.numerics import sum_last
 from ..base.seeding import derive_seed, generator
+from ..chains.settings import SearchSettings
 from .base import FeatureMap, register_map
 from .move import TokenMove, matmul64, stack_trials
 
@@ -78,7 +79,7 @@ class DeepRandomFeatures(FeatureMap):
             either device. For CPU-identical weights on a GPU, build on the CPU and move the map with `.to(device)`.
     """
 
-    search_defaults: ClassVar[dict[str, Any]] = {"chains_per_round": 4, "max_chains": 4, "tol": 1e-3, "window": 10}
+    search_defaults = SearchSettings(chains_per_round=4, max_chains=4, tol=1e-3, window=10)
 
     n: int  # built for one length
 
@@ -198,11 +199,11 @@ class DeepRFMove(TokenMove):
         The first layer through its z1 (T, B, width) float64 and blocks (T, P, width, d), the deeper layers as [(T,
         width, width)] (e.g. `fresh_deeper_layers`).
         """
-        token = cls.__new__(cls)
-        TokenMove.__init__(token, [], z1_64, [], dtype)
+        move = cls.__new__(cls)
+        TokenMove.__init__(move, [], z1_64, [], dtype)
         with torch.no_grad():
-            token._setup(z1_64.to(dtype), blocks.to(dtype), [V.to(dtype) for V in deeper], z1_64)
-        return token
+            move._setup(z1_64.to(dtype), blocks.to(dtype), [V.to(dtype) for V in deeper], z1_64)
+        return move
 
     def law_twin(self, dtype: torch.dtype) -> DeepRFMove | None:
         """The same algebra in another dtype for maps drawn from their law; None for built maps."""
@@ -335,17 +336,17 @@ class DeepRFMove(TokenMove):
 
         The deeper layers are not copied, `rows` points into them.
         """
-        token = DeepRFMove.__new__(DeepRFMove)
+        move = DeepRFMove.__new__(DeepRFMove)
         TokenMove.__init__(
-            token, [self.maps[i] for i in idx.tolist()] if self.maps else [], self.z1, self.positions, self.dtype
+            move, [self.maps[i] for i in idx.tolist()] if self.maps else [], self.z1, self.positions, self.dtype
         )
         idx = idx.to(self.z1.device)
-        token.z1, token.V1, token.phi0 = self.z1[idx], self.V1[idx], self.phi0[idx]
-        token.deeper, token.rows = self.deeper, self.rows[idx.cpu()]
-        token.on = [m[idx] for m in self.on]
+        move.z1, move.V1, move.phi0 = self.z1[idx], self.V1[idx], self.phi0[idx]
+        move.deeper, move.rows = self.deeper, self.rows[idx.cpu()]
+        move.on = [m[idx] for m in self.on]
         if getattr(self, "_z1_64", None) is not None:
-            token._z1_64 = self._z1_64[idx]
-        return token
+            move._z1_64 = self._z1_64[idx]
+        return move
 
 
 def fresh_deeper_layers(

@@ -15,9 +15,12 @@ import torch
 from torch import Tensor, nn
 
 from ..base import validate
-from .base import MAPS, FeatureMap, MapEntry, make_map
+from .base import MAPS, FeatureMap, make_map
 from .deep_rf import DeepRFMove, deeper_forward64, fresh_deeper_layers
-from .move import TokenMove, move_class_for, token_move, weight_dtype
+from .entries import MapEntry
+from .forwards import weight_dtype
+from .generic_move import move_class_for, token_move
+from .move import TokenMove
 from .rf import ACTIVATIONS, RFMove, fresh_preactivations
 
 # kinds drawn from the law of (z, V^(i)) instead of being built
@@ -103,7 +106,7 @@ class FreshMaps:
             return 4 * w * self.depth, w * d + (self.depth - 1) * w * w
         return move_class_for(self.maps(n, d)).chain_elements(self.maps(n, d), B, n, d)
 
-    def token(self, X: Tensor, positions: list[int]) -> TokenMove:
+    def move(self, X: Tensor, positions: list[int]) -> TokenMove:
         """The token-move algebra of the T maps for X (T, B, n, d), drawn for exactly these positions."""
         T, B, n, d = X.shape
         dt = self.working_dtype
@@ -130,15 +133,15 @@ class FreshMaps:
             return feats[:, B:], feats[:, :B], token_move(maps, X_ctx, [position], dt)
         X_all = torch.cat([X_ctx, X_train], dim=1)  # (T, B + N, n, d): one draw of z for every sample
         z64, blocks = fresh_preactivations(X_all, [position], self.width(n, d), self.seeds, self.variance)
-        token: TokenMove
+        move: TokenMove
         if self.name == "rf":
             feats = ACTIVATIONS["relu"](z64)  # (T, B + N, k)
-            token = RFMove.from_preactivations("relu", z64[:, :B], blocks, dt)
+            move = RFMove.from_preactivations("relu", z64[:, :B], blocks, dt)
         else:
             deeper = fresh_deeper_layers(self.seeds, self.depth, self.width(n, d), X_ctx.device)
             feats = deeper_forward64(torch.relu(z64), deeper)  # (T, B + N, width)
-            token = DeepRFMove.from_preactivations(z64[:, :B], blocks, deeper, dt)
-        return feats[:, B:], feats[:, :B], token
+            move = DeepRFMove.from_preactivations(z64[:, :B], blocks, deeper, dt)
+        return feats[:, B:], feats[:, :B], move
 
 
 @torch.no_grad()

@@ -13,7 +13,7 @@ import torch
 from ..base import validate
 from ..base.numerics import sum_last
 from ..base.seeding import generator
-from .attention import AttentionMove
+from .attention_move import AttentionMove
 from .base import TokenwiseMap, register_map
 from .move import TokenMove
 
@@ -94,6 +94,8 @@ class MultiHeadRAF12(MultiHeadRAF):
 
 class _Head:
     """One head as AttentionMove reads a map: its W (d_h, d_h) and the softmax."""
+
+    relu_scores = False
 
     def __init__(self, W: torch.Tensor) -> None:
         self.W = W

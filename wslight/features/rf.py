@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Literal
 
 import torch
 from torch import nn
@@ -11,6 +11,7 @@ from torch import nn
 from ..base import validate
 from ..base.numerics import sum_last
 from ..base.seeding import generator
+from ..chains.settings import SearchSettings
 from .base import FeatureMap, register_map
 from .move import TokenMove, matmul64, stack_trials
 
@@ -62,7 +63,7 @@ class RandomFeatures(FeatureMap):
         block_rows: rows of V generated at a time on the memory-bounded path (memory ~ block_rows * D floats).
     """
 
-    search_defaults: ClassVar[dict[str, Any]] = {"chains_per_round": 4, "max_chains": 4, "tol": 1e-3, "window": 10}
+    search_defaults = SearchSettings(chains_per_round=4, max_chains=4, tol=1e-3, window=10)
 
     n: int  # built for one length
     V: torch.Tensor | None  # buffer (k, D), None on the memory-bounded path
@@ -213,10 +214,10 @@ class RFMove(TokenMove):
 
         E.g. drawn from their law (`fresh_preactivations`); the reported values are exact in float64.
         """
-        token = cls.__new__(cls)
-        TokenMove.__init__(token, [], z64, [], dtype)
-        token._setup(activation, z64.to(dtype), blocks.to(dtype), z64)
-        return token
+        move = cls.__new__(cls)
+        TokenMove.__init__(move, [], z64, [], dtype)
+        move._setup(activation, z64.to(dtype), blocks.to(dtype), z64)
+        return move
 
     @classmethod
     def supports(cls, maps) -> bool:
@@ -235,7 +236,7 @@ class RFMove(TokenMove):
         """Rough working memory, in elements, per chain and per position of one trial (sizes the search's chunks)."""
         return 6 * maps[0].k, maps[0].k * d
 
-    def preactivations(self, delta: torch.Tensor) -> torch.Tensor:
+    def _moved_preactivations(self, delta: torch.Tensor) -> torch.Tensor:
         """The moved pre-activations z + V^(i) Delta: (T, B, P, R, d) -> (T, B, P, R, k)."""
         T, B, P, R, d = delta.shape
         flat = delta.permute(0, 2, 1, 3, 4).reshape(T, P, B * R, d)  # (T, P, B R, d)
@@ -245,7 +246,7 @@ class RFMove(TokenMove):
 
     def features(self, delta: torch.Tensor) -> torch.Tensor:
         """phi(z + V^(i) Delta): (T, B, P, R, d) -> (T, B, P, R, k)."""
-        return self.act(self.preactivations(delta))
+        return self.act(self._moved_preactivations(delta))
 
     def value_and_grad(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """f(Delta) = ||a||^2 and its gradient, without autograd for ReLU.
@@ -260,7 +261,7 @@ class RFMove(TokenMove):
                 (g,) = torch.autograd.grad(f.sum(), x)
             return f.detach(), g
         T, B, P, R, d = delta.shape
-        u = self.preactivations(delta)  # (T, B, P, R, k)
+        u = self._moved_preactivations(delta)  # (T, B, P, R, k)
         a = torch.relu(u) - self.phi0[:, :, None, None]
         f = sum_last(a * a)  # (T, B, P, R), thread-count invariant like change_sq
         w = torch.where(u > 0, a, torch.zeros((), dtype=a.dtype, device=a.device))  # a * relu'(u)
@@ -273,12 +274,12 @@ class RFMove(TokenMove):
 
         For a search that has finished the other trials.
         """
-        token = RFMove.__new__(RFMove)
-        TokenMove.__init__(token, self.maps, self.z, self.positions, self.dtype)
+        move = RFMove.__new__(RFMove)
+        TokenMove.__init__(move, self.maps, self.z, self.positions, self.dtype)
         idx = idx.to(self.z.device)
-        token.activation, token.act = self.activation, self.act
-        token.z, token.V, token.phi0 = self.z[idx], self.V[idx], self.phi0[idx]
-        return token
+        move.activation, move.act = self.activation, self.act
+        move.z, move.V, move.phi0 = self.z[idx], self.V[idx], self.phi0[idx]
+        return move
 
     def top_curvature(self, v: torch.Tensor) -> torch.Tensor:
         """The exact top eigenvector of the Hessian of f at Delta = 0, signed to agree with the start vector v.

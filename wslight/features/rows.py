@@ -16,7 +16,7 @@ from torch import Tensor
 
 # (copies (C, n, d), i) -> (delta (C, d) -> (C, n d)): the features of each copy with its token i moved by its delta,
 # in float64; built once per set of copies, so a map with a cheaper forward of one moved token (`token_moves`) pays
-# its clean forward once and each move at the price of one token (`wslight.features.move.float64_moves`)
+# its clean forward once and each move at the price of one token (`wslight.features.generic_move.float64_moves`)
 Moves = Callable[[Tensor, int], Callable[[Tensor], Tensor]]
 
 

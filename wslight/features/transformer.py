@@ -60,7 +60,7 @@ class OneTokenAttention:
     c = exp(m_r - m') and w = exp(s' - m'). The output projection is linear: Wo_h A_r is computed once per sample
     and position, Wo_h v' once per move (d^2), and each row costs H d. Row i attends afresh (n d), then every row
     takes the residual and the LayerNorm (n d). A module with this algebra offers it as `token_moves(X, positions)`,
-    which the generic path uses instead of the full forward (`wslight.features.move.GenericMove`).
+    which the generic path uses instead of the full forward (`wslight.features.generic_move.GenericMove`).
 
     Built from the clean samples X (B, n, d), in the weights' dtype, the tokens that move (`positions`, P of them),
     the head count and LayerNorm eps, and `weights`: the keyword arguments of `attention_sublayer` (Wq, Wk, Wv, Wo,

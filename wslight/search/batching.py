@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from ..chains.settings import ResolvedSearch
 
 
-def chunk_sizes(search: Any, T: int, B: int, per_chain: int, per_pos: int, one_chunk: bool) -> tuple[int, int]:
-    """Positions per chunk and chains per batch of a `Search` for T trials of B samples, within `chunk_elements`.
+def chunk_sizes(
+    settings: ResolvedSearch, P: int, T: int, B: int, per_chain: int, per_pos: int, one_chunk: bool
+) -> tuple[int, int]:
+    """Positions per chunk and chains per batch of a search of P positions for T trials of B samples.
 
-    `per_chain` and `per_pos`: the working elements of one chain and of one position of one trial; `one_chunk`: all
-    positions in one chunk.
+    Within `settings.chunk_elements`. `per_chain` and `per_pos`: the working elements of one chain and of one position
+    of one trial; `one_chunk`: all positions in one chunk.
     """
-    # the first round carries the second round's chains when there is a second round (`Search._search`)
-    wide = search.chains_per_round * (2 if search.max_chains > search.chains_per_round else 1)
+    # the first round carries the second round's chains when there is a second round (`Rounds.run`)
+    wide = settings.chains_per_round * (2 if settings.max_chains > settings.chains_per_round else 1)
     chains_per_pos = T * B * wide
-    pos_chunk = max(1, search.chunk_elements // (chains_per_pos * per_chain + T * per_pos))
-    pos_chunk = len(search.positions) if one_chunk else pos_chunk
+    pos_chunk = max(1, settings.chunk_elements // (chains_per_pos * per_chain + T * per_pos))
+    pos_chunk = P if one_chunk else pos_chunk
     chain_chunk = wide
-    if pos_chunk == 1 and chains_per_pos * per_chain + T * per_pos > search.chunk_elements:
+    if pos_chunk == 1 and chains_per_pos * per_chain + T * per_pos > settings.chunk_elements:
         # the position's own memory (e.g. RF blocks) is held whatever the chain batching, so the chains of one
         # position get the whole budget: splitting them would only re-read that memory once per batch
-        chain_chunk = max(1, search.chunk_elements // max(1, T * B * per_chain))
+        chain_chunk = max(1, settings.chunk_elements // max(1, T * B * per_chain))
     return pos_chunk, chain_chunk
 
 

@@ -7,6 +7,7 @@ float64 with the full map and the largest is reported (a float32 objective can b
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -75,7 +76,9 @@ class KeptChains:
         return (self.f[..., 0].clamp_min(0) / before.clamp_min(1e-300)).sqrt() - 1
 
 
-def candidate_values(exact, X: Tensor, position: Tensor, delta: Tensor) -> tuple[Tensor, Tensor]:
+def candidate_values(
+    exact: Callable[[Tensor], Tensor] | None, X: Tensor, position: Tensor, delta: Tensor
+) -> tuple[Tensor, Tensor]:
     """S and ||phi(X)|| of every candidate with the full maps in float64.
 
     The clean samples and all the candidates' perturbed ones in one pass per trial: position (T, B, K), delta (T, B,

@@ -7,7 +7,7 @@ Multi-head RAF moves block h of the token in head h only, so ||phi(X^i(Delta)) -
     max_{||Delta|| <= r} sum_h f_h(Delta_h) = max_{sum_h r_h^2 <= r^2} sum_h g_h(r_h),
     g_h(s) = max_{||D|| <= s} f_h(D).
 
-`allocated_start` estimates every g_h at `levels` radii r sqrt(m / M), m = 1..M, by the ascent on each block alone
+`radius_split_start` estimates every g_h at `levels` radii r sqrt(m / M), m = 1..M, by the ascent on each block alone
 (a small problem of dimension d_h, from the block's structured starts, their negatives and random ones), then shares
 the M units of r^2 among the blocks by dynamic programming (a knapsack, exact on that grid), and returns the blocks'
 maximisers at their allocated radii, put together: a point that already holds the best split of the radius found,
@@ -17,12 +17,13 @@ which the full search then refines.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from ..chains.engine import MonotoneAscent, run_chains
+from ..chains.engine import Evaluate, MonotoneAscent, run_chains
+from ..chains.settings import ResolvedSearch
+from ..features.move import TokenMove
 
 # Radius levels per block: r^2 is shared out in units of r^2 / ALLOCATION_LEVELS. Measured on raf_mh12 at n = 8, 20
 # bundled reviews, the zoo config's search against the best value of every run (512-1,024 chains): with 32 random
@@ -36,64 +37,32 @@ ALLOCATION_RANDOM = 64
 CHAIN_BATCH = 16
 
 
-class BlockMove(Protocol):
-    """A token move whose squared change is the sum of `blocks` per-block changes (e.g. `MultiHeadMove`)."""
-
-    blocks: int
-
-    @property
-    def block_move(self) -> Block:
-        """The blocks' algebra: G = T blocks problems (G, B, P, R, d_h)."""
-        ...
-
-    def split(self, delta: Tensor) -> Tensor:
-        """Cut moves (T, B, P, R, d) into blocks (G, B, P, R, d_h)."""
-        ...
-
-    def merge(self, delta: Tensor) -> Tensor:
-        """Put blocks (G, B, P, R, d_h) back together into moves (T, B, P, R, d)."""
-        ...
-
-
-class Block(Protocol):
-    """The per-block algebra: T x blocks problems of dimension d_h, trial-major, with starts and a closed gradient."""
-
-    starts: Tensor | None
-
-    def value_and_grad(self, delta: Tensor) -> tuple[Tensor, Tensor]:
-        """The blocks' squared changes and their gradients: (G, B, P, R, d_h) -> (G, B, P, R), (G, B, P, R, d_h)."""
-        ...
-
-
-def allocated_start(
-    token: BlockMove,
+def radius_split_start(
+    move: TokenMove,
     radius: float,
-    lr: float,
-    tol: float,
-    window: int,
-    max_steps: int,
+    settings: ResolvedSearch,
     draws: Tensor | None = None,
     levels: int = ALLOCATION_LEVELS,
 ) -> Tensor:
     """The best split of the radius among the blocks, as a start (T, B, P, 1, d) of norm <= radius.
 
     Args:
-        token: the move, with its blocks' algebra (G = T H problems (G, B, P, R, d_h)), `split` cutting moves
-            (T, B, P, R, d) into blocks (G, B, P, R, d_h) and `merge` putting them back.
+        move: a move with its blocks' algebra (`block_move`: G = T H problems (G, B, P, R, d_h), with their own
+            starts and closed-form gradient), `split` cutting moves (T, B, P, R, d) into blocks and `merge` putting
+            them back.
         radius: the ball's radius.
-        lr: the ascent's step size (`MonotoneAscent`), used for every block and level.
-        tol: the ascent's stopping tolerance (`MonotoneAscent`).
-        window: the ascent's stopping window, in steps (`MonotoneAscent`).
-        max_steps: the most steps of the ascent.
+        settings: the search's; its ascent (lr, tol, window, max_steps of `MonotoneAscent`) runs every block and
+            level.
         draws: (T, B, P, K, d) Gaussian draws: their blocks start K random chains per block and level besides the
             block's structured starts and their negatives; None: the structured starts only.
         levels: M, the grid of r^2.
     """
-    inner, H = token.block_move, token.blocks
+    inner, H = move.block_move, move.blocks
+    if inner is None or inner.starts is None or inner.value_and_grad is None:
+        raise ValueError("radius_split_start: the move's block_move must have its own starts and value_and_grad")
     starts = inner.starts  # (G, B, P, S, d_h) unit directions of each block's own problem
-    assert starts is not None, "a block algebra comes with its structured starts"
     if draws is not None:
-        blocks = token.split(draws)  # (G, B, P, K, d_h)
+        blocks = move.split(draws)  # (G, B, P, K, d_h)
         starts = torch.cat([starts, -starts, blocks / blocks.norm(dim=-1, keepdim=True).clamp_min(1e-30)], dim=3)
     G, B, P, S, dh = starts.shape
     T = G // H
@@ -102,14 +71,14 @@ def allocated_start(
     scale = torch.arange(1, levels + 1, dtype=starts.dtype, device=starts.device).div(levels).sqrt()  # (M,)
     scale = scale.repeat_interleave(S)[:, None]  # (M S, 1)
     u0 = starts.repeat(1, 1, 1, levels, 1) * radius  # (G, B, P, M S, d_h), level-major
-    rule = MonotoneAscent(radius, lr, tol, window)
+    rule = MonotoneAscent(radius, settings.lr, settings.tol, settings.window)
     # CHAIN_BATCH chains a batch: the blocks' chains outnumber the search's own, and only their best point is kept
     runs = [
         run_chains(
             _scaled(inner.value_and_grad, scale[r0 : r0 + CHAIN_BATCH]),
             u0[:, :, :, r0 : r0 + CHAIN_BATCH],
             rule,
-            max_steps,
+            settings.max_steps,
         )
         for r0 in range(0, levels * S, CHAIN_BATCH)
     ]
@@ -122,10 +91,10 @@ def allocated_start(
     x = torch.cat([torch.zeros_like(x[..., :1, :]), x], dim=3)  # (G, B, P, M + 1, d_h)
     level = level.reshape(G, B, P)
     block = x.gather(3, level[..., None, None].expand(-1, -1, -1, 1, dh))  # (G, B, P, 1, d_h)
-    return token.merge(block)  # (T, B, P, 1, d)
+    return move.merge(block)  # (T, B, P, 1, d)
 
 
-def _scaled(value_and_grad: Callable[[Tensor], tuple[Tensor, Tensor]], scale: Tensor):
+def _scaled(value_and_grad: Callable[[Tensor], tuple[Tensor, Tensor]], scale: Tensor) -> Evaluate:
     """The value f(scale u) of u (G, B, P, R, d_h), and its gradient in u; scale (R, 1) per chain."""
 
     def evaluate(u: Tensor) -> tuple[Tensor, Tensor]:

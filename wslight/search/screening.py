@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from ..base import validate
-from ..features.move import weight_dtype
+from ..features.forwards import weight_dtype
 
 CENTROID_SEED = 0  # the k-means start is drawn from its own generator: the same words give the same anchors
 CENTROID_ITERATIONS = 8

@@ -21,12 +21,15 @@ import torch
 from torch import Tensor, nn
 
 from ..base import validate
-from ..features import MAPS, FreshMaps, RandomFeatures, map_dims
-from ..features.move import map_features, move_class_for, token_move
+from ..chains.settings import SearchSettings
+from ..features import MAPS, FreshMaps, RandomFeatures, family_defaults, map_dims
+from ..features.forwards import map_features
+from ..features.generic_move import move_class_for, token_move
 from ..features.rf import LIPSCHITZ
-from .ascent import Search
+from .estimator import estimate
 from .result import WSResult
-from .settings import SearchSettings, family_defaults
+from .rounds import Rounds
+from .start_plan import StartPlan
 
 
 def word_sensitivity(
@@ -37,6 +40,7 @@ def word_sensitivity(
     seed: int | Sequence[int] = 0,
     dtype: Literal["float32", "float64"] | torch.dtype | None = None,
     radius: float | None = None,
+    start_plan: StartPlan | None = None,
     **changes: Any,
 ) -> WSResult:
     """Estimate the word sensitivity S_phi(X) of each sample of a batch (docs/theory.md §1.3).
@@ -75,6 +79,8 @@ def word_sensitivity(
         seed: seed of the random starts (a list: one per trial).
         dtype: working dtype of the search ("float32" or "float64"); None means the map's dtype (FreshMaps: theirs).
         radius: radius of the ball of Delta; None means search.radius_scale * sqrt(d) (docs/theory.md §1.3). > 0.
+        start_plan: where chains start beyond the map's own starts (`StartPlan`: the generic path's wider first round,
+            homotopy and polishing, the confirmation round's jitter); None: the shipped plan.
         **changes: fields of `search` to change for this call (`chains_per_round=12`); an unknown name is refused.
 
     Returns:
@@ -94,30 +100,50 @@ def word_sensitivity(
     if fresh is not None:
         d, n_map = X.shape[3], None
         dt = fresh.working_dtype
-        X4 = X.to(fresh.device or X.device)
+        samples = X.to(fresh.device or X.device)
     else:
-        maps, d, n_map, dt, X4 = _maps_and_samples(feature_map, X, trials, dtype)
-    if not isinstance(X4, Tensor) or X4.dim() != 4:
+        maps, d, n_map, dt, samples = _maps_and_samples(feature_map, X, trials, dtype)
+    if not isinstance(samples, Tensor) or samples.dim() != 4:
         validate.samples("X", X, d, n_map)  # the error names the shape received
-    X4 = validate.samples("X", X4.flatten(0, 1), d, n_map).reshape(X4.shape)
+    samples = validate.samples("X", samples.flatten(0, 1), d, n_map).reshape(samples.shape)
     family = family_defaults(MAPS.get(fresh.name) if fresh is not None else maps[0])
     settings = (search or SearchSettings()).replace(**changes).resolved(family)
-    search_ = Search.checked(d, X4.shape[2], positions, radius, settings)
-    T, B, n = X4.shape[:3]
-    seeds = _trial_seeds(seed, T)
-    if fresh is not None:
-        per_chain, per_pos = fresh.chain_elements(B, n, d)
-        return search_.run(lambda pos: fresh.token(X4, pos), None, X4, seeds, dt, per_chain, per_pos, True)
-    per_chain, per_pos = move_class_for(maps).chain_elements(maps, B, n, d)
-
-    def exact(Xp: Tensor) -> Tensor:  # (T, 2B, n, d) float64 -> (T, 2B, p): the full maps in float64
-        return torch.stack([map_features(m, x, exact=True, chunk=x.shape[0]) for m, x in zip(maps, Xp)])
-
-    res = search_.run(lambda pos: token_move(maps, X4, pos, dt), exact, X4, seeds, dt, per_chain, per_pos)
+    pos = validate.positions("positions", positions, samples.shape[2])
+    radius = settings.radius(d) if radius is None else validate.number("radius", radius, 0.0, strict=True)
+    rounds = Rounds(settings, radius, start_plan if start_plan is not None else StartPlan())
+    seeds = _trial_seeds(seed, samples.shape[0])
+    res = _estimate_all(rounds, pos, fresh if fresh is not None else maps, samples, seeds, dt)
     if trials:
         return res
     first: dict[str, Any] = {k: None if v is None else v[0] for k, v in vars(res).items()}  # the one trial's (B,)
     return WSResult(**first)
+
+
+def _estimate_all(
+    rounds: Rounds,
+    pos: list[int],
+    maps: FreshMaps | list[nn.Module],
+    samples: Tensor,
+    seeds: list[int],
+    dt: torch.dtype,
+) -> WSResult:
+    """The estimate of every trial: maps drawn for each chunk of positions (FreshMaps from their law), else built."""
+    T, B, n, d = samples.shape
+    if isinstance(maps, FreshMaps):
+        fresh = maps
+        per_chain, per_pos = fresh.chain_elements(B, n, d)
+        return estimate(
+            rounds, pos, lambda p: fresh.move(samples, p), None, samples, seeds, dt, per_chain, per_pos, True
+        )
+    built = maps
+    per_chain, per_pos = move_class_for(built).chain_elements(built, B, n, d)
+
+    def exact(Xp: Tensor) -> Tensor:  # (T, 2B, n, d) float64 -> (T, 2B, p): the full maps in float64
+        return torch.stack([map_features(m, x, exact=True, chunk=x.shape[0]) for m, x in zip(built, Xp)])
+
+    return estimate(
+        rounds, pos, lambda p: token_move(built, samples, p, dt), exact, samples, seeds, dt, per_chain, per_pos
+    )
 
 
 def _check_trial_samples(feature_map: Any, X: Any) -> None:
@@ -145,9 +171,9 @@ def _maps_and_samples(
         if map_dims(m) != (d, n_map):
             raise ValueError(f"feature_map: every map of a list must have the same d and n, got {map_dims(m)}")
     dt = working_dtype(maps[0], dtype)
-    X4 = X if trials else X[None] if isinstance(X, Tensor) else X
-    X4 = X4.to(_device(maps[0])) if isinstance(X4, Tensor) else X4
-    return maps, d, n_map, dt, X4
+    samples = X if trials else X[None] if isinstance(X, Tensor) else X
+    samples = samples.to(_device(maps[0])) if isinstance(samples, Tensor) else samples
+    return maps, d, n_map, dt, samples
 
 
 def _trial_seeds(seed: int | Sequence[int], T: int) -> list[int]:
@@ -175,8 +201,8 @@ def moved_token_objective(
     d, n = map_dims(feature_map)
     X = validate.samples("X", X, d, n)
     pos = validate.positions("positions", list(positions), X.shape[1])
-    token = token_move([feature_map], X[None].to(_device(feature_map)), pos, working_dtype(feature_map, dtype))
-    return lambda delta: token.change_sq(delta[None])[0]
+    move = token_move([feature_map], X[None].to(_device(feature_map)), pos, working_dtype(feature_map, dtype))
+    return lambda delta: move.change_sq(delta[None])[0]
 
 
 def working_dtype(feature_map: nn.Module, dtype: object) -> torch.dtype:

@@ -28,10 +28,12 @@ import torch
 from torch import Tensor, nn
 
 from ..base import validate
+from ..chains.settings import DEFAULT_CHUNK_ELEMENTS
 from ..features import map_dims
-from ..features.move import GenericMove, TokenMove, move_class_for, token_move, weight_dtype
+from ..features.forwards import weight_dtype
+from ..features.generic_move import move_class_for, token_move
+from ..features.move import TokenMove
 from .sensitivity import _device, working_dtype
-from .settings import DEFAULT_CHUNK_ELEMENTS
 
 
 @dataclass
@@ -104,34 +106,34 @@ def word_substitution(
         raise ValueError("feature_map: expected a map or a non-empty list of maps")
     d, n_map = map_dims(maps[0])
     T, dt, device = len(maps), working_dtype(maps[0], dtype), _device(maps[0])
-    X4 = X if trials else X[None]
-    if not isinstance(X4, Tensor) or X4.dim() != 4 or X4.shape[0] != T:
+    samples = X if trials else X[None]
+    if not isinstance(samples, Tensor) or samples.dim() != 4 or samples.shape[0] != T:
         raise ValueError(f"X: expected ({T}, B, n, d) for {T} maps, got {tuple(X.shape)}")
-    X4 = validate.samples("X", X4.flatten(0, 1), d, n_map).reshape(X4.shape).to(device)
-    _, B, n, _ = X4.shape
+    samples = validate.samples("X", samples.flatten(0, 1), d, n_map).reshape(samples.shape).to(device)
+    _, B, n, _ = samples.shape
     pos = validate.positions("positions", list(positions), n)
     cand = _checked_candidates(candidates, len(pos), d)  # (P, V, d)
     ok = _checked_allowed(allowed, T, B, len(pos), cand.shape[1])  # (T, B, P, V)
     H = _checked_heads(heads, T, trials)  # (T, p, C) or None
     b = _checked_bias(bias, H, T)  # (T, C) or None
-    token = token_move(maps, X4, pos, dt)
+    move = token_move(maps, samples, pos, dt)
     per_word = move_class_for(maps).chain_elements(maps, B, n, d)[0]
-    xi = X4[:, :, pos]
-    if not recheck or not _below_float64(token, maps):
-        res = _best_of(token, xi, cand, ok, H, per_word, chunk_elements, b)
+    xi = samples[:, :, pos]
+    if not recheck or not _below_float64(move, maps):
+        res = _best_of(move, xi, cand, ok, H, per_word, chunk_elements, b)
     else:  # the words rounding could decide, again in float64
-        token64 = token_move(_float64_maps(maps), X4, pos, torch.float64)
-        sign0 = None if H is None else _clean_signs(token64, H, b)
+        move64 = token_move(_float64_maps(maps), samples, pos, torch.float64)
+        sign0 = None if H is None else _clean_signs(move64, H, b)
         values: list[tuple[Tensor, Tensor | None]] = []
-        res = _best_of(token, xi, cand, ok, H, per_word, chunk_elements, b, sign0, values=values)
-        doubt = _in_doubt(values, token.phi0.double().norm(dim=-1), H, b).cpu() & ok
-        exact = _best_of(token64, xi, cand, doubt, H, per_word, chunk_elements, b, sign0)
+        res = _best_of(move, xi, cand, ok, H, per_word, chunk_elements, b, sign0, values=values)
+        doubt = _in_doubt(values, move.phi0.double().norm(dim=-1), H, b).cpu() & ok
+        exact = _best_of(move64, xi, cand, doubt, H, per_word, chunk_elements, b, sign0)
         res = _merged(res, exact, values, doubt)
     return res if trials else _first_trial(res)
 
 
 def _best_of(
-    token: TokenMove,
+    move: TokenMove,
     xi: Tensor,
     cand: Tensor,
     ok: Tensor,
@@ -150,7 +152,7 @@ def _best_of(
     kept = ok.flatten(0, 2).any(dim=0).nonzero()[:, 0]  # (V',) indices into the candidates
     kept = kept if kept.numel() else torch.zeros(1, dtype=torch.long)  # none admissible: one word, masked for all
     part: list[tuple[Tensor, Tensor | None]] | None = [] if values is not None else None
-    res = _best_words(token, xi, cand[:, kept], ok[..., kept], heads, per_word, chunk_elements, bias, sign0, part)
+    res = _best_words(move, xi, cand[:, kept], ok[..., kept], heads, per_word, chunk_elements, bias, sign0, part)
     res.word = _original_index(res.word, kept)
     if res.flip_word is not None:
         res.flip_word = _original_index(res.flip_word, kept)
@@ -174,11 +176,11 @@ def _best_of(
 DOUBT = 1e-4
 
 
-def _below_float64(token: TokenMove, maps: list[nn.Module]) -> bool:
+def _below_float64(move: TokenMove, maps: list[nn.Module]) -> bool:
     """Whether the words' values come from arithmetic below float64 (the working dtype, or a generic map's weights)."""
-    if token.dtype != torch.float64:
+    if move.dtype != torch.float64:
         return True
-    return isinstance(token, GenericMove) and any(weight_dtype(m, torch.float64) != torch.float64 for m in maps)
+    return move.structure_blind and any(weight_dtype(m, torch.float64) != torch.float64 for m in maps)
 
 
 def _float64_maps(maps: list[nn.Module]) -> list[nn.Module]:
@@ -186,9 +188,9 @@ def _float64_maps(maps: list[nn.Module]) -> list[nn.Module]:
     return [m if weight_dtype(m, torch.float64) == torch.float64 else copy.deepcopy(m).double() for m in maps]
 
 
-def _clean_signs(token64: TokenMove, heads: Tensor, bias: Tensor | None) -> Tensor:
+def _clean_signs(move64: TokenMove, heads: Tensor, bias: Tensor | None) -> Tensor:
     """(T, B, C) signs of the clean outputs phi(X)^T theta_c + b_c, in float64."""
-    out = token64.phi0 @ heads.to(token64.phi0)  # (T, B, p) @ (T, p, C) -> (T, B, C)
+    out = move64.phi0 @ heads.to(move64.phi0)  # (T, B, p) @ (T, p, C) -> (T, B, C)
     return torch.sign(out if bias is None else out + bias.to(out)[:, None])
 
 
@@ -235,7 +237,7 @@ def _original_index(word: Tensor, kept: Tensor) -> Tensor:
 
 
 def _best_words(
-    token: TokenMove,
+    move: TokenMove,
     xi: Tensor,
     candidates: Tensor,
     allowed: Tensor,
@@ -249,7 +251,7 @@ def _best_words(
     """The exact best words over chunks of candidate rows, given the token-move algebra (checked arguments).
 
     Args:
-        token: the algebra of T maps for X (T, B, n, d) with the P positions moved, in the working dtype.
+        move: the algebra of T maps for X (T, B, n, d) with the P positions moved, in the working dtype.
         xi: (T, B, P, d) the clean rows at those positions.
         candidates: (P, V, d) the words' rows.
         allowed: (T, B, P, V) bool.
@@ -266,18 +268,11 @@ def _best_words(
     """
     T, B, P, d = xi.shape
     V = candidates.shape[1]
-    dt, device = token.phi0.dtype, token.phi0.device
+    dt, device = move.phi0.dtype, move.phi0.device
     xi = xi.to(device=device, dtype=dt)
-    phi_norm = token.phi0.norm(dim=-1)  # (T, B)
+    phi_norm = move.phi0.norm(dim=-1)  # (T, B)
     if heads is not None:
-        if heads.shape[1] != token.phi0.shape[-1]:
-            raise ValueError(f"heads: expected {token.phi0.shape[-1]} features per head, got {heads.shape[1]}")
-        Hb = heads.to(device=device, dtype=dt)[:, None].expand(-1, B, -1, -1)  # (T, B, p, C)
-        b = torch.zeros(T, heads.shape[-1]) if bias is None else bias
-        b = b.to(device=device, dtype=dt)[:, None]  # (T, 1, C)
-        if sign0 is None:
-            sign0 = torch.sign((token.phi0[:, :, None, :] @ Hb)[:, :, 0] + b)  # (T, B, C)
-        sign0 = sign0.to(device=device, dtype=dt)
+        Hb, b, sign = _heads_read(move, heads, bias, sign0)
     chunk = max(1, chunk_elements // max(1, T * B * P * (per_word + d)))
     best = torch.full((T, B, P), -math.inf, dtype=dt, device=device)
     word = torch.full((T, B, P), -1, dtype=torch.long, device=device)
@@ -291,20 +286,18 @@ def _best_words(
             delta = rows[None, None] - xi[:, :, :, None]  # (T, B, P, R, d): the moves to every word of the chunk
             mask = allowed[:, :, :, v0 : v0 + chunk].to(device)  # (T, B, P, R)
             if heads is None:
-                f = token.change_sq(delta)
+                f = move.change_sq(delta)
                 if values is not None:
                     values.append((f.masked_fill(~mask, -math.inf), None))
             else:  # one forward serves the change and the heads' outputs where the map has no closed forms
-                f, out = token.change_sq_and_readout(delta, Hb)  # (T, B, P, R), (T, B, P, R, C)
+                f, out = move.change_sq_and_readout(delta, Hb)  # (T, B, P, R), (T, B, P, R, C)
             f = f.masked_fill(~mask, -math.inf)  # (T, B, P, R)
             top, arg = f.max(dim=-1)
             better = top > best
             best = torch.where(better, top, best)
             word = torch.where(better, arg + v0, word)
             if heads is not None:
-                out = (out + b[:, :, None, None]) * -cast(Tensor, sign0)[
-                    :, :, None, None
-                ]  # > 0 where the word flips the head
+                out = (out + b[:, :, None, None]) * -sign[:, :, None, None]  # > 0 where the word flips the head
                 flipped = (out > 0) & mask[..., None]
                 if values is not None:
                     values.append((f, out.masked_fill(~mask[..., None], -math.inf)))
@@ -313,10 +306,41 @@ def _best_words(
                 take = top_out > flip_out
                 flip_out = torch.where(take, top_out, flip_out)
                 flip_word = torch.where(take, arg_out + v0, flip_word)
+    flip_result = None if heads is None else (flips.cpu(), flip_word.cpu())
+    return _words_result(best, word, xi, candidates, phi_norm, allowed, flip_result)
+
+
+def _heads_read(
+    move: TokenMove, heads: Tensor, bias: Tensor | None, sign0: Tensor | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The heads (T, B, p, C), their biases (T, 1, C) and the clean outputs' signs (T, B, C), in the working dtype."""
+    T, B, p = move.phi0.shape
+    dt, device = move.phi0.dtype, move.phi0.device
+    if heads.shape[1] != p:
+        raise ValueError(f"heads: expected {p} features per head, got {heads.shape[1]}")
+    Hb = heads.to(device=device, dtype=dt)[:, None].expand(-1, B, -1, -1)  # (T, B, p, C)
+    b = torch.zeros(T, heads.shape[-1]) if bias is None else bias
+    b = b.to(device=device, dtype=dt)[:, None]  # (T, 1, C)
+    if sign0 is None:
+        sign0 = torch.sign((move.phi0[:, :, None, :] @ Hb)[:, :, 0] + b)  # (T, B, C)
+    return Hb, b, sign0.to(device=device, dtype=dt)
+
+
+def _words_result(
+    best: Tensor,
+    word: Tensor,
+    xi: Tensor,
+    candidates: Tensor,
+    phi_norm: Tensor,
+    allowed: Tensor,
+    flipped: tuple[Tensor, Tensor] | None,
+) -> SubstitutionResult:
+    """The result of the best words `word` (T, B, P) (-1: none admissible) and their change_sq `best`."""
+    P, d = xi.shape[2], xi.shape[3]
     found = word >= 0
     ws = torch.where(found, best.clamp_min(0).sqrt() / phi_norm[..., None], math.nan)
-    cand = candidates.to(device=device, dtype=dt)
-    chosen = cand[torch.arange(P, device=device), word.clamp_min(0)]  # (T, B, P, d)
+    cand = candidates.to(device=xi.device, dtype=xi.dtype)
+    chosen = cand[torch.arange(P, device=xi.device), word.clamp_min(0)]  # (T, B, P, d)
     distance = torch.where(found, (chosen - xi).norm(dim=-1) / math.sqrt(d), math.nan)
     return SubstitutionResult(
         ws=ws.double().cpu(),
@@ -324,8 +348,8 @@ def _best_words(
         distance=distance.double().cpu(),
         phi_norm=phi_norm.double().cpu(),
         admissible=allowed.sum(-1).cpu(),
-        flips=None if heads is None else flips.cpu(),
-        flip_word=None if heads is None else flip_word.cpu(),
+        flips=None if flipped is None else flipped[0],
+        flip_word=None if flipped is None else flipped[1],
     )
 
 

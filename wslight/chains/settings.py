@@ -1,14 +1,16 @@
-"""The settings of the word-sensitivity search, written, checked and documented once (docs/theory.md §4.3).
+"""The settings of the word-sensitivity search's chains, written, checked and documented once (docs/theory.md §4.3).
 
 `SearchSettings` travels whole from a sweep's YAML (`model.init_args.search: {...}`) or a notebook call
 (`word_sensitivity(map, X, search=SearchSettings(chains_per_round=12))`) down to the search. A field left at None takes
-the map family's default (a map class's `search_defaults`, stated in its docstring), else `GENERIC_DEFAULTS`: a call
-at its defaults searches as tightly as the shipped config of its map.
+the map family's default (a map class's `search_defaults`, itself a `SearchSettings`, stated in its docstring), else the
+generic one (`GENERIC_DEFAULTS`): a call at its defaults searches as tightly as the shipped config of its map. What the
+search runs on is the `ResolvedSearch` of those three, every field given, with the one rule for the ball's radius.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -16,20 +18,33 @@ from ..base import validate
 
 # Elements (of the working dtype) one chunk of positions/chains may hold; bounds the memory of the search.
 DEFAULT_CHUNK_ELEMENTS = 2**25
-# The settings of a map with no family defaults (any nn.Module on the generic path) and of every field a family
-# leaves out.
-GENERIC_DEFAULTS: dict[str, Any] = {
-    "chains_per_round": 4,
-    "max_chains": 64,
-    "gain_tol": 1e-3,
-    "max_steps": 500,
-    "tol": 1e-4,
-    "window": 20,
-    "radius_scale": 1.0,
-    "lr": 0.25,
-    "power_iters": 20,
-    "chunk_elements": DEFAULT_CHUNK_ELEMENTS,
-}
+
+
+@dataclass(frozen=True)
+class ResolvedSearch:
+    """The fields of `SearchSettings`, every one given: what the search reads (each field documented there).
+
+    Its defaults are the generic ones (`GENERIC_DEFAULTS`): the settings of a map with no family defaults (any
+    nn.Module on the generic path) and of every field a family leaves out.
+    """
+
+    chains_per_round: int = 4
+    max_chains: int = 64
+    gain_tol: float = 1e-3
+    max_steps: int = 500
+    tol: float = 1e-4
+    window: int = 20
+    radius_scale: float = 1.0
+    lr: float = 0.25
+    power_iters: int = 20
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS
+
+    def radius(self, d: int) -> float:
+        """The ball's radius in dimension d: radius_scale sqrt(d) (docs/theory.md §1.3; the paper: sqrt(d))."""
+        return self.radius_scale * math.sqrt(d)
+
+
+GENERIC_DEFAULTS = ResolvedSearch()
 
 
 @dataclass(frozen=True)
@@ -48,7 +63,7 @@ class SearchSettings:
             keys, since a round starts its `chains_per_round` chains at once. Rounds of `chains_per_round` more
             chains are added while a round raised S by more than `gain_tol` or no second chain confirmed the best, so
             the last round may end past `max_chains` by less than a round; the generic path's first round is
-            `GENERIC_FIRST_ROUND` rounds wide (`wslight.search.ascent`). Generic 64.
+            `StartPlan.generic_first_round` rounds wide (`wslight.search.start_plan`). Generic 64.
         gain_tol: the relative gain of S below which a round is the last, once the best is confirmed. Generic 1e-3.
         max_steps: most ascent steps per chain. Generic 500.
         tol: a chain stops when its S grew by less than this (relatively) over `window` steps. Generic 1e-4.
@@ -83,17 +98,18 @@ class SearchSettings:
         validate.known_names("a search setting", changes, [f.name for f in fields(self)])
         return dataclasses.replace(self, **changes)
 
-    def resolved(self, family: dict[str, Any] | None = None) -> SearchSettings:
-        """Every field filled: the given value, else the family's default, else the generic one."""
-        defaults = {**GENERIC_DEFAULTS, **(family or {})}
+    def resolved(self, family: SearchSettings | None = None) -> ResolvedSearch:
+        """Every field filled: the given value, else the family's default (`search_defaults`), else the generic one."""
+        family_given = family.given() if family is not None else {}
+        defaults = {**dataclasses.asdict(GENERIC_DEFAULTS), **family_given}
         values = {f.name: _given(getattr(self, f.name), defaults[f.name]) for f in fields(self)}
         whose = {
-            name: "the map family's default" if name in (family or {}) else "the generic default"
+            name: "the map family's default" if name in family_given else "the generic default"
             for name in ("chains_per_round", "max_chains")
             if getattr(self, name) is None
         }
         _check_rounds(values["chains_per_round"], values["max_chains"], whose)
-        return SearchSettings(**values)
+        return ResolvedSearch(**values)
 
     def given(self) -> dict[str, Any]:
         """The fields set (not None): what a config changes."""
@@ -132,12 +148,3 @@ def _check(name: str, value: Any) -> Any:
     if name in ("radius_scale", "lr"):
         return validate.number(name, value, 0.0, strict=True)
     return validate.number(name, value, 0.0)  # gain_tol, tol
-
-
-def family_defaults(feature_map: Any) -> dict[str, Any]:
-    """The search defaults of a map's family, given the map or its class.
-
-    The class's `search_defaults` ({} for a map without them).
-    """
-    cls = feature_map if isinstance(feature_map, type) else type(feature_map)
-    return dict(getattr(cls, "search_defaults", {}) or {})
