@@ -1,6 +1,6 @@
-"""The result of a word-sensitivity estimate (`word_sensitivity`).
+"""What the searches return: a word-sensitivity estimate (`word_sensitivity`) and an exact substitution.
 
-S per sample, its maximiser and the search's evidence (docs/theory.md §4).
+S per sample, its maximiser and the search's evidence (docs/theory.md §4); the best real word (§13).
 """
 
 from __future__ import annotations
@@ -65,3 +65,29 @@ class WSResult:
                 self.near_best.flatten(),
             )
         ]
+
+
+@dataclass
+class SubstitutionResult:
+    """The exact best word per sample and position.
+
+    All tensors on the CPU; a leading trial axis T for a list of maps, none for one map.
+
+    Attributes:
+        ws: (B, P) float64, the discrete word sensitivity S_words (NaN where no word is admissible).
+        word: (B, P) long, the index (into the candidate rows) of the word that attains it; -1 where none.
+        distance: (B, P) float64, ||h_w - x_i|| / sqrt(d) of that word (its realised move, in units of the radius).
+        phi_norm: (B,) float64, ||phi(X)|| of the clean sample.
+        admissible: (B, P) long, words evaluated (the admissible ones).
+        flips: (B, P, C) long, admissible words that flip the sign of head c's output phi^T theta_c; None without
+            heads.
+        flip_word: (B, P, C) long, among them the one with the largest opposite output; -1 where none flips.
+    """
+
+    ws: Tensor
+    word: Tensor
+    distance: Tensor
+    phi_norm: Tensor
+    admissible: Tensor
+    flips: Tensor | None = None
+    flip_word: Tensor | None = None

@@ -91,28 +91,16 @@ def word_sensitivity(
     Raises:
         ValueError: a bad argument, named in the message, before any heavy work.
     """
-    fresh = feature_map if isinstance(feature_map, FreshMaps) else None
-    trials = fresh is not None or isinstance(feature_map, (list, tuple, nn.ModuleList))
-    if trials:
-        _check_trial_samples(feature_map, X)
-    if fresh is not None and not (fresh.drawn_from_law and positions != "all"):
-        feature_map, fresh = fresh.maps(X.shape[2], X.shape[3]), None  # built in full
-    if fresh is not None:
-        d, n_map = X.shape[3], None
-        dt = fresh.working_dtype
-        samples = X.to(fresh.device or X.device)
-    else:
-        maps, d, n_map, dt, samples = _maps_and_samples(feature_map, X, trials, dtype)
-    if not isinstance(samples, Tensor) or samples.dim() != 4:
-        validate.samples("X", X, d, n_map)  # the error names the shape received
-    samples = validate.samples("X", samples.flatten(0, 1), d, n_map).reshape(samples.shape)
-    family = family_defaults(MAPS.get(fresh.name) if fresh is not None else maps[0])
+    trials = isinstance(feature_map, (FreshMaps, list, tuple, nn.ModuleList))
+    maps, dt, samples = _maps_and_samples(feature_map, X, trials, positions, dtype)
+    d = samples.shape[3]
+    family = family_defaults(MAPS.get(maps.name) if isinstance(maps, FreshMaps) else maps[0])
     settings = (search or SearchSettings()).replace(**changes).resolved(family)
     pos = validate.positions("positions", positions, samples.shape[2])
     radius = settings.radius(d) if radius is None else validate.number("radius", radius, 0.0, strict=True)
     rounds = Rounds(settings, radius, start_plan if start_plan is not None else StartPlan())
     seeds = _trial_seeds(seed, samples.shape[0])
-    res = _estimate_all(rounds, pos, fresh if fresh is not None else maps, samples, seeds, dt)
+    res = _estimate_all(rounds, pos, maps, samples, seeds, dt)
     if trials:
         return res
     first: dict[str, Any] = {k: None if v is None else v[0] for k, v in vars(res).items()}  # the one trial's (B,)
@@ -155,6 +143,30 @@ def _check_trial_samples(feature_map: Any, X: Any) -> None:
 
 
 def _maps_and_samples(
+    feature_map: Any, X: Tensor, trials: bool, positions: object, dtype: object
+) -> tuple[FreshMaps | list[nn.Module], torch.dtype, Tensor]:
+    """The trials' maps (FreshMaps drawn from their law, else built), the working dtype and the checked samples.
+
+    The samples come out as (T, B, n, d), one trial per map; a bad shape is refused naming X.
+    """
+    if trials:
+        _check_trial_samples(feature_map, X)
+    fresh = feature_map if isinstance(feature_map, FreshMaps) else None
+    if fresh is not None and not (fresh.drawn_from_law and positions != "all"):
+        feature_map, fresh = fresh.maps(X.shape[2], X.shape[3]), None  # built in full
+    maps: FreshMaps | list[nn.Module]
+    if fresh is not None:
+        maps, d, n_map, dt = fresh, X.shape[3], None, fresh.working_dtype
+        samples = X.to(fresh.device or X.device)
+    else:
+        maps, d, n_map, dt, samples = _built_maps(feature_map, X, trials, dtype)
+    if not isinstance(samples, Tensor) or samples.dim() != 4:
+        validate.samples("X", X, d, n_map)  # the error names the shape received
+    samples = validate.samples("X", samples.flatten(0, 1), d, n_map).reshape(samples.shape)
+    return maps, dt, samples
+
+
+def _built_maps(
     feature_map: Any, X: Tensor, trials: bool, dtype: object
 ) -> tuple[list[nn.Module], int, int | None, torch.dtype, Tensor]:
     """The maps of a search over built maps, their d and n, the working dtype and the samples (T, B, n, d).
