@@ -40,6 +40,7 @@ from wslight.features import make_map
 from wslight.records.pages import PageHeader, write_page
 from wslight.search import SearchSettings
 from wslight.search.sensitivity import word_sensitivity
+from wslight.search.start_plan import StartPlan
 
 # (map, d): RAF, ReLU-RAF and RF at the bundled MiniLM's width, DeepRF at its config's d (configs/ws/deep_rf.yaml); the
 # attention sublayers of the zoo, whose own side is their single-token forward on the generic path (`token_moves`)
@@ -67,11 +68,15 @@ class Plain(nn.Module):
 
 
 def timed(
-    maps: list[nn.Module], X: torch.Tensor, seeds: list[int], search: SearchSettings
+    maps: list[nn.Module],
+    X: torch.Tensor,
+    seeds: list[int],
+    search: SearchSettings,
+    start_plan: StartPlan | None = None,
 ) -> tuple[torch.Tensor, float]:
-    """S of one `word_sensitivity` call over all trials, and its seconds per trial."""
+    """S of one `word_sensitivity` call over all trials (the shipped starts, or `start_plan`'s), seconds per trial."""
     t0 = time.perf_counter()
-    res = word_sensitivity(maps, X, seed=seeds, search=search)
+    res = word_sensitivity(maps, X, seed=seeds, search=search, start_plan=start_plan)
     return res.ws.flatten(), (time.perf_counter() - t0) / X.shape[0]
 
 

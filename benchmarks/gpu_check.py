@@ -41,6 +41,7 @@ import torch
 import yaml
 
 from benchmarks.common import ROOT, Budget
+from benchmarks.ws import every_field
 from wslight.attack import delta_attack
 from wslight.base.seeding import derive_seed, generator
 from wslight.features import FreshMaps, make_map
@@ -50,7 +51,7 @@ from wslight.search.sensitivity import word_sensitivity
 DEEP_RF_CONFIG = ROOT / "configs/paper/ws/deep_rf_h200.yaml"
 GiB = 1024**3
 # The search of every word-sensitivity part: the generic defaults, every chain of a sample in one batch.
-SEARCH = SearchSettings(chunk_elements=2**31).resolved()
+SEARCH = every_field(SearchSettings(chunk_elements=2**31))
 
 
 # ----------------------------------------------------------------------------------------------------------------------

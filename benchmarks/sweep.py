@@ -68,8 +68,8 @@ class LoopClock(Callback):
 
 def sweep_of(a) -> object:
     """The cell's WordSensitivitySweep, built from the config's model block (for its trials' inputs)."""
+    from wslight.chains.settings import SearchSettings
     from wslight.data import EmbeddingSpec, load_token_embeddings
-    from wslight.search.settings import SearchSettings
     from wslight.tasks import GridSettings, WordSensitivitySweep
 
     args = dict(yaml.safe_load(Path(a.config).read_text())["model"]["init_args"])

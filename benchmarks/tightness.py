@@ -41,19 +41,19 @@ import torch
 import yaml
 
 from benchmarks.generic import Plain
-from benchmarks.ws import WS_CONFIGS, map_seeds, samples, shipped_search, start_seeds, with_flags
+from benchmarks.ws import WS_CONFIGS, every_field, map_seeds, samples, shipped_search, start_seeds, with_flags
 from wslight.features import FreshMaps, make_map
 from wslight.features.attention import ReLUAttentionFeatures
-from wslight.features.move import GenericMove, move_class_for
+from wslight.features.generic_move import GenericMove, move_class_for
 from wslight.search import SearchSettings
-from wslight.search.ascent import GENERIC_FIRST_ROUND
 from wslight.search.sensitivity import word_sensitivity
+from wslight.search.start_plan import StartPlan
 
 # (map, d, n values): the paper's n values at offline d (d = 384: the bundled MiniLM's width)
 GRID = {"rf": (96, [20, 60]), "deep_rf": (64, [50, 80]), "raf": (384, [10, 50, 250]), "relu_raf": (384, [10, 50, 250])}
 ATTENTION = ("raf", "relu_raf")
 BEFORE_CHAINS = {"raf": 6, "relu_raf": 6}  # the shipped configs' chains before rounds (others: 4), one round
-GENERIC = SearchSettings().resolved()  # the settings of "before" and the reference, but for their chains and steps
+GENERIC = every_field(SearchSettings())  # the settings of "before" and the reference, but for their chains and steps
 COLUMNS = ["map", "d", "n", "chains_per_round/max_chains", "mean chains", "confirmed", "within 1%", "worst ratio"]
 COLUMNS += ["mean ratio", "before: within 1% / mean ratio", "s/trial before", "s/trial", "s/trial ref", "target"]
 
@@ -126,10 +126,10 @@ def row(name: str, d: int, n: int, a) -> list[str]:
     before, before_sec = timed(name, n, d, X, a, a.generic, steps.replace(chains_per_round=b, max_chains=b))
     shipped, sec = timed(name, n, d, X, a, a.generic, settings)
     ref_chains = max(16 * round(shipped.chains.double().mean().item()), 256 if name in ATTENTION else 0)
-    # one round of ref_chains chains (the generic path's first round runs GENERIC_FIRST_ROUND x chains_per_round)
+    # one round of ref_chains chains (the generic path's first round runs generic_first_round x chains_per_round)
     one = maps_for(name, n, d, [0], a.generic)
     generic_path = isinstance(one, list) and move_class_for(one) is GenericMove
-    first = GENERIC_FIRST_ROUND if generic_path else 1
+    first = StartPlan().generic_first_round if generic_path else 1
     reference = steps.replace(chains_per_round=ref_chains // first, max_chains=ref_chains)
     ref, ref_sec = timed(name, n, d, X, a, a.generic, reference)
     S, S_before = shipped.ws.flatten(), before.ws.flatten()

@@ -48,12 +48,16 @@ import yaml  # noqa: E402
 
 from benchmarks.common import CONFIGS, command_line, run_part  # noqa: E402
 from wslight.base.seeding import derive_seed, generator  # noqa: E402
-from wslight.features import MAPS, FreshMaps, make_map  # noqa: E402
+from wslight.features import (  # noqa: E402
+    MAPS,
+    FreshMaps,
+    family_defaults,  # noqa: E402
+    make_map,
+)
 from wslight.features.rf import fresh_preactivations  # noqa: E402
 from wslight.records.pages import PageHeader, write_page  # noqa: E402
 from wslight.search import SearchSettings  # noqa: E402
 from wslight.search.sensitivity import moved_token_objective, word_sensitivity  # noqa: E402
-from wslight.search.settings import family_defaults  # noqa: E402
 
 WS_CONFIGS = CONFIGS / "ws"  # the shipped sweeps' configs, whose search settings the benchmarks run
 
@@ -430,7 +434,15 @@ def shipped_search(map_: str, config: Path | None = None) -> SearchSettings:
     defaults (docs/theory.md §4.3).
     """
     args = yaml.safe_load((config or WS_CONFIGS / f"{map_}.yaml").read_text())["model"]["init_args"]
-    return SearchSettings(**(args.get("search") or {})).resolved(family_defaults(MAPS[map_]))
+    return every_field(SearchSettings(**(args.get("search") or {})), family_defaults(MAPS[map_]))
+
+
+def every_field(settings: SearchSettings, family: SearchSettings | None = None) -> SearchSettings:
+    """`settings` with every field given: the family's default or the generic one where it leaves one out.
+
+    What the search runs on (`SearchSettings.resolved`), as settings a benchmark prints, changes and passes on.
+    """
+    return SearchSettings(**dataclasses.asdict(settings.resolved(family)))
 
 
 def with_flags(settings: SearchSettings, a: argparse.Namespace) -> SearchSettings:
