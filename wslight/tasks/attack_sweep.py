@@ -15,9 +15,10 @@ from typing import Any, Literal, cast
 
 import torch
 
-from ..attack.delta import delta_attacks, output_records
+from ..attack.delta import delta_attacks
 from ..attack.inputs import draw_samples
 from ..attack.losses import LOSSES
+from ..attack.report import output_records
 from ..attack.settings import AttackSettings
 from ..base import validate
 from ..base.names import TRAININGS

@@ -5,7 +5,8 @@ And the settings of the word-sensitivity search they run in each trial (one `Sea
 
 from __future__ import annotations
 
-from ..search.settings import GENERIC_DEFAULTS, SearchSettings, family_defaults
+from ..chains.settings import SearchSettings
+from ..features import family_defaults
 from .embeddings_evaluation import EmbeddingsEvaluation
 from .grid_settings import GridSettings
 
@@ -39,8 +40,8 @@ class MapGridEvaluation(EmbeddingsEvaluation):
                 raise ValueError(f"{err} (map {entry.name})") from None
 
     def radius(self, d: int) -> float:
-        """The search's radius in a cell of dimension d: radius_scale sqrt(d) (the generic scale, 1, when unset)."""
-        return (self.search.radius_scale or GENERIC_DEFAULTS["radius_scale"]) * d**0.5
+        """The search's radius in a cell of dimension d, by the search's one rule (`ResolvedSearch.radius`)."""
+        return self.search.resolved().radius(d)
 
     def trial_specs(self) -> list[dict]:
         """Every trial of the grid, cell by cell, keyed `<map>/d<d>/n<n>/L<L>/t<trial>`."""

@@ -13,9 +13,9 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 
 from ..base import validate
+from ..chains.settings import DEFAULT_CHUNK_ELEMENTS
 from ..records.results import ResultsFile, config_key
 from ..records.summary import trusted
-from ..search.settings import DEFAULT_CHUNK_ELEMENTS
 from .after_fit import AfterFitOrTest
 from .classifier import FeatureMapClassifier
 from .evaluation import gather_records, one_cpu_thread

@@ -11,11 +11,11 @@ import torch
 
 from ..base import validate
 from ..base.seeding import derive_seed, generator
+from ..chains.settings import SearchSettings
 from ..data import EmbeddingSpec
 from ..features import trial_maps
 from ..records.summary import cell_table, markdown_table, nonfinite, trusted, write_summary
 from ..search.sensitivity import word_sensitivity
-from ..search.settings import SearchSettings
 from .grid import MapGridEvaluation
 from .grid_settings import GridSettings
 

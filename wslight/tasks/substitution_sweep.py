@@ -16,12 +16,12 @@ from ..attack.heads import fit_heads
 from ..base import validate
 from ..base.names import TRAININGS
 from ..base.seeding import derive_seed, generator
+from ..chains.settings import DEFAULT_CHUNK_ELEMENTS, SearchSettings
 from ..data import EmbeddingSpec
-from ..features.move import trial_features
+from ..features.forwards import trial_features
 from ..records.summary import markdown_table, nonfinite, trusted, write_summary
 from ..search.result import WSResult
 from ..search.sensitivity import word_sensitivity
-from ..search.settings import DEFAULT_CHUNK_ELEMENTS, SearchSettings
 from ..search.substitution import word_substitution
 from .grid import MapGridEvaluation
 from .grid_settings import GridSettings

@@ -15,9 +15,9 @@ import torch
 
 from ..base import validate
 from ..base.paths import user_path
+from ..chains.settings import DEFAULT_CHUNK_ELEMENTS
 from ..records.summary import trusted, write_summary
 from ..search.screening import SCREEN_CENTROIDS
-from ..search.settings import DEFAULT_CHUNK_ELEMENTS
 from .embeddings_evaluation import EmbeddingsEvaluation
 from .review_words import review_word_records
 from .trained_run import TrainedRun
