@@ -6,10 +6,10 @@ import torch
 from wslight.attack.heads import gram_factor, min_norm, min_norm_and_projection, project
 from wslight.features import FreshMaps
 from wslight.features.attention_starts import structured_starts
-from wslight.features.fresh import stacked_features
-from wslight.features.move import per_trial, stack_trials
-from wslight.features.generic_move import token_move
 from wslight.features.forwards import trial_features
+from wslight.features.fresh import stacked_features
+from wslight.features.generic_move import token_move
+from wslight.features.move import per_trial, stack_trials
 
 
 def _problem(T=3, N=30, p=200, B=2, seed=0, scale=None):
@@ -59,8 +59,8 @@ def test_starts_computed_on_first_use_equal_the_eager_ones(rows, name):
     T, B, n, d = 2, 3, 5, 8
     maps = FreshMaps(name, [1, 2]).maps(n, d)
     X = rows(T * B, n, d, seed=7).reshape(T, B, n, d)
-    token = token_move(maps, X, [1], torch.float32)
+    move = token_move(maps, X, [1], torch.float32)
     W = stack_trials([m.W for m in maps])
-    eager = structured_starts(token, W, per_trial(X, W.transpose(1, 2)))
-    assert token.starts is not None and torch.equal(token.starts, eager)
-    assert token.select_trials(torch.tensor([1])).starts is None  # a selection carries none, as before
+    eager = structured_starts(move, W, per_trial(X, W.transpose(1, 2)))
+    assert move.starts is not None and torch.equal(move.starts, eager)
+    assert move.select_trials(torch.tensor([1])).starts is None  # a selection carries none, as before

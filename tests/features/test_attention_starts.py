@@ -43,10 +43,10 @@ def test_self_score_maximiser_lies_on_the_sphere_and_beats_every_other_point_of_
 def test_raf_starts_with_the_self_score_maximiser_and_its_mix_with_attract():
     X = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     fmap = make_map("raf", n=6, d=8, seed=3, dtype="float64")
-    token = token_move([fmap], X[None], [0, 2], torch.float64)
-    starts = token.starts  # (1, 2, 2, 4, 8): attract, steer, self score, its mix with attract
+    move = token_move([fmap], X[None], [0, 2], torch.float64)
+    starts = move.starts  # (1, 2, 2, 4, 8): attract, steer, self score, its mix with attract
     assert starts.shape == (1, 2, 2, 4, 8)
-    own = self_score_maximiser(token.Ws, token.xi, 8**0.5)
+    own = self_score_maximiser(move.Ws, move.xi, 8**0.5)
     own = own / own.norm(dim=-1, keepdim=True)
     torch.testing.assert_close(starts[:, :, :, 2], own)
     mix = own + starts[:, :, :, 0]

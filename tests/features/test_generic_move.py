@@ -34,10 +34,10 @@ class _Plain(nn.Module):
 def _case(kind="relu_raf", T=2, B=2, n=6, d=8, R=5, positions=(0, 3), dtype="float64"):
     maps = [_Plain(make_map(kind, n, d, seed=s, dtype=dtype)) for s in range(T)]
     X = unit_rows(T * B, n, d, seed=3, dtype=getattr(torch, dtype)).reshape(T, B, n, d)
-    token = GenericMove(maps, X, list(positions), getattr(torch, dtype))
+    move = GenericMove(maps, X, list(positions), getattr(torch, dtype))
     g = torch.Generator().manual_seed(5)
     delta = torch.randn(T, B, len(positions), R, d, generator=g, dtype=getattr(torch, dtype)) * 0.7
-    return maps, X, token, delta
+    return maps, X, move, delta
 
 
 def test_live_values_and_gradients_equal_a_per_chain_autograd_loop_through_forward():
@@ -45,13 +45,13 @@ def test_live_values_and_gradients_equal_a_per_chain_autograd_loop_through_forwa
 
     The other chains read -inf and 0.
     """
-    maps, X, token, delta = _case()
+    maps, X, move, delta = _case()
     live = torch.rand(delta.shape[:-1], generator=torch.Generator().manual_seed(1)) < 0.6
-    f, g = token.live_value_and_grad(delta, live)
+    f, g = move.live_value_and_grad(delta, live)
     for t, b, j, r in live.nonzero().tolist():
         x = delta[t, b, j, r].clone().requires_grad_(True)
         Xp = X[t, b].clone()
-        Xp = torch.cat([Xp[: token.positions[j]], (Xp[token.positions[j]] + x)[None], Xp[token.positions[j] + 1 :]])
+        Xp = torch.cat([Xp[: move.positions[j]], (Xp[move.positions[j]] + x)[None], Xp[move.positions[j] + 1 :]])
         ref = (maps[t](Xp[None]) - maps[t](X[t, b][None])).pow(2).sum()
         (ref_g,) = torch.autograd.grad(ref, x)
         assert math.isclose(f[t, b, j, r].item(), ref.item(), rel_tol=1e-6)
@@ -61,21 +61,21 @@ def test_live_values_and_gradients_equal_a_per_chain_autograd_loop_through_forwa
 
 def test_live_evaluation_equals_the_full_batch_of_every_chain():
     """Evaluating only the live chains gives what one batch of every chain gives at those chains."""
-    _, _, token, delta = _case(kind="raf", T=3, R=4)
+    _, _, move, delta = _case(kind="raf", T=3, R=4)
     live = torch.rand(delta.shape[:-1], generator=torch.Generator().manual_seed(2)) < 0.5
-    f, g = token.live_value_and_grad(delta, live)
-    f_all, g_all = autograd_evaluate(token.change_sq)(delta)
+    f, g = move.live_value_and_grad(delta, live)
+    f_all, g_all = autograd_evaluate(move.change_sq)(delta)
     torch.testing.assert_close(f[live], f_all[live], rtol=1e-12, atol=0)
     torch.testing.assert_close(g[live], g_all[live], rtol=1e-10, atol=1e-12)
 
 
 def test_chains_on_live_evaluations_follow_the_narrowed_engines_paths():
     """The engine with live evaluations moves every chain as the engine with its narrowed batches does (float64)."""
-    _, _, token, delta = _case(R=6)
+    _, _, move, delta = _case(R=6)
     x0 = delta / delta.norm(dim=-1, keepdim=True) * 8**0.5
     rule = MonotoneAscent(8**0.5, 0.25, 1e-4, 10, ridge=True)
-    plain = run_chains(autograd_evaluate(token.change_sq), x0, rule, 80)
-    live = run_chains(autograd_evaluate(token.change_sq), x0, rule, 80, moving_only=token.live_value_and_grad)
+    plain = run_chains(autograd_evaluate(move.change_sq), x0, rule, 80)
+    live = run_chains(autograd_evaluate(move.change_sq), x0, rule, 80, moving_only=move.live_value_and_grad)
     assert torch.equal(plain.steps, live.steps) and int(live.steps.min()) < int(live.steps.max())
     torch.testing.assert_close(live.best_f, plain.best_f, rtol=1e-12, atol=0)
     torch.testing.assert_close(live.best_x, plain.best_x, rtol=1e-10, atol=1e-12)
@@ -117,9 +117,9 @@ def test_the_search_hands_its_generic_rounds_the_live_evaluation(monkeypatch):
 
     monkeypatch.setattr(GenericMove, "live_value_and_grad", counted)
     monkeypatch.setattr(GenericMove, "change_sq", lambda self, delta: (_ for _ in ()).throw(AssertionError("full")))
-    maps, X, token, _ = _case(T=1, B=1, dtype="float32")
+    maps, X, move, _ = _case(T=1, B=1, dtype="float32")
     resolved = SearchSettings(max_steps=5, max_chains=4, power_iters=0).resolved()
-    f, x, steps = Rounds(resolved, resolved.radius(8), StartPlan()).round(token, torch.randn(1, 1, 1, 3, 8), 64)
+    f, x, steps = Rounds(resolved, resolved.radius(8), StartPlan()).round(move, torch.randn(1, 1, 1, 3, 8), 64)
     assert calls["live"] > 0 and f.shape == (1, 1, 1, 3)
 
 

@@ -61,25 +61,25 @@ def test_closed_form_equals_generic_path_and_full_forward(case, kind):
     assert torch.allclose(fast.change_sq(delta), generic.change_sq(delta), rtol=1e-8, atol=1e-9)
     H = torch.randn(*X.shape[:2], f.shape[-1], 3, generator=generator(1, "test.H"), dtype=torch.float64)
     assert torch.allclose(fast.readout(delta, H), generic.readout(delta, H), rtol=1e-9, atol=1e-9)
-    for token in (fast, generic):  # the shared forward of the word substitution gives the two separate values
-        both = token.change_sq_and_readout(delta, H)
-        assert torch.equal(both[0], token.change_sq(delta)) and torch.equal(both[1], token.readout(delta, H))
+    for move in (fast, generic):  # the shared forward of the word substitution gives the two separate values
+        both = move.change_sq_and_readout(delta, H)
+        assert torch.equal(both[0], move.change_sq(delta)) and torch.equal(both[1], move.readout(delta, H))
 
 
 @pytest.mark.parametrize("kind", FAMILIES)
 def test_closed_form_gradients_equal_autograd_through_the_forward(case, kind):
     maps, X, positions, delta = case(kind, T=1)
     grads = []
-    for token in (token_move(maps, X, positions, torch.float64), GenericMove(maps, X, positions, torch.float64)):
+    for move in (token_move(maps, X, positions, torch.float64), GenericMove(maps, X, positions, torch.float64)):
         x = delta.clone().requires_grad_(True)
-        (g,) = torch.autograd.grad(token.change_sq(x).sum(), x)
+        (g,) = torch.autograd.grad(move.change_sq(x).sum(), x)
         grads.append(g)
     assert torch.allclose(grads[0], grads[1], rtol=1e-7, atol=1e-9)
 
 
-def _autograd_value_and_grad(token, delta):
+def _autograd_value_and_grad(move, delta):
     x = delta.clone().requires_grad_(True)
-    f = token.change_sq(x)
+    f = move.change_sq(x)
     (g,) = torch.autograd.grad(f.sum(), x)
     return f.detach(), g
 
@@ -116,14 +116,14 @@ def test_hand_written_value_and_grad_equal_the_generic_path(case, kind, scores):
 def test_closed_form_curvature_product_is_the_hessian_at_zero(case, kind, n):
     """H v = 2 J^T J v in closed form against the double backward of the squared change at Delta = 0."""
     maps, X, positions, delta = case(kind, n=n, positions=(0,) if n == 1 else (0, 3, 6))
-    token = token_move(maps, X, positions, torch.float64)
+    move = token_move(maps, X, positions, torch.float64)
     v = delta / delta.norm(dim=-1, keepdim=True)
     zero = torch.zeros_like(v, requires_grad=True)
     (g,) = torch.autograd.grad(
         GenericMove(maps, X, positions, torch.float64).change_sq(zero).sum(), zero, create_graph=True
     )
     (hv,) = torch.autograd.grad((g * v).sum(), zero)
-    assert torch.allclose(token.curvature_product(v), hv, rtol=1e-8, atol=1e-9)
+    assert torch.allclose(move.curvature_product(v), hv, rtol=1e-8, atol=1e-9)
 
 
 def test_deep_rf_top_curvature_is_the_top_eigenvector_of_the_hessian(case):
@@ -133,10 +133,10 @@ def test_deep_rf_top_curvature_is_the_top_eigenvector_of_the_hessian(case):
     signed to agree with the start vector, after a search has left a trial out too.
     """
     maps, X, positions, delta = case("deep_rf", T=3)
-    token = token_move(maps, X, positions, torch.float64)
+    move = token_move(maps, X, positions, torch.float64)
     T, B, P, _, d = delta.shape
     v = delta[:, :, :, :1]
-    for tok, idx in ((token, torch.arange(T)), (token.select_trials(torch.tensor([2, 0])), torch.tensor([2, 0]))):
+    for tok, idx in ((move, torch.arange(T)), (move.select_trials(torch.tensor([2, 0])), torch.tensor([2, 0]))):
         top = tok.top_curvature(v[idx])  # (T', B, P, 1, d)
         basis = torch.eye(d, dtype=torch.float64).expand(len(idx), B, P, d, d)
         H = tok.curvature_product(basis)  # (T', B, P, d, d): H e_k, row k
@@ -148,10 +148,10 @@ def test_deep_rf_top_curvature_is_the_top_eigenvector_of_the_hessian(case):
 
 def test_exact64_of_the_memory_bounded_rf_is_the_float64_forward(case):
     maps, X, positions, delta = case("rf_bounded")
-    token = token_move(maps, X, positions, torch.float64)
+    move = token_move(maps, X, positions, torch.float64)
     j = torch.tensor([[0, 1, 2], [2, 2, 0]])  # index into positions, per trial and sample
     chosen = delta[:, :, 0, 0]  # (T, B, d)
-    ws, norm = (v[..., 0] for v in token.exact64(chosen[:, :, None], j[..., None]))  # one candidate per sample
+    ws, norm = (v[..., 0] for v in move.exact64(chosen[:, :, None], j[..., None]))  # one candidate per sample
     for t, m in enumerate(maps):
         for b in range(X.shape[1]):
             Xp = X[t, b : b + 1].clone()

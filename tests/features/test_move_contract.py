@@ -74,7 +74,7 @@ ENGINES = ["chains", "search", "attack"]
 
 
 def _probes(path: Path) -> list[str]:
-    """getattr calls for a name of the contract (or on a move) and isinstance tests against a move class."""
+    """Getattr calls for a name of the contract (or on a move) and isinstance tests against a move class."""
     moves = {c.__name__ for c in FAMILIES} | {"TokenMove"}
     found = []
     for node in ast.walk(ast.parse(path.read_text())):

@@ -79,9 +79,9 @@ def test_fast_path_equals_generic_path(rows, name):
     assert torch.allclose(fast.features(delta), generic.features(delta), rtol=1e-6, atol=1e-6)
     assert torch.allclose(fast.change_sq(delta), generic.change_sq(delta), rtol=1e-6, atol=1e-6)
     grads = []
-    for token in (fast, generic):
+    for move in (fast, generic):
         x = delta.clone().requires_grad_(True)
-        (g,) = torch.autograd.grad(token.change_sq(x).sum(), x)
+        (g,) = torch.autograd.grad(move.change_sq(x).sum(), x)
         grads.append(g)
     assert torch.allclose(grads[0], grads[1], rtol=1e-6, atol=1e-6)
     if fast.starts is not None:
@@ -96,13 +96,13 @@ def test_multi_head_starts_put_the_whole_radius_in_one_head_best_first(rows):
     """
     X = rows(3, 6, 24)
     fmap = make_map("raf_mh", 6, 24, seed=4)  # H = 4 heads of d_h = 6
-    token = token_move([fmap], X[None].double(), [0], torch.float64)
-    starts = token.starts[0, :, 0]  # (B, H + S, d)
+    move = token_move([fmap], X[None].double(), [0], torch.float64)
+    starts = move.starts[0, :, 0]  # (B, H + S, d)
     H, dh = fmap.heads, fmap.dh
     blocks = starts[:, :H].reshape(3, H, H, dh).norm(dim=-1)  # (B, start, head)
     assert ((blocks > 0).sum(-1) == 1).all()  # one head each
     assert (starts[:, H:].reshape(3, -1, H, dh).norm(dim=-1) > 0).all()  # then every head at once
-    alone = token.change_sq(starts[None, :, None, :H] * 24**0.5)[0, :, 0]  # (B, H)
+    alone = move.change_sq(starts[None, :, None, :H] * 24**0.5)[0, :, 0]  # (B, H)
     assert (alone[:, :-1] >= alone[:, 1:] * (1 - 1e-9)).all()
 
 
@@ -257,9 +257,9 @@ def test_sigmoid_switch_start_turns_on_every_weight_it_controls(rows):
     n, d = 6, 192  # Gaussian tokens: at small d the 2n - 1 half-spaces need not meet inside the ball
     X = rows(4, n, d)[None].double()
     fmap = make_map("sigmoid_raf", n, d, seed=3)
-    token = token_move([fmap], X, [0], torch.float64)
-    assert token.starts.shape == (1, 4, 1, 2, d)
-    torch.testing.assert_close(token.starts.norm(dim=-1), torch.ones(1, 4, 1, 2, dtype=torch.float64))
+    move = token_move([fmap], X, [0], torch.float64)
+    assert move.starts.shape == (1, 4, 1, 2, d)
+    torch.testing.assert_close(move.starts.norm(dim=-1), torch.ones(1, 4, 1, 2, dtype=torch.float64))
 
     def weights(delta):  # (B, d) -> row i's and column i's weights after the move, (B, 2n)
         Xp = X[0].clone()
@@ -267,9 +267,9 @@ def test_sigmoid_switch_start_turns_on_every_weight_it_controls(rows):
         A = torch.sigmoid(Xp @ fmap.W.double() @ Xp.transpose(1, 2) / d**0.5 - math.log(n))
         return torch.cat([A[:, 0], A[:, :, 0]], dim=1)
 
-    on = weights(token.starts[0, :, 0, 0] * d**0.5)
+    on = weights(move.starts[0, :, 0, 0] * d**0.5)
     assert (on > 0.5).all()
-    column = weights(token.starts[0, :, 0, 1] * d**0.5)[:, n + 1 :]
+    column = weights(move.starts[0, :, 0, 1] * d**0.5)[:, n + 1 :]
     assert (column > 0.5).all()
     noise = torch.randn(4, d, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     assert (weights(noise / noise.norm(dim=-1, keepdim=True) * d**0.5) > 0.5).double().mean() < 0.9

@@ -122,9 +122,9 @@ def test_relu_raf_self_capture_starts_leave_query_i_attending_to_itself_alone():
     B, n, d = 8, 10, 64
     X = unit_rows(B, n, d, seed=7)
     fmap = make_map("relu_raf", n, d, seed=1).double()
-    token = token_move([fmap], X[None].double(), [0], torch.float64)
+    move = token_move([fmap], X[None].double(), [0], torch.float64)
     # (B, 2K, d): after attract and steer, the ascended self-capture starts, then the captured ones
-    starts = token.starts[0, :, 0, 2:] * d**0.5
+    starts = move.starts[0, :, 0, 2:] * d**0.5
     assert starts.shape[1] == 8 and (starts.norm(dim=-1) <= d**0.5 * (1 + 1e-9)).all()
     y = X[:, None, 0].double() + starts  # (B, 2K, d) the moved token
     W = fmap.W.double()
@@ -136,7 +136,7 @@ def test_relu_raf_self_capture_starts_leave_query_i_attending_to_itself_alone():
     assert plain.any(dim=1).float().mean() >= 0.9  # every sample but a rare one has a start in that region
     assert ascended.any(dim=1).float().mean() >= 0.9  # the captured ascent stays in it
     # and climbs: the best ascended start's change beats the best captured one's
-    change = token.change_sq(starts[None, :, None])[0, :, 0]  # (B, 2K)
+    change = move.change_sq(starts[None, :, None])[0, :, 0]  # (B, 2K)
     assert (change[:, :4].max(dim=1).values > change[:, 4:].max(dim=1).values).float().mean() >= 0.9
 
 
@@ -251,17 +251,17 @@ def test_homotopy_starts_are_the_best_points_of_the_larger_balls_brought_back_to
     X = unit_rows(B, n, d, seed=3)
     plain = _Plain(make_map("raf", n, d, seed=4))
     rounds = rounds_of(d, chains_per_round=2, max_steps=100, power_iters=10, max_chains=2)
-    token = token_move([plain], X[None], [0, 3], torch.float64)
+    move = token_move([plain], X[None], [0, 3], torch.float64)
     H, per_ball = rounds.plan.homotopy_scales, rounds.plan.homotopy_chains
-    homotopy = _homotopy_starts(rounds, token, [0, 3], [5], torch.float64, X[None], chain_chunk=64)  # (1, B, 2, H, d)
+    homotopy = _homotopy_starts(rounds, move, [0, 3], [5], torch.float64, X[None], chain_chunk=64)  # (1, B, 2, H, d)
     assert homotopy.shape == (1, B, 2, len(H), d)
     torch.testing.assert_close(homotopy.norm(dim=-1), torch.ones(1, B, 2, len(H), dtype=torch.float64))
     for k, scale in enumerate(H):
         R = scale * rounds.radius
         u0 = unit(seeded_draws([5], [0, 3], B, per_ball, d, "homotopy", k)).to(torch.float64) * R
-        f0 = token.change_sq(u0)  # (1, B, 2, K) the chains' starting values on that ball
+        f0 = move.change_sq(u0)  # (1, B, 2, K) the chains' starting values on that ball
         balls = torch.full((per_ball, 1), R, dtype=torch.float64)
-        f_best, x_best, _ = rounds.round(token, u0, 64, balls)  # one ball's round alone
+        f_best, x_best, _ = rounds.round(move, u0, 64, balls)  # one ball's round alone
         best = x_best.gather(3, f_best.argmax(-1)[..., None, None].expand(-1, -1, -1, 1, d))[:, :, :, 0]
         assert (best.norm(dim=-1) <= R * (1 + 1e-12)).all()
         assert (f_best.max(-1).values > f0.max(-1).values).all()  # the chains climbed on the larger ball
@@ -394,10 +394,10 @@ def test_row_starts_mix_the_token_with_the_attracting_direction_and_need_one_row
     B, n, d = 2, 9, 128
     X = unit_rows(B, n, d, seed=8, dtype=torch.float64)
     raf = make_map("raf", n, d, seed=9, dtype="float64")
-    token = token_move([_Plain(raf)], X[None], [0, 4], torch.float64)
+    move = token_move([_Plain(raf)], X[None], [0, 4], torch.float64)
     draws = seeded_draws([1], [0, 4], B, n, d, "rows").double()
     lean = seeded_draws([1], [0, 4], B, REMOVAL_ROWS * REMOVAL_SINGULAR, d, "removal").double()
-    starts = token.row_starts(d**0.5, draws, lean)  # (1, B, 2, S, d): the mixes, the points captured, removals
+    starts = move.row_starts(d**0.5, draws, lean)  # (1, B, 2, S, d): the mixes, the points captured, removals
     M = len(SELF_CAPTURE_MIXES)
     removals = 2 * REMOVAL_SINGULAR * REMOVAL_ROWS
     assert starts.shape == (1, B, 2, 2 * M + removals * len(REMOVAL_ANGLES), d)
@@ -515,10 +515,10 @@ def test_captured_points_make_the_moved_query_attend_to_itself_alone():
     r = d**0.5
     for name in ("relu_raf", "raf"):
         m = make_map(name, n, d, seed=13, dtype="float64")
-        token = token_move([_Plain(m)], X[None], [i], torch.float64)
+        move = token_move([_Plain(m)], X[None], [i], torch.float64)
         draws = seeded_draws([1], [i], B, n, d, "rows").double()
         lean = seeded_draws([1], [i], B, REMOVAL_ROWS * REMOVAL_SINGULAR, d, "removal").double()
-        mixes = token.row_starts(r, draws, lean)[0, :, 0, :4]  # (B, 4, d)
+        mixes = move.row_starts(r, draws, lean)[0, :, 0, :4]  # (B, 4, d)
         points = captured(float64_moves(m), X, i, mixes, r)
         torch.testing.assert_close(points.norm(dim=-1), torch.ones(B, 4, dtype=torch.float64))
 

@@ -48,14 +48,14 @@ def test_radius_split_start_is_in_the_ball_and_beats_every_one_head_start(rows):
     """
     X = rows(3, 6, 24)[None].double()  # (T = 1, B = 3, n, d)
     fmap = make_map("raf_mh", 6, 24, seed=4)  # H = 4 heads of d_h = 6
-    token = token_move([fmap], X, [0], torch.float64)
+    move = token_move([fmap], X, [0], torch.float64)
     radius = 24**0.5
     draws = torch.randn(1, 3, 1, 8, 24, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    start = radius_split_start(token, radius, ASCENT, draws)  # (1, B, 1, 1, d)
+    start = radius_split_start(move, radius, ASCENT, draws)  # (1, B, 1, 1, d)
     assert (start.norm(dim=-1) <= radius * (1 + 1e-9)).all()
     H = fmap.heads
-    one_head = token.starts[:, :, :, :H] * radius  # (1, B, 1, H, d): the whole radius in one head
-    assert (token.change_sq(start)[..., 0] >= token.change_sq(one_head).amax(-1) * (1 - 1e-9)).all()
+    one_head = move.starts[:, :, :, :H] * radius  # (1, B, 1, H, d): the whole radius in one head
+    assert (move.change_sq(start)[..., 0] >= move.change_sq(one_head).amax(-1) * (1 - 1e-9)).all()
 
 
 def test_multi_head_search_starts_from_the_split_and_is_seeded(rows):
@@ -65,7 +65,7 @@ def test_multi_head_search_starts_from_the_split_and_is_seeded(rows):
     a = word_sensitivity(fmap, X, seed=5, chains_per_round=4, max_chains=8)
     b = word_sensitivity(fmap, X, seed=5, chains_per_round=4, max_chains=8)
     assert torch.equal(a.ws, b.ws)
-    token = token_move([fmap], X[None].float(), [0], torch.float32)
-    start = radius_split_start(token, 24**0.5, ASCENT)
-    S_start = token.change_sq(start)[0, :, 0, 0].clamp_min(0).sqrt() / token.phi0[0].norm(dim=-1)
+    move = token_move([fmap], X[None].float(), [0], torch.float32)
+    start = radius_split_start(move, 24**0.5, ASCENT)
+    S_start = move.change_sq(start)[0, :, 0, 0].clamp_min(0).sqrt() / move.phi0[0].norm(dim=-1)
     assert (a.ws >= S_start.double() * (1 - 1e-4)).all()
