@@ -19,7 +19,7 @@ from wslight.app.cli import main
 from wslight.attack import delta_attack
 from wslight.data import EmbeddingSpec, TokenEmbeddings, preprocess
 from wslight.features import FreshMaps, RandomAttentionFeatures, RandomFeatures, ReLUAttentionFeatures
-from wslight.features.move import map_features
+from wslight.features.forwards import map_features
 from wslight.search.sensitivity import word_sensitivity
 
 n, d = 6, 8
