@@ -1,4 +1,7 @@
-"""`search.max_chains` below `search.chains_per_round` is refused, naming both (a round runs all its chains)."""
+"""The search's settings: typed family defaults, the one radius rule, and max_chains below chains_per_round refused.
+
+`search.max_chains` below `search.chains_per_round` is refused, naming both (a round runs all its chains).
+"""
 
 import math
 from pathlib import Path
@@ -8,7 +11,7 @@ import yaml
 from conftest import unit_rows
 
 from wslight.chains.settings import GENERIC_DEFAULTS, SearchSettings
-from wslight.features import MAPS, FeatureMap, family_defaults, resolve_maps
+from wslight.features import MAPS, FeatureMap, RandomFeatures, family_defaults, register_map, resolve_maps
 from wslight.search import word_sensitivity
 from wslight.tasks import GridSettings, WordSensitivitySweep
 
@@ -43,6 +46,22 @@ def test_the_one_radius_rule_is_the_scale_times_the_square_root_of_d():
     assert SearchSettings().resolved().radius(384) == math.sqrt(384)
     assert SearchSettings(radius_scale=0.5).resolved().radius(2921) == 0.5 * math.sqrt(2921)
     assert GENERIC_DEFAULTS.radius(16) == 4.0
+
+
+@register_map("half_ball_rf")
+class HalfBallRF(RandomFeatures):
+    """RF whose family searches the ball of half the paper's radius."""
+
+    search_defaults = SearchSettings(chains_per_round=4, max_chains=4, radius_scale=0.5)
+
+
+def test_a_sweep_and_a_call_take_the_radius_by_the_same_rule_with_the_family_default():
+    """The sweep records the radius that `word_sensitivity` searches: the family's radius_scale, not the generic one."""
+    sweep = WordSensitivitySweep(GridSettings(["half_ball_rf", "rf"], [16], [4], trials=1))
+    assert sweep.radius("half_ball_rf", 16) == 2.0 and sweep.radius("rf", 16) == 4.0
+    X = unit_rows(3, 4, 16)
+    res = word_sensitivity(HalfBallRF(n=4, d=16, seed=1), X, max_steps=20)
+    assert (res.delta_norm <= 2.0 * (1 + 1e-6)).all() and (res.delta_norm > 1.9).all()  # the family's ball, reached
 
 
 def test_a_call_is_refused_before_any_search():

@@ -39,9 +39,12 @@ class MapGridEvaluation(EmbeddingsEvaluation):
             except ValueError as err:
                 raise ValueError(f"{err} (map {entry.name})") from None
 
-    def radius(self, d: int) -> float:
-        """The search's radius in a cell of dimension d, by the search's one rule (`ResolvedSearch.radius`)."""
-        return self.search.resolved().radius(d)
+    def radius(self, m: str, d: int) -> float:
+        """The search's radius for map `m` in a cell of dimension d.
+
+        The search's one rule (`ResolvedSearch.radius`) with the map family's defaults, as `word_sensitivity` has it.
+        """
+        return self.search.resolved(family_defaults(self.grid.map_entries[m].cls)).radius(d)
 
     def trial_specs(self) -> list[dict]:
         """Every trial of the grid, cell by cell, keyed `<map>/d<d>/n<n>/L<L>/t<trial>`."""

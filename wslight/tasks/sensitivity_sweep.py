@@ -110,7 +110,7 @@ class WordSensitivitySweep(MapGridEvaluation):
             fmap = self.cell_map(m, d, n, L, map_seeds[0])
             restart_seed = derive_seed(map_seeds[0], "ws.restarts")
             res = word_sensitivity(
-                fmap, X, self.positions, self.search, seed=restart_seed, dtype=self.map_dtype, radius=self.radius(d)
+                fmap, X, self.positions, self.search, seed=restart_seed, dtype=self.map_dtype, radius=self.radius(m, d)
             )
         else:  # the paper's protocol: trial t has its own map, all trials searched together
             map_seeds = [self.map_seed(m, d, n, L, s["trial"]) for s in specs]
@@ -125,7 +125,9 @@ class WordSensitivitySweep(MapGridEvaluation):
                 device=self.device,
             )
             restart_seeds = [derive_seed(ms, "ws.restarts") for ms in map_seeds]
-            res = word_sensitivity(fresh, X[:, None], self.positions, self.search, restart_seeds, radius=self.radius(d))
+            res = word_sensitivity(
+                fresh, X[:, None], self.positions, self.search, restart_seeds, radius=self.radius(m, d)
+            )
         seconds = (time.perf_counter() - start) / len(specs)
         bounds = res.bound.flatten().tolist() if res.bound is not None else [None] * len(specs)
         records = []
@@ -142,7 +144,7 @@ class WordSensitivitySweep(MapGridEvaluation):
                 **rec,
                 "seed": self.seed,
                 "map_seed": map_seed,
-                "radius": self.radius(d),
+                "radius": self.radius(m, d),
                 "ws_sqrt_n": rec["ws"] * math.sqrt(n),
                 "bound": bound,
                 "seconds": seconds,

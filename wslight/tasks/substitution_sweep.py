@@ -187,7 +187,7 @@ class WordSubstitutionSweep(MapGridEvaluation):
             entry.build(n, d, ms, depth=L, width_ratio=self.grid.rf_width_ratio, dtype="float32").to(self.device)
             for ms in map_seeds
         ]
-        search = self.continuous_search(maps, X, map_seeds, d)
+        continuous = self.continuous_search(maps, X, map_seeds, m, d)
         heads, ill = self.trial_heads(maps, X, y, map_seeds, index, n, d)
         masks = [self.admissible(i) for i in index]
         allowed = torch.stack([mk for mk, _ in masks])[:, None, None]  # (T, 1, 1, V)
@@ -200,7 +200,7 @@ class WordSubstitutionSweep(MapGridEvaluation):
         records = []
         for t, s in enumerate(specs):
             ws_words = float(sub.ws[t, 0, 0])
-            ws = None if search is None else float(search.ws[t, 0])
+            ws = None if continuous is None else float(continuous.ws[t, 0])
             word_id = int(sub.word[t, 0, 0])
             record = {
                 "experiment": "words",
@@ -219,8 +219,8 @@ class WordSubstitutionSweep(MapGridEvaluation):
                 "distance": float(sub.distance[t, 0, 0]),
                 "ws": ws,
                 "ws_ratio": None if ws is None else ws_words / ws if ws > 0 else math.nan,
-                "chains": None if search is None else int(search.chains[t, 0]),
-                "near_best": None if search is None else int(search.near_best[t, 0]),
+                "chains": None if continuous is None else int(continuous.chains[t, 0]),
+                "near_best": None if continuous is None else int(continuous.near_best[t, 0]),
                 "phi_norm": float(sub.phi_norm[t, 0]),
                 "admissible": int(sub.admissible[t, 0, 0]),
                 "round_trip_rejected": masks[t][1],
@@ -245,14 +245,14 @@ class WordSubstitutionSweep(MapGridEvaluation):
         return records
 
     def continuous_search(
-        self, maps: list[torch.nn.Module], X: torch.Tensor, map_seeds: list[int], d: int
+        self, maps: list[torch.nn.Module], X: torch.Tensor, map_seeds: list[int], m: str, d: int
     ) -> WSResult | None:
         """The continuous S at `position` of each trial's review X (T, 1, n, d), on its map (None: continuous false)."""
         restart_seeds = [derive_seed(ms, "words.restarts") for ms in map_seeds]
         if not self.continuous:
             return None
         return word_sensitivity(
-            maps, X, positions=[self.position], search=self.search, seed=restart_seeds, radius=self.radius(d)
+            maps, X, positions=[self.position], search=self.search, seed=restart_seeds, radius=self.radius(m, d)
         )
 
     def trial_heads(
