@@ -10,7 +10,7 @@ Where to start:
   `ReLUAttentionFeatures`, `make_map`, `register_map` for your own).
 - Word sensitivity of any map: `wslight.search.word_sensitivity(map, X)`, the exact best word:
   `wslight.search.word_substitution`; the attack: `wslight.attack.delta_attack`, its heads: `wslight.attack.heads`.
-- Lightning pieces (`wslight.tasks`): `FeatureMapClassifier`, `EmbeddingDataModule`, `DeltaAttack`, the sweeps
+- Lightning pieces (`wslight.tasks`): `FeatureMapClassifier`, `EmbeddingDataModule`, `DeltaAttackCallback`, the sweeps
   (`WordSensitivitySweep`, `WordSubstitutionSweep`, `DeltaAttackSweep`) and the probes; `wslight.app.cli.main`.
 """
 

@@ -289,6 +289,19 @@ def test_a_saved_config_with_the_old_class_paths_says_what_to_write(tmp_path, cl
     for old, cls in [("ws_sweep", "WordSensitivitySweep"), ("head_words_callback", "HeadWordFlips")]:
         err = cli_fails(["test", "--config", "ws/raf", "--model", f"wslight.tasks.{old}.{cls}"], True)
         assert f"the command line: --model = wslight.tasks.{old}.{cls}: write wslight.tasks.{cls}" in err
+    # the callback renamed apart from the function it runs (`delta_attack`), by every path a config could give it
+    callback = tmp_path / "saved_callback.yaml"
+    text = (ROOT / "configs" / "attack" / "callback_raf.yaml").read_text()
+    callback.write_text(text.replace("wslight.tasks.DeltaAttackCallback", "wslight.callbacks.DeltaAttack"))
+    err = cli_fails(["fit", "--config", str(callback)])
+    assert (
+        "trainer.callbacks.1.class_path = wslight.callbacks.DeltaAttack: write wslight.tasks.DeltaAttackCallback" in err
+    )
+    for old in ("wslight.tasks.DeltaAttack", "DeltaAttack"):
+        callback.write_text(text.replace("wslight.tasks.DeltaAttackCallback", old))
+        assert f"class_path = {old}: write wslight.tasks.DeltaAttackCallback" in cli_fails(
+            ["fit", "--config", str(callback)]
+        )
 
 
 def test_a_search_setting_at_its_old_place_names_the_new_key(tmp_path, cli_fails):

@@ -307,7 +307,7 @@ def test_attack_tiny_setting_writes_the_contract(tmp_path, name):
 
 def test_callback_tiny_setting_writes_the_records_of_the_attack_sweep(tmp_path):
     cli = run("attack/callback_raf.yaml", tmp_path, subcommand="fit")
-    (cb,) = [c for c in cli.trainer.callbacks if type(c).__name__ == "DeltaAttack"]
+    (cb,) = [c for c in cli.trainer.callbacks if type(c).__name__ == "DeltaAttackCallback"]
     assert len(cb.records) == cb.num_contexts * len(cb.trainings) * len(cb.losses)
     for r in cb.records:
         assert ATTACK_FIELDS <= set(r) and r["experiment"] == "attack" and r["map"] == "raf"

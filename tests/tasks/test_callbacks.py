@@ -1,4 +1,4 @@
-"""DeltaAttack callback: the attack after a fit of a linear head on a frozen map, its records, scalars and figures."""
+"""DeltaAttackCallback: the attack after a fit of a linear head on a frozen map, its records, scalars and figures."""
 
 import json
 import subprocess
@@ -18,7 +18,7 @@ from wslight.features import RandomAttentionFeatures, RandomFeatures
 from wslight.records import results
 from wslight.records.results import read_records
 from wslight.tasks import EmbeddingDataModule
-from wslight.tasks.attack_callback import DeltaAttack
+from wslight.tasks.attack_callback import DeltaAttackCallback
 from wslight.tasks.classifier import FeatureMapClassifier
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def datamodule(path: Path, n: int = 6) -> EmbeddingDataModule:
     )
 
 
-def fit(path: Path, feature_map, callback: DeltaAttack | None, n: int = 6, progress: bool = False):
+def fit(path: Path, feature_map, callback: DeltaAttackCallback | None, n: int = 6, progress: bool = False):
     dm = datamodule(path, n)
     trainer = Trainer(
         accelerator="cpu",
@@ -62,7 +62,7 @@ def fit(path: Path, feature_map, callback: DeltaAttack | None, n: int = 6, progr
 @pytest.fixture(scope="module")
 def fitted(tmp_path_factory):
     path = tmp_path_factory.mktemp("raf")
-    cb = DeltaAttack(trainings=["finetune", "retrain"], losses=["err", "align"], num_contexts=3, **FAST)
+    cb = DeltaAttackCallback(trainings=["finetune", "retrain"], losses=["err", "align"], num_contexts=3, **FAST)
     trainer, model, dm = fit(path, RandomAttentionFeatures(8, seed=0), cb)
     return trainer, model, dm, cb
 
@@ -121,7 +121,7 @@ def test_rerun_appends_nothing_and_is_deterministic_another_map_appends(fitted):
     trainer, model, _, cb = fitted
     path = Path(trainer.log_dir) / "attack_results.jsonl"
     before = path.read_text()
-    again = DeltaAttack(trainings=["finetune", "retrain"], losses=["err", "align"], num_contexts=3, **FAST)
+    again = DeltaAttackCallback(trainings=["finetune", "retrain"], losses=["err", "align"], num_contexts=3, **FAST)
     again.run(trainer, model)
     assert path.read_text() == before  # same settings, same step: the trials are already there
     assert [(r["sample_id"], r["D1"]) for r in again.records] == [(r["sample_id"], r["D1"]) for r in cb.records]
@@ -148,7 +148,7 @@ def test_rerun_appends_nothing_and_is_deterministic_another_map_appends(fitted):
 )
 def test_bad_arguments_name_the_key(kwargs, key):
     with pytest.raises(ValueError, match=rf"^{key} must .*got "):
-        DeltaAttack(**kwargs)
+        DeltaAttackCallback(**kwargs)
 
 
 @pytest.mark.parametrize(
@@ -156,7 +156,7 @@ def test_bad_arguments_name_the_key(kwargs, key):
 )
 def test_bad_attack_settings_name_the_field_before_the_callback(fields, key):
     with pytest.raises(ValueError, match=rf"^{key} must .*got "):
-        DeltaAttack(attack=AttackSettings(**fields))
+        DeltaAttackCallback(attack=AttackSettings(**fields))
 
 
 def test_bad_sizes_raise_before_any_attack(fitted, monkeypatch, tmp_path):
@@ -168,22 +168,22 @@ def test_bad_sizes_raise_before_any_attack(fitted, monkeypatch, tmp_path):
     monkeypatch.setattr(attack_sweep, "delta_attacks", no_attack)
     M = len(dm.train_indices)
     with pytest.raises(ValueError, match=rf"^N must be <= {M} .*got 1000"):
-        DeltaAttack(N=1000).run(trainer, model)
+        DeltaAttackCallback(N=1000).run(trainer, model)
     with pytest.raises(ValueError, match=rf"^num_contexts must be <= {len(dm.test_indices)} .*got 500"):
-        DeltaAttack(num_contexts=500).run(trainer, model)
+        DeltaAttackCallback(num_contexts=500).run(trainer, model)
     with pytest.raises(ValueError, match=r"^position must be .*\[0, 5\].*got 6"):
-        DeltaAttack(attack=AttackSettings(position=6)).run(trainer, model)
+        DeltaAttackCallback(attack=AttackSettings(position=6)).run(trainer, model)
     # N >= the feature dimension (RF with k = 20 features, 42 training samples): the heads would not interpolate
     with (
         pytest.raises(ValueError, match=r"^N must be < 20 \(the feature dimension.*got 42"),
         pytest.warns(RuntimeWarning, match="ill-conditioned"),  # the fit itself: 42 samples, 20 features
     ):
-        fit(tmp_path, RandomFeatures(6, 8, 20, seed=0), DeltaAttack(num_contexts=2, **FAST))
+        fit(tmp_path, RandomFeatures(6, 8, 20, seed=0), DeltaAttackCallback(num_contexts=2, **FAST))
     assert not list(tmp_path.rglob("attack_results.jsonl"))
 
 
 def test_subset_N_and_test_end_hook(tmp_path):
-    cb = DeltaAttack(trainings=["retrain"], num_contexts=2, N=20, hook="test_end", **FAST)
+    cb = DeltaAttackCallback(trainings=["retrain"], num_contexts=2, N=20, hook="test_end", **FAST)
     trainer, model, dm = fit(tmp_path, RandomAttentionFeatures(8, seed=1), cb)
     assert cb.records == []  # nothing at fit end
     trainer.test(model, dm, verbose=False)
@@ -198,13 +198,13 @@ def test_subset_N_and_test_end_hook(tmp_path):
 
 @pytest.mark.parametrize("progress", [True, False], ids=["bar", "no_bar"])
 def test_the_attack_shows_progress_per_context_unless_the_trainer_shows_none(tmp_path, capsys, progress):
-    cb = DeltaAttack(trainings=["retrain"], num_contexts=2, **FAST)
+    cb = DeltaAttackCallback(trainings=["retrain"], num_contexts=2, **FAST)
     fit(tmp_path, RandomAttentionFeatures(8, seed=1), cb, progress=progress)
     err = capsys.readouterr().err
     if progress:  # one update per attacked context
-        assert "DeltaAttack contexts" in err and "1/2" in err and "2/2" in err, err
+        assert "Delta attack contexts" in err and "1/2" in err and "2/2" in err, err
     else:
-        assert "DeltaAttack" not in err
+        assert "DeltaAttackCallback" not in err
     assert len(cb.records) == 2
 
 
@@ -213,7 +213,7 @@ def test_rf_keeps_its_sign(tmp_path):
 
     So one token (of n = 24) cannot flip its heads' decisions.
     """
-    rf = DeltaAttack(num_contexts=4, **FAST)
+    rf = DeltaAttackCallback(num_contexts=4, **FAST)
     fit(tmp_path, RandomFeatures(24, 8, 400, seed=0), rf, n=24)
     yD1 = [r["y"] * r["D1"] for r in rf.records]
     assert len(yD1) == 8 and sum(yD1) / len(yD1) > 0

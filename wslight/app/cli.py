@@ -160,7 +160,7 @@ class WSLightCLI(LightningCLI):
         self._log_config_text()
 
     def _callback_metrics(self) -> dict[str, float]:
-        """The scalars of the callbacks that log through the logger directly (e.g. DeltaAttack's attack/...)."""
+        """The scalars of the callbacks that log through the logger directly (e.g. DeltaAttackCallback's attack/...)."""
         callbacks = self.trainer.callbacks  # type: ignore[attr-defined]  # set by Lightning's callback connector
         return final_metrics(*(getattr(cb, "metrics", {}) for cb in callbacks))
 

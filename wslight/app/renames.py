@@ -3,7 +3,8 @@
 Every LightningModule, callback, evaluation and the DataModule now live in `wslight.tasks` (the Lightning floor); a
 config that names their old modules (`wslight.evaluations.WordSensitivitySweep`, `wslight.models.FeatureMapClassifier`,
 `wslight.callbacks.DeltaAttack`, `wslight.data.EmbeddingDataModule`) or a module of wslight.tasks that was renamed
-(`wslight.tasks.ws_sweep.WordSensitivitySweep`) is refused before anything runs. So is a
+(`wslight.tasks.ws_sweep.WordSensitivitySweep`), or a class renamed (the callback `DeltaAttack`, now
+`DeltaAttackCallback` beside the function `delta_attack`) is refused before anything runs. So is a
 word-sensitivity sweep's search setting written at its old place (`model.init_args.restarts`): the settings are one
 `search:` block now, and `restarts` is `chains_per_round`; so is its grid (`model.init_args.d_values`), one `grid:`
 block now (`model.init_args.grid.d_values`). So is an attack setting of the Delta-attack sweep or callback
@@ -29,7 +30,13 @@ MOVED_MODULES = {
     "wslight.tasks.head_words_callback": "wslight.tasks",
     "wslight.tasks.head_words": "wslight.tasks",
 }
-MOVED_CLASSES = {"wslight.data.EmbeddingDataModule": "wslight.tasks.EmbeddingDataModule"}
+MOVED_CLASSES = {
+    "wslight.data.EmbeddingDataModule": "wslight.tasks.EmbeddingDataModule",
+    # the callback, named apart from the function `wslight.attack.delta_attack` it runs
+    "wslight.tasks.DeltaAttack": "wslight.tasks.DeltaAttackCallback",
+    "wslight.tasks.attack_callback.DeltaAttack": "wslight.tasks.DeltaAttackCallback",
+    "DeltaAttack": "wslight.tasks.DeltaAttackCallback",
+}
 
 
 def moved_class_path(class_path: str) -> str | None:
@@ -38,7 +45,8 @@ def moved_class_path(class_path: str) -> str | None:
         return MOVED_CLASSES[class_path]
     for old, new in MOVED_MODULES.items():
         if class_path.startswith(old + "."):
-            return f"{new}.{class_path.rpartition('.')[2]}"
+            moved = f"{new}.{class_path.rpartition('.')[2]}"
+            return MOVED_CLASSES.get(moved, moved)  # a class renamed since its module moved
     return None
 
 
@@ -75,8 +83,7 @@ def check_moved_class_paths(trees: list[tuple[str, Any]], args: list[str]) -> No
     if moved:
         lines = "; ".join(f"{where} = {old}: write {new}" for where, old, new in moved)
         raise UsageError(
-            f"{lines} (the LightningModules, callbacks, evaluations and the DataModule are imported from "
-            "wslight.tasks)"
+            f"{lines} (the LightningModules, callbacks, evaluations and the DataModule are imported from wslight.tasks)"
         )
 
 
@@ -159,21 +166,27 @@ def _sweep_attack_keys(trees: list[tuple[str, Any]], args: list[str]) -> list[tu
     return [(where, f"model.init_args.{k}", f"model.init_args.{MOVED_ATTACK_KEYS[k]}") for where, k in given]
 
 
+# The Delta-attack callback's names, its old one included (its settings at their old place are named either way)
+CALLBACK_NAMES = ("DeltaAttackCallback", "DeltaAttack")
+
+
 def _callback_attack_keys(trees: list[tuple[str, Any]], args: list[str]) -> list[tuple[str, str, str]]:
-    """(where, old key, new key) of the `DeltaAttack` callback's attack settings (and `penalty`) at their old place."""
+    """(where, old key, new key) of the `DeltaAttackCallback`'s attack settings (and `penalty`) at their old place."""
     found: list[tuple[str, str, str]] = []
     attacked = False
     for where, tree in trees:
         trainer = (tree or {}).get("trainer") or {} if isinstance(tree, dict) else {}
         callbacks = trainer.get("callbacks") if isinstance(trainer, dict) else None
         for i, cb in enumerate(callbacks if isinstance(callbacks, list) else []):
-            if not isinstance(cb, dict) or str(cb.get("class_path", "")).rpartition(".")[2] != "DeltaAttack":
+            if not isinstance(cb, dict) or str(cb.get("class_path", "")).rpartition(".")[2] not in CALLBACK_NAMES:
                 continue
             attacked = True
             old = [k for k in cb.get("init_args") or {} if k in MOVED_CALLBACK_KEYS]
             place = f"trainer.callbacks.{i}.init_args"
             found += [(where, f"{place}.{k}", f"{place}.{MOVED_CALLBACK_KEYS[k]}") for k in old]
-    attacked = attacked or any(a.endswith("DeltaAttack") for a in args)  # `--trainer.callbacks+=...DeltaAttack`
+    attacked = attacked or any(
+        a.endswith(CALLBACK_NAMES) for a in args
+    )  # `--trainer.callbacks+=...DeltaAttackCallback`
     for a in args if attacked else []:
         key = a.partition("=")[0].removeprefix("--trainer.callbacks.").removeprefix("init_args.")
         if a.startswith("--trainer.callbacks.") and key in MOVED_CALLBACK_KEYS:

@@ -161,7 +161,7 @@ def draw_samples(pool: Tensor, k: int, seed: int, stream: str, keep: Tensor | No
     """The first k of `pool` in the seeded random order of `generator(seed, stream)`: the attack's choice of samples.
 
     Its one home: the sweep draws each trial's `contexts` context samples and N training samples from the embeddings'
-    distinct reviews, the `DeltaAttack` callback its N training samples from the training split (when N is smaller)
+    distinct reviews, the `DeltaAttackCallback` its N training samples from the training split (when N is smaller)
     and its context samples from the test split. Fewer than k available: all of them (the caller names its limit).
 
     Args:

@@ -2,7 +2,7 @@
 
 - `classifier`: `FeatureMapClassifier`, a frozen map with a trainable linear head (`train.py fit`);
 - `datamodule`: `EmbeddingDataModule`, token embeddings of reviews for training;
-- `attack_callback`: `DeltaAttack`, the Delta attack run on a fitted head after `fit`/`test`;
+- `attack_callback`: `DeltaAttackCallback`, the Delta attack run on a fitted head after `fit`/`test`;
 - `evaluation`: the `Evaluation` base of `evaluate.py` (trials sharded over devices, gathered, appended to
   results.jsonl, resumable); `embeddings_evaluation`: `EmbeddingsEvaluation`, its base for token embeddings;
 - `grid_settings`: `GridSettings`, the map x d x n x L grid both word-sensitivity sweeps walk, and its trials;
@@ -12,13 +12,13 @@
   flips;
 - `trained_run`, `trained_head_words`: a train.py run read back (`TrainedRun`), and `TrainedHeadWords`, the words
   that flip its trained head; `head_word_flips`: `HeadWordFlips`, the same after `fit`/`test`;
-- `attack_sweep`: `DeltaAttackSweep` (Figures 4-5) and the attack records shared with `DeltaAttack`;
+- `attack_sweep`: `DeltaAttackSweep` (Figures 4-5) and the attack records shared with `DeltaAttackCallback`;
 - `probes`: the encoder probes (Figures 1 and 3) as evaluations;
 - `figures`: the attack figures and `save_figure`;
 - `finetune`: `SequenceClassifierFineTune`, a pre-trained encoder fine-tuned end to end, and `ReviewTextDataModule`.
 """
 
-from .attack_callback import DeltaAttack
+from .attack_callback import DeltaAttackCallback
 from .attack_sweep import AttackCase, DeltaAttackSweep, attack_objectives, attack_records, run_attacks
 from .classifier import FeatureMapClassifier, TrainingDiverged
 from .classifier_words import ClassifierWords
@@ -36,7 +36,7 @@ from .trained_head_words import TrainedHeadWords
 from .trained_run import TrainedRun
 
 __all__ = [
-    "DeltaAttack",
+    "DeltaAttackCallback",
     "EmbeddingDataModule",
     "EmbeddingDataset",
     "FeatureMapClassifier",

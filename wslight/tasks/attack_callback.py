@@ -1,6 +1,6 @@
 """Lightning callbacks that run evaluations of the paper on a fitted head and log them.
 
-`DeltaAttack`: after the fit (or the test) of a `FeatureMapClassifier`, the single-token Delta attack
+`DeltaAttackCallback`: after the fit (or the test) of a `FeatureMapClassifier`, the single-token Delta attack
 (docs/theory.md §6) on held-out context samples, with the heads theta*, theta_f, theta_r re-derived in closed form from
 the training split; records go to `attack_results.jsonl`, scalars and the Figure-4-style scatter to the logger. The
 callback only schedules the work: the attacks, their records, the summary and the figures are those of
@@ -52,7 +52,7 @@ def _attackable(fmap: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     return fmap
 
 
-class DeltaAttack(AfterFitOrTest):
+class DeltaAttackCallback(AfterFitOrTest):
     """Run the single-token Delta attack (docs/theory.md §6) on the fitted model's feature map and log what it finds.
 
     At the chosen hook, the training split of the datamodule (`trainer.datamodule`: an EmbeddingDataModule or any
@@ -125,13 +125,15 @@ class DeltaAttack(AfterFitOrTest):
         fmap = getattr(pl_module, "feature_map", None)
         if fmap is None:
             raise ValueError(
-                f"DeltaAttack: the model must have a `feature_map` (e.g. FeatureMapClassifier), got {type(pl_module)}"
+                "DeltaAttackCallback: the model must have a `feature_map` (e.g. FeatureMapClassifier), "
+                f"got {type(pl_module)}"
             )
         dm = trainer.datamodule  # type: ignore[attr-defined]  # set by Lightning's data connector, unseen by mypy
         needed = ("embeddings", "train_indices", "test_indices", "n", "d")
         if dm is None or any(getattr(dm, k, None) is None for k in needed):
             raise ValueError(
-                f"DeltaAttack: needs trainer.datamodule with {list(needed)} after setup (an EmbeddingDataModule), "
+                f"DeltaAttackCallback: needs trainer.datamodule with {list(needed)} after setup "
+                "(an EmbeddingDataModule), "
                 f"got {type(dm).__name__}"
             )
         n, d = int(dm.n), int(dm.d)
@@ -219,7 +221,7 @@ class DeltaAttack(AfterFitOrTest):
         """The contexts, with a bar on rank 0 (one update per attacked context) unless the trainer shows none."""
         show = trainer.is_global_zero and trainer.progress_bar_callback is not None
         # mininterval 0: each context takes seconds, so every update is worth a line in a log file
-        return tqdm(contexts, desc="DeltaAttack contexts", disable=not show, mininterval=0, file=sys.stderr)
+        return tqdm(contexts, desc="Delta attack contexts", disable=not show, mininterval=0, file=sys.stderr)
 
     def run(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """Attack this rank's contexts, gather on every rank, write and log on rank 0.

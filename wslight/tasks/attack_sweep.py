@@ -2,7 +2,7 @@
 
 `attack_objectives` lists the (training, loss, penalty) of the attacks on one trial, `run_attacks` runs them on one
 map and training set and `attack_records` turns one `delta_attack` output into results records: the sweep and the
-`DeltaAttack` callback both go through these three, so their records have the same fields and meaning.
+`DeltaAttackCallback` callback both go through these three, so their records have the same fields and meaning.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`HeadWordFlips`: after a fit (or a test), the words that flip the fitted head: the `DeltaAttack` callback's twin.
+"""`HeadWordFlips`: after a fit (or a test), the words that flip the fitted head: the `DeltaAttackCallback`'s twin.
 
 The records are those of `wslight.tasks.TrainedHeadWords` (`review_word_records`), computed on the model in memory
 instead of a run read back from its files (docs/theory.md §13.4).
