@@ -1,4 +1,4 @@
-"""Delta-attack benchmark: `wslight.attack.delta_attack` against the authors' own code (docs/theory.md §6.5).
+"""Delta-attack benchmark: `wslight.attack.delta_attack` against the authors' own code (docs/theory/attack.md §6.5).
 
 The paper's protocol: every trial has its own random map and its own training set; every side sees the same maps
 and data. The package attacks all trials in one call with `FreshMaps(map, seeds)` (maps built inside the timed call).
@@ -14,7 +14,7 @@ steps, 4 restarts, early stop).
 
 All sides see the same data (by default N + 1 distinct bundled reviews per trial, MiniLM layer-0 token embeddings
 with rows rescaled to sqrt(d) and their labels, the first one the context sample; `--data synthetic`: the "aniso"
-rows of docs/theory.md §11 with random +-1 labels; the largest cell, d = 768, is synthetic) and the same random
+rows of docs/theory/checks.md §11 with random +-1 labels; the largest cell, d = 768, is synthetic) and the same random
 weights. Each side runs in its own subprocess, so the peak memory (ru_maxrss from wait4) is its own; numpy's and
 torch's BLAS are pinned to the same number of threads there (OMP/OPENBLAS/MKL_NUM_THREADS set before any import).
 Times cover everything after drawing the data: features, heads, search, records. The agreement of the sides: the
@@ -72,8 +72,8 @@ def trial_data(t: int, n: int, d: int, N: int, seed: int, data: str = "imdb") ->
     """One trial, float64, rows of norm sqrt(d): N + 1 distinct bundled reviews, or synthetic rows.
 
     The reviews (MiniLM layer-0 token embeddings, their labels) are drawn from the pool by the trial's own permutation;
-    or (`data="synthetic"`) aniso rows (docs/theory.md §11), 0.7 u + sqrt(0.51) g / sqrt(d) renormalised, with random
-    +-1 labels.
+    or (`data="synthetic"`) aniso rows (docs/theory/checks.md §11), 0.7 u + sqrt(0.51) g / sqrt(d) renormalised, with
+    random +-1 labels.
 
     Returns X_train (N, n, d), Y (N,), X_ctx (1, n, d), y (1,): N + 1 distinct samples, the first is the context.
     """
@@ -119,7 +119,7 @@ def trial_map(name: str, t: int, n: int, d: int, seed: int, dtype: str = "float3
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The authors' own code (benchmarks/authors_gen.py) and the torch port of their procedure (docs/theory.md §6.5)
+# The authors' own code (benchmarks/authors_gen.py) and the torch port of their procedure (docs/theory/attack.md §6.5)
 # ----------------------------------------------------------------------------------------------------------------------
 
 AUTHORS_TRAINING = {"retrain": "total", "finetune": "fine_tuning"}

@@ -2,7 +2,7 @@
 
 A map handed to `word_sensitivity` as a plain `nn.Module` that only forwards (`Plain`) has no token-move algebra:
 the search takes the generic path (autograd through the full forward, the generic starts: row, removal and homotopy
-starts, a polishing round; docs/theory.md §4.3). For each (map, d, n) row: `trials` bundled reviews (IMDb token
+starts, a polishing round; docs/theory/search.md §4.3). For each (map, d, n) row: `trials` bundled reviews (IMDb token
 embeddings of the bundled MiniLM, rows of norm sqrt(d)), a map each (the same built weights on both sides), token 0,
 float32, the family's shipped search settings (configs/ws/<map>.yaml, or zoo.yaml's for the zoo's attention
 sublayers; the family's defaults) on both sides, maps built outside the timed calls, one call per side over all

@@ -2,9 +2,9 @@
 
 A map handed to `word_sensitivity` as a plain `nn.Module` (`generic.Plain`) is searched structure-blind: each chain
 step is a forward and backward of the whole sample, and its first round adds starts that the closed forms do not
-need (docs/theory.md §4.3): the row starts read off the module's Jacobians (8 plus the removal starts), the homotopy
-starts (16 chains on each of 5 larger balls) and 3 x `chains_per_round` more random chains. This benchmark runs the
-same plain modules on the same bundled reviews and maps with:
+need (docs/theory/search.md §4.3): the row starts read off the module's Jacobians (8 plus the removal starts), the
+homotopy starts (16 chains on each of 5 larger balls) and 3 x `chains_per_round` more random chains. This benchmark runs
+the same plain modules on the same bundled reviews and maps with:
 
 - shipped: the search as a user gets it;
 - no homotopy: without the homotopy starts;

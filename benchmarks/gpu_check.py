@@ -8,7 +8,7 @@ Parts, in the order they run (each one skipped, and listed as skipped, once the 
    each, the trials batched with `FreshMaps`).
 4. The Delta attack, RAF, d = 768, n = 120, N = 1300, re-trained head, loss err, trials batched with fresh maps.
 5. Word sensitivity of RF at d = 768, n = 90, k = D = 69,120, 10 fresh maps drawn from the law of (z, V^(i))
-   (docs/theory.md §3.6: k x d numbers per trial instead of the 19 GB V).
+   (docs/theory/maps.md §3.6: k x d numbers per trial instead of the 19 GB V).
 6. The rest of the DeepRF grid of configs/paper/ws/deep_rf_h200.yaml (n in {50, 60, 70, 80}, L in {2, 4, 8}), GPU only.
 
 The word-sensitivity parts search with the generic defaults (`wslight.search.GENERIC_DEFAULTS`: rounds of 4 chains up

@@ -1,4 +1,4 @@
-"""One word through the whole encoder on a GPU machine: what the CPU runs of docs/theory.md §13.5 leave out.
+"""One word through the whole encoder on a GPU machine: what the CPU runs of docs/theory/words.md §13.5 leave out.
 
 Runs, each as a user types it (train.py, then evaluate.py), within one wall-clock budget (--budget):
 1. the real classifier of configs/encoder_classifier.yaml (n = 128): its test accuracy;

@@ -1,4 +1,6 @@
-"""One word and a real classifier: the words that flip trained heads on the bundled reviews (docs/theory.md §13.5).
+"""One word and a real classifier: the words that flip trained heads on the bundled reviews.
+
+See docs/theory/words.md §13.5.
 
 Runs, each as a user types it (train.py, then evaluate.py on the run it printed):
 1. the real classifier: configs/encoder_classifier.yaml (the whole bundled encoder, mean-pooled, a ridge head with a

@@ -19,7 +19,7 @@ call). Target: >= 95% within 1% and mean ratio >= 0.995.
 closed form and differentiates the full forward: the tightness of the path a user's own map takes. Its reference
 also takes the closed form's own search on the same weights (shipped settings), whose structured starts find maxima
 that random chains on the generic path rarely reach in high dimension (the generic path's row starts read the
-attracting and self-capture directions off the map's Jacobian, docs/theory.md §4.3); `--own-starts` gives the
+attracting and self-capture directions off the map's Jacobian, docs/theory/search.md §4.3); `--own-starts` gives the
 plain modules a `search_starts` naming those directions (`WithStarts`), as a user who knows their map can. Timings
 need an otherwise idle machine: with other processes on the cores, torch's threads contend (try --threads 1).
 
@@ -75,11 +75,11 @@ def zoo_grid() -> dict[str, tuple[int, list[int]]]:
 
 
 class WithStarts(Plain):
-    """A user's map that also names its own starting directions (`search_starts`, docs/theory.md §4.3).
+    """A user's map that also names its own starting directions (`search_starts`, docs/theory/search.md §4.3).
 
     As one who knows its structure would: the attracting direction W^T xbar, the steering directions W x_m (m != i) and,
     for ReLU-RAF, mixes m x_i / ||x_i|| + (1 - m) a of the token and the unit attracting direction a, m = 1, 0.7, 0.4
-    (docs/theory.md §3.5). Only forwards otherwise: the search still takes the generic path.
+    (docs/theory/maps.md §3.5). Only forwards otherwise: the search still takes the generic path.
     """
 
     def search_starts(self, X: torch.Tensor, positions: list[int]) -> torch.Tensor:

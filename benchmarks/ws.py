@@ -2,10 +2,10 @@
 
 The package side is one call of `word_sensitivity(FreshMaps(map, seeds), X, seed=[...])` for all trials (X of shape
 (T, 1, n, d)): RAF maps are built per trial, RF maps are never built: their (z = V flat(X), V^(0)) are drawn from the
-exact joint law (docs/theory.md §3.6). Its time includes drawing the maps.
+exact joint law (docs/theory/maps.md §3.6). Its time includes drawing the maps.
 
-The baseline follows the authors' `sensitivity.py` (docs/theory.md §4.1), one trial at a time with its own dense map:
-token 0, a start at x_0 + 0.1 N(0, I), plain projected gradient descent on -RMSE(phi(X'), phi(X)) with the ball of
+The baseline follows the authors' `sensitivity.py` (docs/theory/search.md §4.1), one trial at a time with its own dense
+map: token 0, a start at x_0 + 0.1 N(0, I), plain projected gradient descent on -RMSE(phi(X'), phi(X)) with the ball of
 radius sqrt(d) centred at the noisy start, lr 100 and 300 steps for RF, lr 10 and 50 n steps for RAF / ReLU-RAF,
 float64, the dense weights and autograd through the full map. Its per-trial time excludes building the map (reported
 apart), which favours the baseline.
@@ -84,7 +84,7 @@ def samples(data: str, trials: int, n: int, d: int, seed: int) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The faithful per-sample baseline (docs/theory.md §4.1)
+# The faithful per-sample baseline (docs/theory/search.md §4.1)
 # ----------------------------------------------------------------------------------------------------------------------
 
 
@@ -431,7 +431,7 @@ def shipped_search(map_: str, config: Path | None = None) -> SearchSettings:
     """The search settings a shipped sweep runs `map_` with, every field filled.
 
     Those its config states (the `search:` block of `config`, default configs/ws/<map>.yaml), the rest the map family's
-    defaults (docs/theory.md §4.3).
+    defaults (docs/theory/search.md §4.3).
     """
     args = yaml.safe_load((config or WS_CONFIGS / f"{map_}.yaml").read_text())["model"]["init_args"]
     return every_field(SearchSettings(**(args.get("search") or {})), family_defaults(MAPS[map_]))
@@ -464,7 +464,8 @@ PROTOCOL = (
     "The paper's protocol: a fresh random map per trial, one review per trial, the same maps and reviews on both "
     "sides. The package is one call of `word_sensitivity(FreshMaps(map, seeds), X, seed=[...])` for all trials, maps "
     "drawn inside the timed call. The baseline is a faithful per-trial re-implementation of the authors' procedure in "
-    "torch (docs/theory.md §4.1: token 0, a noisy start, fixed-step projected gradient ascent, float64, dense weights, "
+    "torch (docs/theory/search.md §4.1: token 0, a noisy start, fixed-step projected gradient ascent, float64, "
+    "dense weights, "
     "autograd through the full map), building its dense maps outside its clock. Peak memory: each part's own process "
     "(ru_maxrss)."
 )

@@ -10,8 +10,8 @@ What "the same on CUDA" means here:
 - Word sensitivity and the Delta attack: float64 maps and searches agree to WS64 / ATTACK64 relative (the same
   ascent, rounding apart); float32 word sensitivity to WS32 (rounding can move an accept/reject decision of the ascent,
   which converges to the same maximum within its tolerance). ReLU-RAF is discontinuous where a row's only positive
-  score crosses zero (docs/theory.md §4.3), so even in float64 a rounding-level difference can put a chain on the other
-  side of a jump: its records agree to WS_RELU64, and their path counts (steps, chains, near_best) may differ.
+  score crosses zero (docs/theory/search.md §4.3), so even in float64 a rounding-level difference can put a chain on the
+  other side of a jump: its records agree to WS_RELU64, and their path counts (steps, chains, near_best) may differ.
 - Lightning: `train.py fit` and an `evaluate.py` run with `--trainer.accelerator gpu --trainer.devices 1` on tiny
   synthetic embeddings write the same results contract as on the CPU, with the same records.
 
@@ -459,8 +459,8 @@ def test_fit_on_gpu_trains_the_head_there_and_writes_the_attack_contract(fitted,
     cpu = _fit(tmp_path, "cpu")
     assert torch.allclose(model.theta.cpu().double(), cpu.model.theta.double(), rtol=1e-4, atol=1e-6)
     cpu_recs = _records(sorted(Path(cpu.trainer.log_dir).rglob("*results.jsonl"))[0])
-    # the attack's chains run in float32 (docs/theory.md §6.5): rounding moves their paths, and the float64 values
-    # read out where they stop, err included (resolved to about 1e-9 by a float32 chain), by less than these
+    # the attack's chains run in float32 (docs/theory/attack.md §6.5): rounding moves their paths, and the float64
+    # values read out where they stop, err included (resolved to about 1e-9 by a float32 chain), by less than these
     _close_records(recs, cpu_recs, rtol=1e-3, atol=1e-6, paths=False)
 
 

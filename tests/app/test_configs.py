@@ -296,7 +296,7 @@ def test_attack_tiny_setting_writes_the_contract(tmp_path, name):
     for r in recs:
         assert ATTACK_FIELDS <= set(r) and r["experiment"] == "attack"
         assert r["seed"] == sweep.seed and r["map_seed"] == r["trial_seed"] != r["attack_seed"]
-        assert abs(r["t1"] - r["y"]) < 1e-6  # both heads interpolate the context sample (docs/theory.md §8.8)
+        assert abs(r["t1"] - r["y"]) < 1e-6  # both heads interpolate the context sample (docs/theory/checks.md §8.8)
         assert r["err"] == pytest.approx((r["D1"] + r["y"]) ** 2, rel=1e-9, abs=1e-12)
         assert r["gamma"] == pytest.approx(max(abs(r["t0"]), abs(r["D0"])))
     out_dir = Path(cli.model.results_path).parent

@@ -162,8 +162,8 @@ def assert_pages(report_dir: Path, counts: dict[str, int]) -> None:
     assert not (report_dir / BEYOND_PAGE).exists()  # no one-word stage in the plan
 
 
-PAPER_HEADING = "## The paper's claims (docs/theory.md §8)"
-HYPOTHESES_HEADING = "## Beyond the paper: this package's hypotheses (docs/theory.md §13)"
+PAPER_HEADING = "## The paper's claims (docs/theory/checks.md §8)"
+HYPOTHESES_HEADING = "## Beyond the paper: this package's hypotheses (docs/theory/words.md §13)"
 
 
 def write_results(path: Path, records: list[dict]) -> Path:

@@ -1,4 +1,7 @@
-"""Single-token Delta attack (docs/theory.md §6, §8.9-8.11): structure, records, RF vs RAF, bad input, plots."""
+"""Single-token Delta attack: structure, records, RF vs RAF, bad input, plots.
+
+See docs/theory/attack.md §6 and docs/theory/checks.md §8.9-8.11.
+"""
 
 import matplotlib.pyplot as plt
 import pytest
@@ -15,7 +18,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def aniso(B, n, d, seed, u):
-    """docs/theory.md §11 "aniso" rows: 0.7 u + sqrt(0.51) g / sqrt(d), renormalised to sqrt(d); (B, n, d) float64."""
+    """The "aniso" rows of docs/theory/checks.md §11: 0.7 u + sqrt(0.51) g / sqrt(d), renormalised to sqrt(d).
+
+    (B, n, d) float64.
+    """
     g = torch.randn(B, n, d, generator=generator(seed, "test.aniso"), dtype=torch.float64)
     X = 0.7 * u + 0.51**0.5 * g / d**0.5
     return X / X.norm(dim=-1, keepdim=True) * d**0.5
@@ -81,7 +87,8 @@ def test_trials_batched_equal_one_by_one():
             assert torch.allclose(rb[key][t], rt[key], atol=1e-8), key
 
 
-# ---- docs/theory.md §8.9-8.11 at small sizes (levels of docs/theory.md §11) ------------------------------------------
+# ---- docs/theory/checks.md §8.9-8.11 at small sizes (levels of docs/theory/checks.md §11)
+# ------------------------------------------
 
 N_SIM, n_SIM, T_SIM, B_SIM = 50, 40, 3, 2
 
@@ -127,7 +134,7 @@ def test_raf_flips_relu_raf_in_between(sim_data):
 def test_penalty_keeps_pretrained_output_small(sim_data):
     """The penalized loss keeps |D0| = |phi(X')^T theta*| small.
 
-    Plain err does not for RAF (docs/theory.md §11).
+    Plain err does not for RAF (docs/theory/checks.md §11).
     """
     X_tr, Y, X_cx, y = sim_data[0]
     maps = [RandomAttentionFeatures(32, seed=s) for s in range(T_SIM)]

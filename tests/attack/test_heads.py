@@ -1,4 +1,7 @@
-"""Closed-form heads (docs/theory.md §5.2, §8.8): identities, implicit projector, conditioning, bad input."""
+"""Closed-form heads: identities, implicit projector, conditioning, bad input.
+
+See docs/theory/attack.md §5.2 and docs/theory/checks.md §8.8.
+"""
 
 import warnings
 

@@ -329,7 +329,7 @@ def test_synthetic_is_deterministic_balanced_and_planted():
     assert torch.equal(a.samples(slice(None), 6, 8)[0], b.samples(slice(None), 6, 8)[0])
     # random access equals batch access
     assert torch.equal(a.samples([7], 4, 5)[0][0], a.samples(slice(None), 4, 5)[0][7])
-    # Paper (docs/theory.md §10.3): y = sign(<flat(X), u>) on the raw Gaussian tokens
+    # Paper (docs/theory/checks.md §10.3): y = sign(<flat(X), u>) on the raw Gaussian tokens
     X, y = a.samples(slice(None), 6, 8, normalize=False, dtype=torch.float64)
     assert torch.equal(synthetic_labels(X, planted_direction(3, 6, 8)), y)
     torch.testing.assert_close(X, synthetic_tokens(3, a.sample_ids, 6, 8))

@@ -1,4 +1,4 @@
-"""The encoder's vocabulary as the maps read it (wslight.data.vocabulary, docs/theory.md §13).
+"""The encoder's vocabulary as the maps read it (wslight.data.vocabulary, docs/theory/words.md §13).
 
 The rows of a review's own tokens are its stored rows, and the admissible words are exactly those whose edited review
 survives the tokenizer's round trip.

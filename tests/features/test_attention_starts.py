@@ -1,4 +1,7 @@
-"""The attention maps' structured starts (docs/theory.md §4.3): the self-score maximiser is the maximum it claims."""
+"""The attention maps' structured starts: the self-score maximiser is the maximum it claims.
+
+See docs/theory/search.md §4.3.
+"""
 
 import torch
 

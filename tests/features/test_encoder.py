@@ -1,4 +1,4 @@
-"""The pre-trained encoder as a map (`pretrained_encoder`, docs/theory.md §12.5).
+"""The pre-trained encoder as a map (`pretrained_encoder`, docs/theory/maps.md §12.5).
 
 On the encoder's own hidden_states[0] of bundled reviews it is the encoder: its hidden_states[L] per token, their mean
 and the sentence embedding; its first layer's attention part is `pretrained_attn`; bad arguments are named.

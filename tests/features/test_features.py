@@ -1,4 +1,4 @@
-"""Feature maps: shapes, seeds, scalings of docs/theory.md §8.1, structure, the memory-bounded RF and bad input."""
+"""Feature maps: shapes, seeds, scalings (docs/theory/checks.md §8.1), structure, the memory-bounded RF, bad input."""
 
 import pytest
 import torch

@@ -156,8 +156,8 @@ def test_a_hypothesis_never_reads_pass_or_fail_and_a_claim_never_reads_as_a_find
         Check("3", "what", "measured", "expected", "not supported")
 
 
-PAPER_HEADING = "## The paper's claims (docs/theory.md §8)"
-HYPOTHESES_HEADING = "## Beyond the paper: this package's hypotheses (docs/theory.md §13)"
+PAPER_HEADING = "## The paper's claims (docs/theory/checks.md §8)"
+HYPOTHESES_HEADING = "## Beyond the paper: this package's hypotheses (docs/theory/words.md §13)"
 
 
 def report_parts(rows):

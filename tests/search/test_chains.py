@@ -1,4 +1,4 @@
-"""The chain engine and the tightness rule (docs/theory.md §4.3).
+"""The chain engine and the tightness rule (docs/theory/search.md §4.3).
 
 Rounds only ever raise S, every sample ends confirmed or at the cap, the evidence fields count what ran, and ReLU-RAF's
 self-capture starts do what they say.
@@ -167,7 +167,7 @@ def test_relu_raf_at_d384_n50_is_within_one_percent_of_a_16x_reference_on_the_bu
 
     On 20 bundled reviews, a fresh map each (seeds the settings were not chosen on), against one round of 16 x their
     mean chains (at least 256), the best of both as the reference: >= 95% of the samples within 1% of it and the mean S
-    within 0.5% (docs/theory.md §4.3).
+    within 0.5% (docs/theory/search.md §4.3).
     """
     settings = shipped_search(ReLUAttentionFeatures)  # what configs/ws/relu_raf.yaml runs with: the family's defaults
     T, n, d = 20, 50, 384
@@ -296,7 +296,7 @@ class _NoRowStarts(_Plain):
 
 
 class _Hinted(_Plain):
-    """A user's RAF-like map that also names its own starts (docs/theory.md §3.5).
+    """A user's RAF-like map that also names its own starts (docs/theory/maps.md §3.5).
 
     The attracting direction W^T xbar, then the steering directions W x_m, m != i.
     """

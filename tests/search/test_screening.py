@@ -1,4 +1,4 @@
-"""The first-order screen of the vocabulary (docs/theory.md §13.5)."""
+"""The first-order screen of the vocabulary (docs/theory/words.md §13.5)."""
 
 import pytest
 import torch

@@ -1,4 +1,6 @@
-"""Word sensitivity: structured paths against the full map, the scaling laws of docs/theory.md §1.4 / §8, and more.
+"""Word sensitivity: structured paths against the full map, the scaling laws, and more.
+
+The scaling laws of docs/theory/index.md §1.4 and docs/theory/checks.md §8.
 
 Optimiser sanity, determinism, bad input, and the S-against-n figure.
 """
@@ -119,7 +121,7 @@ def test_reported_ws_is_the_full_map_at_the_reported_delta(rows, name):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Scaling laws (docs/theory.md §1.4, §8.2-8.6) on synthetic unit-norm rows
+# Scaling laws (docs/theory/index.md §1.4, docs/theory/checks.md §8.2-8.6) on synthetic unit-norm rows
 # ---------------------------------------------------------------------------------------------------------------------
 
 
@@ -139,7 +141,7 @@ def test_rf_ws_times_sqrt_n_is_flat_and_below_the_operator_norm_bound(rows):
         assert torch.allclose(ws_bound_rf(fm, X, 0, res.delta_norm), bound, rtol=1e-5)
         scaled.append(res.ws.mean().item() * math.sqrt(n))
     assert max(scaled) / min(scaled) < 1.3, scaled
-    assert 0.7 < min(scaled) and max(scaled) < 2.0, scaled  # level of docs/theory.md §8, §11: about 1.0-1.5
+    assert 0.7 < min(scaled) and max(scaled) < 2.0, scaled  # level of docs/theory/checks.md §8, §11: about 1.0-1.5
 
 
 def test_deep_rf_ws_decays_in_n(rows):
@@ -189,7 +191,7 @@ def test_doubling_the_step_budget_never_lowers_the_estimate(rows, name):
     long = word_sensitivity(fm, X, max_steps=30, tol=0.0)
     assert (short.steps == 15).all() and (long.steps == 30).all()
     assert (long.ws >= short.ws * (1 - 1e-12)).all(), (short.ws, long.ws)
-    # converged runs are stable (docs/theory.md §8.7: change < 5% when the budget doubles)
+    # converged runs are stable (docs/theory/checks.md §8.7: change < 5% when the budget doubles)
     a = word_sensitivity(fm, X, max_steps=200)
     b = word_sensitivity(fm, X, max_steps=400, tol=1e-6, window=40)
     assert ((b.ws - a.ws) / a.ws).abs().max() < 0.05
@@ -254,7 +256,7 @@ def test_float32_and_float64_agree_on_rf(rows):
 
 
 def test_estimate_beats_the_attention_attracting_construction(rows):
-    """docs/theory.md §3.5: Delta = sqrt(d) W^T xbar / ||W^T xbar|| alone gives order-1 S.
+    """docs/theory/maps.md §3.5: Delta = sqrt(d) W^T xbar / ||W^T xbar|| alone gives order-1 S.
 
     The search only adds to it.
     """
@@ -275,7 +277,7 @@ def test_estimate_beats_the_attention_attracting_construction(rows):
 
 
 def authors_estimate(fm, X, lr, steps, seed):
-    """The authors' procedure (docs/theory.md §4.1) on one sample.
+    """The authors' procedure (docs/theory/search.md §4.1) on one sample.
 
     Fixed-step projected GD on -RMSE, noisy-start centre.
     """

@@ -1,4 +1,4 @@
-"""The exact one-word substitution (docs/theory.md §13) against a brute-force loop through the full forward.
+"""The exact one-word substitution (docs/theory/words.md §13) against a brute-force loop through the full forward.
 
 For every map family the maximum over the words equals the brute force, and so do the best word, its distance and the
 heads' flip counts.

@@ -209,7 +209,7 @@ def test_the_attack_shows_progress_per_context_unless_the_trainer_shows_none(tmp
 
 
 def test_rf_keeps_its_sign(tmp_path):
-    """Paper (docs/theory.md §6): RF has low word sensitivity.
+    """Paper (docs/theory/attack.md §6): RF has low word sensitivity.
 
     So one token (of n = 24) cannot flip its heads' decisions.
     """

@@ -1,4 +1,7 @@
-"""The words that flip a head trained with train.py (docs/theory.md §13.4), against a brute-force loop through it."""
+"""The words that flip a head trained with train.py, against a brute-force loop through it.
+
+See docs/theory/words.md §13.4.
+"""
 
 import copy
 import math

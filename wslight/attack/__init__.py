@@ -1,4 +1,4 @@
-"""The single-token Delta attack (docs/theory.md §5-6): one token moved to change a trained head's answer.
+"""The single-token Delta attack (docs/theory/attack.md §5-6): one token moved to change a trained head's answer.
 
 Modules, from the top down:
 - `delta`: `delta_attack` and `delta_attacks` (every training and loss of a trial in one search);

@@ -1,4 +1,6 @@
-"""The single-token Delta attack on fine-tuned / re-trained linear heads (docs/theory.md §6): pure, batched functions.
+"""The single-token Delta attack on fine-tuned / re-trained linear heads: pure, batched functions.
+
+See docs/theory/attack.md §6.
 
 One trial = a training set (N samples), B context samples (X, y) distinct from it, a feature map; the heads theta*,
 theta_f, theta_r come in closed form from `wslight.attack.heads`. Delta moves one token of X inside the ball of radius
@@ -7,7 +9,7 @@ sqrt(d) around the clean token and is chosen by projected descent on one of the 
     err         (16)  (phi(X')^T theta_{f/r} - y_Delta)^2, y_Delta = -y            (the test error itself)
     align       (24a) (<phi(X'), phi(X)> / ||phi(X)||^2 + 1)^2
     align_proj  (24b) (<phi(X'), P phi(X)> / ||P phi(X)||^2 + 1)^2
-    penalized         err + penalty (phi(X')^T theta*)^2                       (working definition, docs/theory.md §6.1)
+    penalized         err + penalty (phi(X')^T theta*)^2      (working definition, docs/theory/attack.md §6.1)
 
 The heads only enter through inner products with phi(X'): phi(X')^T theta*, phi(X')^T phi(X), phi(X')^T P phi(X).
 phi(X') comes from the map's token-move algebra (`wslight.features.move`, the same engine as the
@@ -134,7 +136,7 @@ def delta_attacks(
 ) -> list[dict[str, Tensor]]:
     """Optimise Delta on one token of each context sample and report the closed-form heads' outputs.
 
-    The method is that of docs/theory.md §6.5.
+    The method is that of docs/theory/attack.md §6.5.
 
     Batched over B context samples sharing one training set, R restarts, and optionally T trials with their own
     training sets and maps (pass 4-d X_train / X_ctx and a list of T maps, or one map shared by all trials). Any
@@ -144,7 +146,7 @@ def delta_attacks(
     the first starts at the clean token and the others uniformly in the ball, early stop per sample, best iterate
     kept) replaces the authors' fixed-step projected GD; `faithful=True` runs the authors' schedule (plain GD,
     RF/DRF lr 100 for 300 steps, RAF/ReLU-RAF lr 1 for 50 n steps, start exactly at x0, final iterate).
-    Working definitions (docs/theory.md §6.1): err = (D1 + y)^2 against y_Delta = -y, gamma = max(|t0|, |D0|).
+    Working definitions (docs/theory/attack.md §6.1): err = (D1 + y)^2 against y_Delta = -y, gamma = max(|t0|, |D0|).
 
     Several objectives (training, loss, penalty) are attacked in one loop: each has its own R chains (the same
     starts), and every step evaluates the map once for all of them, so they share its cost (e.g. the reads of RF's
@@ -153,7 +155,7 @@ def delta_attacks(
     Args:
         feature_map: a feature map, a sequence of T maps (one per trial), or `FreshMaps` (T fresh maps of one kind,
             the paper's protocol; RF / DeepRF drawn from the law of their features on the trial's samples,
-            docs/theory.md §3.6).
+            docs/theory/maps.md §3.6).
         X_train: (M, n, d) or (T, M, n, d) training samples; the first N are used.
         Y: (M,) or (T, M) training labels.
         X_ctx: (B, n, d) or (T, B, n, d) context samples (not in the training set).
@@ -180,7 +182,7 @@ def delta_attacks(
     Returns:
         one dict per objective, of (B,) tensors ((T, B) with trials): y, t0, t1, D0, D1, err, sign_err, gamma,
         proj_ratio, abs_t0, abs_D0, delta_norm, steps, loss (final objective), restart (the one kept), chains (the
-        restarts run) and near_best (how many ended within 1% of the best loss, docs/theory.md §4.3), gram_cond,
+        restarts run) and near_best (how many ended within 1% of the best loss, docs/theory/search.md §4.3), gram_cond,
         gram_ill_conditioned.
     """
     settings = (settings or AttackSettings()).replace(**changes)
@@ -263,13 +265,13 @@ class _ChainReads:
 def _prepare(
     inputs: AttackInputs, feature_map: object, dtype: torch.dtype, cache: dict | None
 ) -> tuple[Heads, TokenMove, Tensor]:
-    """The closed-form heads, float64 (docs/theory.md §5.2), the contexts' token-move algebra, the readout vectors.
+    """The closed-form heads, float64 (docs/theory/attack.md §5.2), the contexts' token-move algebra, readout vectors.
 
     The readout vectors (T, B, p, 3) are the three vectors the losses read; all come from `cache` when it holds them
     for the same samples, maps and position.
     """
     X_train, Y, X_ctx = inputs.X_train, inputs.Y, inputs.X_ctx
-    # ---- closed-form heads, float64 (docs/theory.md §5.2), and the contexts' token-move algebra
+    # ---- closed-form heads, float64 (docs/theory/attack.md §5.2), and the contexts' token-move algebra
     key = (
         id(feature_map),
         X_train.data_ptr(),

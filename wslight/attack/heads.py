@@ -1,4 +1,6 @@
-"""Closed-form linear heads on frozen features (docs/theory.md §5.2): min-norm, fine-tuned and re-trained interpolators.
+"""Closed-form linear heads on frozen features: min-norm, fine-tuned and re-trained interpolators.
+
+See docs/theory/attack.md §5.2.
 
 Everything lives in N x N space: with the Gram matrix G = Phi Phi^T (N x N, float64),
 
@@ -51,14 +53,14 @@ class HeadScalars:
 
     @property
     def proj_ratio(self) -> Tensor:
-        """||P phi|| / ||phi||, (..., B): reading (a) of the uncertainty assumption (docs/theory.md §5.4)."""
+        """||P phi|| / ||phi||, (..., B): reading (a) of the uncertainty assumption (docs/theory/attack.md §5.4)."""
         return (self.Pphi_sq / self.phi_sq).sqrt()
 
     def coef(self, training: Literal["finetune", "retrain"]) -> Tensor:
         """Scalar of the rank-one update, (..., B): (y - t0) / ||phi||^2 or (y - t0) / ||P phi||^2."""
         validate.choice("training", training, TRAININGS)
-        # Paper (docs/theory.md §5.2): theta_f = theta* + phi (y - phi^T theta*) / ||phi||^2, theta_r with P phi in
-        # place of phi
+        # Paper (docs/theory/attack.md §5.2): theta_f = theta* + phi (y - phi^T theta*) / ||phi||^2, theta_r with P phi
+        # in place of phi
         return (self.y - self.t0) / (self.phi_sq if training == "finetune" else self.Pphi_sq)
 
 
@@ -241,7 +243,7 @@ def min_norm_interpolator(Phi: Tensor, Y: Tensor, cond_warn: float = GRAM_COND_W
     """theta* = Phi^+ Y = Phi^T (Phi Phi^T)^{-1} Y in N x N space (float64), (..., N, p), (..., N) -> (..., p)."""
     Phi, Y = Phi.to(torch.float64), Y.to(torch.float64)
     chol, _, jitter, _ = gram_factor(Phi, cond_warn)
-    # Paper (docs/theory.md §5.2): theta* = Phi^+ Y; two refinement steps when G was jittered
+    # Paper (docs/theory/attack.md §5.2): theta* = Phi^+ Y; two refinement steps when G was jittered
     return min_norm(Phi, Y, chol, refine=2 if bool((jitter > 0).any()) else 1)
 
 
@@ -286,8 +288,8 @@ def fit_heads(
     Phi, Y, phi, y = Phi.to(f64), Y.to(f64), phi.to(f64), y.to(f64)
 
     chol, cond, jitter, ill = gram_factor(Phi, cond_warn)
-    # Paper (docs/theory.md §5.2): theta* = Phi^+ Y (min-norm interpolator); two refinement steps when G was jittered.
-    # Deviation: P phi applied implicitly through G (the authors' code forms the dense p x p projector P_o)
+    # Paper (docs/theory/attack.md §5.2): theta* = Phi^+ Y (min-norm interpolator); two refinement steps when G was
+    # jittered. Deviation: P phi applied implicitly through G (the authors' code forms the dense p x p projector P_o)
     theta_star, Pphi = min_norm_and_projection(Phi, Y, chol, phi, refine=2 if bool((jitter > 0).any()) else 1)
     t0 = sum_last(phi * theta_star.unsqueeze(-2))  # (..., B)
     return Heads(

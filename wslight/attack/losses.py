@@ -1,4 +1,4 @@
-"""The objectives of the Delta attack (docs/theory.md §6.1).
+"""The objectives of the Delta attack (docs/theory/attack.md §6.1).
 
 The test error (16), the alignments (24a) and (24b), and the penalized error, computed from three inner products of
 phi(X') with the heads' vectors. Pure maths: no Lightning.
@@ -49,6 +49,7 @@ def attack_objective(
     # Paper: Eq. (16), test error against the flipped label y_Delta = -y (working definition of Err)
     err = (D1 + heads.y) ** 2
     if loss == "penalized":
-        # Working definition (docs/theory.md §6.1): l_{Err,p} = Err + p (phi(X')^T theta*)^2, p the penalty weight
+        # Working definition (docs/theory/attack.md §6.1): l_{Err,p} = Err + p (phi(X')^T theta*)^2, p the penalty
+        # weight
         return err + penalty * s**2
     return err

@@ -1,4 +1,6 @@
-"""What an attack reports: the best restart per sample and objective, the heads' outputs there (docs/theory.md §6.4).
+"""What an attack reports: the best restart per sample and objective, the heads' outputs there.
+
+See docs/theory/attack.md §6.4.
 
 `delta_attacks` hands its chains here; `output_records` flattens one output into a record per context sample.
 """
@@ -56,7 +58,7 @@ def best_restarts(
     )
     r_best = loss.argmin(dim=3)  # (T, B, n_obj)
     best = loss.gather(3, r_best[..., None])[..., 0]
-    near = near_best(-loss, -best, atol=atol)  # restarts within 1% of the best loss (docs/theory.md §4.3)
+    near = near_best(-loss, -best, atol=atol)  # restarts within 1% of the best loss (docs/theory/search.md §4.3)
     delta_k = delta.gather(3, r_best[..., None, None].expand(T, B, n_obj, 1, d))[:, :, :, 0]
     delta_k = project_ball(delta_k, radius)
     sap = inner(delta_k)  # (T, B, n_obj, 3) float64
@@ -74,7 +76,7 @@ def best_restarts(
             "t1": t1,
             "D0": D0,
             "D1": D1,
-            # Working definitions (docs/theory.md §6.1): Err against y_Delta = -y, its sign version, gamma
+            # Working definitions (docs/theory/attack.md §6.1): Err against y_Delta = -y, its sign version, gamma
             "err": (D1 + y) ** 2,
             "sign_err": (torch.sign(D1) != -torch.sign(y)).to(torch.float64),
             "gamma": torch.maximum(heads.t0.abs(), D0.abs()),

@@ -1,4 +1,4 @@
-"""The settings of the Delta attack's optimiser, written, checked and documented once (docs/theory.md §6.5-6.6).
+"""The settings of the Delta attack's optimiser, written, checked and documented once (docs/theory/attack.md §6.5-6.6).
 
 `AttackSettings` travels whole from a sweep's YAML (`model.init_args.attack: {...}`), a callback's
 (`trainer.callbacks[i].init_args.attack: {...}`) or a notebook call
@@ -17,7 +17,7 @@ import torch
 
 from ..base import validate
 
-# Authors' fixed-step schedules (docs/theory.md §6.5), per map: (lr, steps, steps per token); steps = fixed + per
+# Authors' fixed-step schedules (docs/theory/attack.md §6.5), per map: (lr, steps, steps per token); steps = fixed + per
 # token * n.
 FAITHFUL_SCHEDULES = {
     "rf": (100.0, 300, 0),
@@ -25,13 +25,15 @@ FAITHFUL_SCHEDULES = {
     "raf": (1.0, 0, 50),
     "relu_raf": (1.0, 0, 50),
 }
-# Defaults of the improved optimiser (docs/theory.md §6.6)
+# Defaults of the improved optimiser (docs/theory/attack.md §6.6)
 DEFAULT_STEPS, DEFAULT_LR, DEFAULT_RESTARTS = 400, 0.1, 4
 
 
 @dataclass(frozen=True)
 class AttackSettings:
-    """How the attack looks for Delta: steps, step length, restarts, schedule, token, ball, dtype (docs/theory.md §6.6).
+    """How the attack looks for Delta: steps, step length, restarts, schedule, token, ball, dtype.
+
+    See docs/theory/attack.md §6.6.
 
     A field left at None takes its default once the map and the sizes are known (`resolved`). A given value is
     checked here, once, with a ValueError naming the field.
@@ -44,7 +46,7 @@ class AttackSettings:
         restarts: chains per context sample and objective, >= 1, the first at the clean token and the others uniform
             in the ball (None: 4; with faithful, exactly 1, the only value it takes).
         faithful: the authors' fixed-step projected descent from the clean token, final iterate kept, instead of the
-            improved optimiser (docs/theory.md §6.5).
+            improved optimiser (docs/theory/attack.md §6.5).
         position: index of the perturbed token, below the context length n (0: [CLS], as the paper).
         radius: radius of the ball around the clean token, > 0 (None: sqrt(d)).
         dtype: working dtype of the chains, "float32" or "float64" (None: float32; with faithful, float64, as the

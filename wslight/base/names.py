@@ -2,7 +2,7 @@
 
 from typing import Literal
 
-# The two heads of the attack (docs/theory.md §5.2): fine-tuned on the moved sample, or re-trained on the training set
-# and the moved sample.
+# The two heads of the attack (docs/theory/attack.md §5.2): fine-tuned on the moved sample, or re-trained on the
+# training set and the moved sample.
 Training = Literal["finetune", "retrain"]
 TRAININGS: tuple[Training, ...] = ("finetune", "retrain")

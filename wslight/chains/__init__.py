@@ -1,4 +1,4 @@
-"""The chain engine both searches on a moved token run on, and the ball they move in (docs/theory.md §4.2).
+"""The chain engine both searches on a moved token run on, and the ball they move in (docs/theory/search.md §4.2).
 
 A floor of its own below the maps, so that the word-sensitivity search (`wslight.search`) and the Delta attack
 (`wslight.attack`) are siblings over it and the maps' own starts (`wslight.features`) can project onto the ball:

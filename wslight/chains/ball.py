@@ -1,4 +1,4 @@
-"""The ball of Delta: the projection onto it and the ascent direction within it (docs/theory.md §4.2).
+"""The ball of Delta: the projection onto it and the ascent direction within it (docs/theory/search.md §4.2).
 
 Shared by the word-sensitivity search, the maps' own starts and the Delta attack.
 """
@@ -18,7 +18,7 @@ def project_ball(delta: Tensor, radius: float | Tensor) -> Tensor:
 def tangent(x: Tensor, g: Tensor, radius: float | Tensor) -> Tensor:
     """The ascent direction of the gradient g (..., d) at x (..., d) in the ball of the given radius.
 
-    g itself, or its tangential part where x sits on the sphere and g points outwards (docs/theory.md §4.2).
+    g itself, or its tangential part where x sits on the sphere and g points outwards (docs/theory/search.md §4.2).
     """
     norm = x.norm(dim=-1, keepdim=True)
     unit = x / norm.clamp_min(1e-300)

@@ -8,8 +8,8 @@ strategy) says how a chain moves and when it has converged: `MonotoneAscent` (wo
 `MomentumDescent` (the attack's default) and `FixedStep` (the authors' schedule). The engine always maximises; a
 search that minimises a loss hands it -loss (negation is exact, so the path is the same).
 
-`near_best` and `more_chains` are the tightness rule of docs/theory.md §4.3: a search keeps adding rounds of chains
-for a sample until its best has stopped improving and a second chain has confirmed it.
+`near_best` and `more_chains` are the tightness rule of docs/theory/search.md §4.3: a search keeps adding rounds of
+chains for a sample until its best has stopped improving and a second chain has confirmed it.
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def _evaluate_live(evaluate: Evaluate, x: Tensor, trials: Tensor, columns: Tenso
 
 @dataclass
 class MonotoneAscent:
-    """Projected normalised-gradient ascent with a per-chain adaptive step, monotone (docs/theory.md §4.2).
+    """Projected normalised-gradient ascent with a per-chain adaptive step, monotone (docs/theory/search.md §4.2).
 
     A step moves Delta by eta * radius along the normalised gradient (its tangential part when Delta sits on the sphere
     and the gradient points outwards), then projects onto the ball. A chain keeps the move only if f increases: then
@@ -196,7 +196,7 @@ class MonotoneAscent:
     With `ridge`, a step after a rejected one goes along the shortest vector of the segment between the (tangential)
     gradients here and at the rejected point: where the objective has a ridge (a kink, as where a ReLU score
     crosses zero) the two gradients point across it from both sides, and that vector points along it, where plain
-    steps zig-zag across and stall (docs/theory.md §4.3).
+    steps zig-zag across and stall (docs/theory/search.md §4.3).
     """
 
     # a tensor (C, 1): one radius per chain column (the homotopy starts' balls), for engines that keep every column
@@ -251,7 +251,10 @@ def _move_to(c: Chains, x: Tensor, f: Tensor, g: Tensor) -> None:
 
 @dataclass
 class FixedStep:
-    """The authors' schedule: plain projected gradient steps of a fixed size, no early stop (docs/theory.md §6.5)."""
+    """The authors' schedule: plain projected gradient steps of a fixed size, no early stop.
+
+    See docs/theory/attack.md §6.5.
+    """
 
     radius: float
     lr: float
@@ -275,8 +278,8 @@ class MomentumDescent:
     A chain stops when its best gained less than rtol |best| + atol over `patience` steps, or once its loss -f is below
     atol.
 
-    Deviation from the authors' plain steps (docs/theory.md §6.5): the isotropic second moment (the mean of g^2 over
-    the d coordinates) keeps the fixed points of the projected iteration at the KKT points of the ball constraint
+    Deviation from the authors' plain steps (docs/theory/attack.md §6.5): the isotropic second moment (the mean of g^2
+    over the d coordinates) keeps the fixed points of the projected iteration at the KKT points of the ball constraint
     (per-coordinate Adam scaling distorts the projection).
     """
 
@@ -316,7 +319,9 @@ class MomentumDescent:
 
 
 def near_best(values: Tensor, best: Tensor, squared: bool = False, atol: float = 0.0) -> Tensor:
-    """How many chains (the last dim of `values`) ended within NEAR_BEST of `best`, relatively (docs/theory.md §4.3).
+    """How many chains (the last dim of `values`) ended within NEAR_BEST of `best`, relatively.
+
+    See docs/theory/search.md §4.3.
 
     Args:
         values: (..., C) the chains' best values, larger is better (S; S^2 when `squared`; -loss for a descent).

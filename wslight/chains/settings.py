@@ -1,4 +1,6 @@
-"""The settings of the word-sensitivity search's chains, written, checked and documented once (docs/theory.md §4.3).
+"""The settings of the word-sensitivity search's chains, written, checked and documented once.
+
+See docs/theory/search.md §4.3.
 
 `SearchSettings` travels whole from a sweep's YAML (`model.init_args.search: {...}`) or a notebook call
 (`word_sensitivity(map, X, search=SearchSettings(chains_per_round=12))`) down to the search. A field left at None takes
@@ -40,7 +42,7 @@ class ResolvedSearch:
     chunk_elements: int = DEFAULT_CHUNK_ELEMENTS
 
     def radius(self, d: int) -> float:
-        """The ball's radius in dimension d: radius_scale sqrt(d) (docs/theory.md §1.3; the paper: sqrt(d))."""
+        """The ball's radius in dimension d: radius_scale sqrt(d) (docs/theory/index.md §1.3; the paper: sqrt(d))."""
         return self.radius_scale * math.sqrt(d)
 
 
@@ -49,7 +51,7 @@ GENERIC_DEFAULTS = ResolvedSearch()
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """How the search for S looks: chains per round, rounds, stops, radius and memory (docs/theory.md §4.3).
+    """How the search for S looks: chains per round, rounds, stops, radius and memory (docs/theory/search.md §4.3).
 
     Every field left at None takes the map family's default (`search_defaults` of the map's class, stated in its
     docstring), else the generic one (`GENERIC_DEFAULTS`). A given value is checked here, once, with a ValueError

@@ -1,7 +1,7 @@
 """Building and opening the embedding cache: a lock per entry, the build, `load_token_embeddings`.
 
-Paper (docs/theory.md §10.1): reviews with < 240 WordPiece tokens, balanced labels +1/-1, tokenized with padding to
-max_length 256 (truncation), embedded by bert-base-uncased, keeping hidden_states[0] (the embedding layer's output).
+Paper (docs/theory/checks.md §10.1): reviews with < 240 WordPiece tokens, balanced labels +1/-1, tokenized with padding
+to max_length 256 (truncation), embedded by bert-base-uncased, keeping hidden_states[0] (the embedding layer's output).
 
 The embeddings are computed once per (source, encoder, layer, max_length, max_tokens, num_samples, seed, selection,
 storage dtype) and stored in a cache directory (file format: `wslight.data.cache`); later runs and every DDP rank
@@ -290,7 +290,7 @@ def _synthetic(spec: EmbeddingSpec) -> TokenEmbeddings:
         "max_length": spec.max_length,
         "synthetic_dim": spec.synthetic_dim,
         "synthetic_unit_rows": spec.synthetic_unit_rows,
-        "labels": "sign(<flat(X), u>), u ~ N(0, I_D/D), D = max_length * synthetic_dim (docs/theory.md §10.3)",
+        "labels": "sign(<flat(X), u>), u ~ N(0, I_D/D), D = max_length * synthetic_dim (docs/theory/checks.md §10.3)",
         "shapes": {"embeddings": [spec.num_samples, spec.max_length, spec.synthetic_dim]},
         "dtype": "float64 (generated on demand)",
         "versions": _versions(),

@@ -181,8 +181,8 @@ def select_reviews(
 ) -> Selection:
     """Balanced selection of reviews with fewer than `max_tokens` tokens.
 
-    Paper (docs/theory.md §10.1 steps 2-4): keep a review if it has < 240 tokens (specials excluded), accept at most
-    half the total per class, label 1 -> +1 and 0 -> -1, then shuffle.
+    Paper (docs/theory/checks.md §10.1 steps 2-4): keep a review if it has < 240 tokens (specials excluded), accept at
+    most half the total per class, label 1 -> +1 and 0 -> -1, then shuffle.
     Deviation: the walk order and the final shuffle come from `seed` (the authors used the stored order and an
     unseeded `random.shuffle`). selection='random' walks a seeded random permutation of the rows, i.e. a uniformly
     random balanced subset of the short reviews; selection='first' walks the stored order, i.e. the authors' picks.

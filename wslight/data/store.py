@@ -1,7 +1,7 @@
 """Reading token embeddings: `TokenEmbeddings` (a memory-mapped cache entry or synthetic samples) and `preprocess`.
 
-Paper (docs/theory.md §10.1): an experiment sample is X = `X_emb[idx][:n, :d]` with each row rescaled to norm sqrt(d).
-Positions past the review are the [SEP] and [PAD] embeddings, as in the authors' setup. Shapes: B samples, S =
+Paper (docs/theory/checks.md §10.1): an experiment sample is X = `X_emb[idx][:n, :d]` with each row rescaled to norm
+sqrt(d). Positions past the review are the [SEP] and [PAD] embeddings, as in the authors' setup. Shapes: B samples, S =
 max_length stored token positions, H the hidden size.
 """
 
@@ -35,7 +35,7 @@ def _as_float(X: Tensor) -> Tensor:
 def preprocess(H: Tensor, n: int, d: int, normalize: bool = True) -> Tensor:
     """First n token positions, first d coordinates, each row rescaled to norm sqrt(d).
 
-    Paper (docs/theory.md §10.1 step 7): X = `X_emb[idx][:n, :d]`, then each row rescaled to norm sqrt(d).
+    Paper (docs/theory/checks.md §10.1 step 7): X = `X_emb[idx][:n, :d]`, then each row rescaled to norm sqrt(d).
 
     Args:
         H: (B, S, H) token embeddings (any leading dims); float16 is upcast to float32.

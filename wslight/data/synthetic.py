@@ -1,4 +1,4 @@
-"""Synthetic token embeddings with labels from a planted direction (docs/theory.md §10.3 style), generated on demand.
+"""Synthetic token embeddings with labels from a planted direction, generated on demand (docs/theory/checks.md §10.3).
 
 Sample j is X_j in R^{S x H} (S = max_length tokens, H = synthetic_dim) with i.i.d. N(0, 1) entries, drawn from its
 own generator seeded by (seed, j), so any sample can be regenerated alone (random access, DataLoader workers, DDP
@@ -41,7 +41,7 @@ def synthetic_tokens(seed: int, ids, length: int, dim: int, unit_rows: bool = Fa
 
 
 def synthetic_labels(X: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """Paper (docs/theory.md §10.3): y = sign(<flat(X), u>), ties to +1.
+    """Paper (docs/theory/checks.md §10.3): y = sign(<flat(X), u>), ties to +1.
 
     X (B, S, H), u (S, H) -> (B,) float32 in {+1, -1}.
     """

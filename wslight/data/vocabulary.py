@@ -1,6 +1,6 @@
 """An encoder's vocabulary as the maps read it.
 
-Every word's layer-0 row at a position, and which words a tokenizer could put there (docs/theory.md §13).
+Every word's layer-0 row at a position, and which words a tokenizer could put there (docs/theory/words.md §13).
 
 Replacing the word at position i of a review changes only row i of hidden_states[0]: it becomes
 h_w = LayerNorm(E_w + P_i + T) (word, position and token-type embeddings, then the embedding LayerNorm), which

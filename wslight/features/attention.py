@@ -1,4 +1,4 @@
-"""Random attention features: softmax (RAF) and ReLU-renormalised (ReLU-RAF) scores, docs/theory.md §2.3-2.4."""
+"""Random attention features: softmax (RAF) and ReLU-renormalised (ReLU-RAF) scores, docs/theory/maps.md §2.3-2.4."""
 
 from __future__ import annotations
 
@@ -60,14 +60,14 @@ class _RandomAttentionBase(TokenwiseMap):
 
 @register_map("raf")
 class RandomAttentionFeatures(_RandomAttentionBase):
-    """Random attention features phi_RAF(X) = softmax(X W X^T / sqrt(d)) X, softmax row-wise (docs/theory.md §2.3).
+    """Random attention features phi_RAF(X) = softmax(X W X^T / sqrt(d)) X, softmax row-wise (docs/theory/maps.md §2.3).
 
     Input (B, n, d) for any n, output (B, n d). W is a buffer `W` (d x d, N(0, 1/d)) drawn from a generator seeded
     by `seed`; RAF and ReLU-RAF built with the same seed share W.
 
     Search defaults (`search_defaults`): rounds of 6 chains (+-curvature, attract, steer, the self-score start and its
     mix with attract, `wslight.features.attention_starts`) up to 64, 60 steps a chain: within 1% of a 256-chain
-    reference on >= 95% of 20 bundled reviews at d = 32 and 384, n = 10, 50, 250 (docs/theory.md §4.3).
+    reference on >= 95% of 20 bundled reviews at d = 32 and 384, n = 10, 50, 250 (docs/theory/search.md §4.3).
 
     Args:
         d: embedding dimension.
@@ -86,7 +86,9 @@ class RandomAttentionFeatures(_RandomAttentionBase):
 
 @register_map("relu_raf")
 class ReLUAttentionFeatures(_RandomAttentionBase):
-    """ReLU-RAF: the softmax of RAF replaced by ReLU on the scores, each row divided by its sum (docs/theory.md §2.4).
+    """ReLU-RAF: the softmax of RAF replaced by ReLU on the scores, each row divided by its sum.
+
+    See docs/theory/maps.md §2.4.
 
     A row whose ReLU scores are all zero has divisor 1 (the authors' code), so it is a zero row: no NaN.
     Input (B, n, d), output (B, n d).

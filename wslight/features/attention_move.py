@@ -1,4 +1,4 @@
-"""The token-move algebra of RAF and ReLU-RAF: only row i and column i of the scores move (docs/theory.md §3.4)."""
+"""The token-move algebra of RAF and ReLU-RAF: only row i and column i of the scores move (docs/theory/maps.md §3.4)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from .move import TokenMove, per_trial, stack_trials
 
 
 class AttentionMove(TokenMove):
-    """RAF / ReLU-RAF with one token moved: only row i and column i of the scores change (docs/theory.md §3).
+    """RAF / ReLU-RAF with one token moved: only row i and column i of the scores change (docs/theory/maps.md §3).
 
     For a query row l != i, key i's new score is t_l = x_l^T W y / sqrt(d) with y = x_i + Delta, and
         softmax:  out'_l = (1 - a_l) u_l + a_l y,  a_l = sigmoid(t_l - m_l),  m_l = logsumexp_{j != i} s_lj,
@@ -170,7 +170,7 @@ class AttentionMove(TokenMove):
         return rows.sum(-1) + f_i  # the expansion may round a zero to a tiny negative: callers clamp before a sqrt
 
     def value_and_grad(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`change_sq` and its gradient in Delta in closed form, one d x d product per chain (docs/theory.md §3.4).
+        """`change_sq` and its gradient in Delta in closed form, one d x d product per chain (docs/theory/maps.md §3.4).
 
         (T, B, P, R, d) -> (T, B, P, R), (T, B, P, R, d).
         """
@@ -262,7 +262,7 @@ class AttentionMove(TokenMove):
         return rows.sum(-1) + f_i, read + out_i @ h_i
 
     def readout(self, delta: torch.Tensor, H: torch.Tensor) -> torch.Tensor:
-        """phi(X^i(Delta))^T h without forming the features (docs/theory.md §3.4).
+        """phi(X^i(Delta))^T h without forming the features (docs/theory/maps.md §3.4).
 
         Row l != i gives u_l.h_l + a_l (y.h_l - u_l.h_l), row i its new output . h_i: (T, B, P, R, d), H (T, B, n d, C)
         -> (T, B, P, R, C).

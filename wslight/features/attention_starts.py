@@ -1,4 +1,4 @@
-"""The structured starts of the attention maps' word-sensitivity search (docs/theory.md §4.3).
+"""The structured starts of the attention maps' word-sensitivity search (docs/theory/search.md §4.3).
 
 Where the maxima of S lie for RAF and ReLU-RAF, as starting directions for the search's chains: attracting every query
 onto the moved key, steering the moved query onto one key, and capturing the moved query on its own key (its self
@@ -20,7 +20,8 @@ from .rows import token_mixes, unit
 
 # ReLU-RAF self-capture starts: their steps (their mixes of x_i and the attracting direction: `token_mixes`)
 SELF_CAPTURE_STEPS = 60
-# then the captured ascent (docs/theory.md §4.3): its steps, and the score margin that keeps query i on key i alone
+# then the captured ascent (docs/theory/search.md §4.3): its steps, and the score margin that keeps query i on key i
+# alone
 CAPTURED_ASCENT_STEPS = 100
 CAPTURE_MARGIN = 0.2
 # Bisection steps of the self-score maximiser's secular equation (each halves the bracket of mu)
@@ -107,7 +108,7 @@ def self_score_maximiser(Ws: Tensor, x: Tensor, radius: float) -> Tensor:
 
 
 def self_capture_starts(move: AttentionMove, XWt: Tensor, attract: Tensor) -> Tensor:
-    """ReLU-RAF starts where query i attends to itself alone (docs/theory.md §4.3).
+    """ReLU-RAF starts where query i attends to itself alone (docs/theory/search.md §4.3).
 
     Its output row becomes the moved token y = x_i + Delta, the largest change of that row, and the other rows'
     weight on key i stays free.

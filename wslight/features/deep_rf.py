@@ -1,4 +1,4 @@
-"""Deep random features (DeepRF / DRF): L ReLU layers with He-scaled Gaussian weights, docs/theory.md §2.2."""
+"""Deep random features (DeepRF / DRF): L ReLU layers with He-scaled Gaussian weights, docs/theory/maps.md §2.2."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def _draw_on_device(
 
 @register_map("deep_rf")
 class DeepRandomFeatures(FeatureMap):
-    """Deep random features phi_DRF(X) = relu(V_L relu(... relu(V_1 flat(X)))) (docs/theory.md §2.2).
+    """Deep random features phi_DRF(X) = relu(V_L relu(... relu(V_1 flat(X)))) (docs/theory/maps.md §2.2).
 
     Input (B, n, d), output (B, width). Every layer has entries N(0, 2/fan_in), the first layer included: the
     authors' scaling (He), which keeps the feature norm roughly constant through depth. No biases. Weights are
@@ -160,7 +160,8 @@ class DeepRFMove(TokenMove):
     per trial (so a trial's numbers do not depend on which other trials are still searched).
     """
 
-    # the ReLU layers' kinks make ridges: the search keeps its ridge steps on this closed form (docs/theory.md §4.3)
+    # the ReLU layers' kinks make ridges: the search keeps its ridge steps on this closed form
+    # (docs/theory/search.md §4.3)
     ridges = True
 
     def __init__(self, maps, X, positions, dtype) -> None:
@@ -274,7 +275,7 @@ class DeepRFMove(TokenMove):
     def value_and_grad(self, delta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`change_sq` and its gradient in Delta by hand-written backpropagation through the L layers.
 
-        No autograd graph (docs/theory.md §3.3): (T, B, P, R, d) -> (T, B, P, R), (T, B, P, R, d).
+        No autograd graph (docs/theory/maps.md §3.3): (T, B, P, R, d) -> (T, B, P, R), (T, B, P, R, d).
         """
         pre = [self.z1[:, :, None, None] + self._moved(delta)]  # every layer's pre-activation, (T, B, P, R, width)
         h = torch.relu(pre[0])
@@ -314,7 +315,7 @@ class DeepRFMove(TokenMove):
     def top_curvature(self, v: torch.Tensor) -> torch.Tensor:
         """The exact top eigenvector of the Hessian 2 J^T J at Delta = 0, signed to agree with the start vector v.
 
-        (T, B, P, 1, d) -> (T, B, P, 1, d) unit vectors (docs/theory.md §4.2).
+        (T, B, P, 1, d) -> (T, B, P, 1, d) unit vectors (docs/theory/search.md §4.2).
 
         J (width x d per sample and position) is pushed through the layers as d columns at once: one pass in which
         every weight is read once (where the power iteration reads each weight twice per iteration), then a d x d

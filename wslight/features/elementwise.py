@@ -1,6 +1,6 @@
 """Random attention with an element-wise score function.
 
-Linear (un-normalised) and sigmoid attention (docs/theory.md §12.2).
+Linear (un-normalised) and sigmoid attention (docs/theory/maps.md §12.2).
 
 RAF's scores S = X W X^T / sqrt(d) and W (same seed, same W as RAF), with the row-wise softmax replaced by a function
 applied to each score on its own, so a row of the attention matrix is not normalised.
@@ -64,7 +64,7 @@ SWITCH_TEMPERATURE = 0.5
 
 
 class ElementwiseMove(TokenMove):
-    """Element-wise attention with one token moved: only row i and column i of f(S) change (docs/theory.md §12.2).
+    """Element-wise attention with one token moved: only row i and column i of f(S) change (docs/theory/maps.md §12.2).
 
     Row l != i: out'_l = u_l + f(t_l) y with u_l = out_l - f(s_li) x_i, t_l = x_l^T W y / sqrt(d), y = x_i + Delta.
     Row i: out'_i = sum_{j != i} f(r_j) x_j + f(r_i) y, r_j = y^T W x_j / sqrt(d), r_i = y^T W y / sqrt(d).
@@ -92,7 +92,7 @@ class ElementwiseMove(TokenMove):
                 self.starts = self._switch_starts(math.log(n))
 
     def _switch_starts(self, bias: float) -> torch.Tensor:
-        """Sigmoid attention's starts (docs/theory.md §12.2): the move that turns on every weight it controls.
+        """Sigmoid attention's starts (docs/theory/maps.md §12.2): the move that turns on every weight it controls.
 
         It turns them on with the widest margin: sigmoid(x_l^T W y / sqrt(d) - log n) of key i in every row l and
         sigmoid(y^T W x_j / sqrt(d) - log n) of row i (its own, quadratic in y, with its first-order margin); then key

@@ -1,4 +1,4 @@
-"""The pre-trained layers of a BERT-family encoder as one frozen map (docs/theory.md §12.5).
+"""The pre-trained layers of a BERT-family encoder as one frozen map (docs/theory/maps.md §12.5).
 
 Layers 1..L of the encoder (by default all six of the bundled all-MiniLM-L6-v2, offline), each its attention sublayer
 then its feed-forward sublayer with the encoder's own weights, applied to the layer-0 rows of a review; the output per
@@ -32,11 +32,12 @@ class PretrainedEncoder(TokenwiseMap):
     is not random).
 
     Working definition: the map reads the rows as a sweep gives them, by default the layer-0 embeddings rescaled to
-    norm sqrt(d) (docs/theory.md §1.2). With `data.normalize: false` (`TokenEmbeddings.samples(..., normalize=False)`)
-    the rows are the encoder's hidden_states[0] of the review's first n tokens, and then the map is the encoder:
-    pooling "tokens" gives its hidden_states[L] (tested to 1e-6 in float64 against the Hugging Face model), and on the
-    rescaled rows it is the same layers applied to the rescaled input. No mask: the n rows are all attended to, so
-    [SEP] and [PAD] rows within the first n tokens count as tokens, as the encoder run on those n tokens alone would.
+    norm sqrt(d) (docs/theory/index.md §1.2). With `data.normalize: false`
+    (`TokenEmbeddings.samples(..., normalize=False)`) the rows are the encoder's hidden_states[0] of the review's first
+    n tokens, and then the map is the encoder: pooling "tokens" gives its hidden_states[L] (tested to 1e-6 in float64
+    against the Hugging Face model), and on the rescaled rows it is the same layers applied to the rescaled input. No
+    mask: the n rows are all attended to, so [SEP] and [PAD] rows within the first n tokens count as tokens, as the
+    encoder run on those n tokens alone would.
 
     Pooling:
         "tokens": flat(hidden_states[L]), (B, n d), like the other maps.

@@ -1,7 +1,7 @@
 """FreshMaps: the paper's protocol, a fresh random map of one kind per trial, for the estimator and the attack.
 
 RF and DeepRF maps are never built: the samples a trial meets see a fresh RF map only through z = V flat(X) and the
-blocks V^(i) of the moved token, which are drawn from their exact joint law (docs/theory.md §3.6); DeepRF draws its
+blocks V^(i) of the moved token, which are drawn from their exact joint law (docs/theory/maps.md §3.6); DeepRF draws its
 first layer so and its deeper layers dense. Every other kind is built with `make_map` (attention maps are d x d).
 """
 

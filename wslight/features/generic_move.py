@@ -1,4 +1,6 @@
-"""The generic path of any module, and the choice between it and a family's closed form (docs/theory.md §3, §4.3).
+"""The generic path of any module, and the choice between it and a family's closed form.
+
+See docs/theory/maps.md §3, docs/theory/search.md §4.3.
 
 `GenericMove` evaluates a moved token by the module's own forward (or its `token_moves`) and differentiates it by
 autograd; `token_move` gives a family's own `TokenMove` where one serves all the maps, else this path.
@@ -38,7 +40,7 @@ class GenericMove(TokenMove):
     A module may name its own starting directions for the word-sensitivity search with a method
     `search_starts(X, positions)`: X (B, n, d) in the module's dtype and the moved positions (P of them) ->
     (B, P, k, d), k directions per sample and position (their norm does not matter). The search starts a chain from
-    each, at the ball's radius, besides its own starts (docs/theory.md §4.3). A module may also offer a cheaper
+    each, at the ball's radius, besides its own starts (docs/theory/search.md §4.3). A module may also offer a cheaper
     forward of its moved samples, `token_moves(X, positions)`: X (B, n, d) in the module's dtype -> a callable
     (b (k,), j (k,), x (k, d)) -> (k, p), the output of sample b with token positions[j] moved by x, or None (e.g.
     `OneTokenAttention`); the values and gradients are then those of that function instead of the full forward.
@@ -125,7 +127,7 @@ class GenericMove(TokenMove):
 
     @torch.no_grad()
     def row_starts(self, radius: float, draws: Tensor, lean: Tensor) -> Tensor | None:
-        """Starts read off the maps' Jacobians when their output has one d-row per token (docs/theory.md §4.3).
+        """Starts read off the maps' Jacobians when their output has one d-row per token (docs/theory/search.md §4.3).
 
         The generic path's stand-in for an attention map's attracting and self-capture constructions, and removal
         starts: (T, B, P, S, d) unit directions. First the 4 `token_mixes` of the moved token and the attracting

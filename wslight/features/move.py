@@ -1,4 +1,4 @@
-"""The token-move algebra: phi(X^i(Delta)) for trials x samples x positions x restarts at once (docs/theory.md §3).
+"""The token-move algebra: phi(X^i(Delta)) for trials x samples x positions x restarts at once (docs/theory/maps.md §3).
 
 Both the word-sensitivity estimator and the Delta attack move one token of a sample, X^i(Delta) = X + e_i Delta^T,
 and evaluate the features many times. A map family gives a `TokenMove` class (`FeatureMap.move_class`) that
@@ -131,7 +131,7 @@ class TokenMove:
         return None
 
     def bound_factors(self, j: Tensor) -> Tensor | None:
-        """The factors c (T, B) float64 with S <= c ||Delta|| / ||phi(X)|| (docs/theory.md §3.2).
+        """The factors c (T, B) float64 with S <= c ||Delta|| / ||phi(X)|| (docs/theory/maps.md §3.2).
 
         For a move of token positions[j[t, b]] of sample (t, b); None when the map has no such bound.
         """

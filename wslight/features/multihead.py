@@ -1,4 +1,6 @@
-"""Multi-head random attention features: H RAF heads on the d/H-column blocks of X, concatenated (docs/theory.md §12.1).
+"""Multi-head random attention features: H RAF heads on the d/H-column blocks of X, concatenated.
+
+See docs/theory/maps.md §12.1.
 
 Its token-move algebra is RAF's (`AttentionMove`) applied to every head: a move of token i moves block h of the
 token in head h and nothing else, so T maps of H heads are T H RAF maps of dimension d/H.
@@ -128,9 +130,9 @@ class MultiHeadMove(TokenMove):
         """Starts from the heads' RAF directions st (T H, B, P, S, d_h), as unit vectors (T, B, P, H + S, d).
 
         The whole radius in one head, along its first direction (attract), the heads in the order of the change that
-        gives alone (docs/theory.md §12.1: the change is a sum over heads, and one head's grows faster than linearly
-        with its share of the radius, so the best moves often put most of it in one head); then every head along its own
-        direction at once (S starts).
+        gives alone (docs/theory/maps.md §12.1: the change is a sum over heads, and one head's grows faster than
+        linearly with its share of the radius, so the best moves often put most of it in one head); then every head
+        along its own direction at once (S starts).
         """
         P, S = st.shape[2], st.shape[3]
         together = st.reshape(T, self.H, B, P, S, self.dh).permute(0, 2, 3, 4, 1, 5).reshape(T, B, P, S, d)

@@ -1,4 +1,4 @@
-"""The self-attention sublayer of a pre-trained BERT-family encoder as a frozen map (docs/theory.md §12.4).
+"""The self-attention sublayer of a pre-trained BERT-family encoder as a frozen map (docs/theory/maps.md §12.4).
 
 Its real query, key, value and output weights and its LayerNorm, copied from the encoder into buffers, applied to
 token embeddings as the other maps are (by default the bundled all-MiniLM-L6-v2's first layer, offline).

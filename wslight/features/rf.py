@@ -1,4 +1,4 @@
-"""Random features (RF): phi(V flat(X)), docs/theory.md §2.1."""
+"""Random features (RF): phi(V flat(X)), docs/theory/maps.md §2.1."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from .base import FeatureMap, register_map
 from .move import TokenMove, matmul64, stack_trials
 
 ACTIVATIONS = {"relu": torch.relu, "tanh": torch.tanh, "gelu": nn.functional.gelu}
-# Lipschitz constants of the activations (the RF bound, docs/theory.md §3.2); GELU's derivative peaks at about 1.1289.
+# Lipschitz constants of the activations (the RF bound, docs/theory/maps.md §3.2); GELU's derivative peaks at about
+# 1.1289.
 LIPSCHITZ = {"relu": 1.0, "tanh": 1.0, "gelu": 1.1289}
 
 # V is drawn in fixed chunks of rows, each from its own seeded generator, so that the stored V and the memory-bounded
@@ -43,14 +44,14 @@ def draw_rows(seed: int, start: int, stop: int, D: int, dtype: torch.dtype) -> t
 
 @register_map("rf")
 class RandomFeatures(FeatureMap):
-    """Random features map phi_RF(X) = phi(V flat(X)) (docs/theory.md §2.1).
+    """Random features map phi_RF(X) = phi(V flat(X)) (docs/theory/maps.md §2.1).
 
     Input (B, n, d), output (B, k). V in R^{k x D}, D = n d, entries N(0, 1/D), no bias; with rows of norm sqrt(d)
     the pre-activations have unit variance. V is a buffer named `V` when it fits in `max_stored_bytes`; otherwise it is
     never held whole and is regenerated from the seed in row chunks (the memory-bounded path, same numbers).
 
     Search defaults (`search_defaults`): one round of 4 chains, a chain stopping once S grew by < 0.1% over 10 steps
-    (tight at 4 chains: benchmarks/tightness.py; docs/theory.md §4.3).
+    (tight at 4 chains: benchmarks/tightness.py; docs/theory/search.md §4.3).
 
     Args:
         n: number of tokens the map is built for.
@@ -179,7 +180,7 @@ class RandomFeatures(FeatureMap):
 
 
 class RFMove(TokenMove):
-    """RF with one token moved: phi(V flat(X^i(Delta))) = act(z + V^(i) Delta) (docs/theory.md §3).
+    """RF with one token moved: phi(V flat(X^i(Delta))) = act(z + V^(i) Delta) (docs/theory/maps.md §3).
 
     Only z = V flat(X) (B, k) and the k x d blocks V^(i) are kept, so an evaluation costs O(k d) per chain. On the
     memory-bounded path one generation of V gives z in float64 and the blocks, and `exact64` returns the full map's
@@ -285,7 +286,8 @@ class RFMove(TokenMove):
         """The exact top eigenvector of the Hessian of f at Delta = 0, signed to agree with the start vector v.
 
         The Hessian is 2 V^(i)T diag(act'(z)^2) V^(i) (a d x d matrix per sample and position, one pass over the blocks
-        and one eigendecomposition in float64): (T, B, P, 1, d) -> (T, B, P, 1, d) unit vectors (docs/theory.md §4.2).
+        and one eigendecomposition in float64): (T, B, P, 1, d) -> (T, B, P, 1, d) unit vectors
+        (docs/theory/search.md §4.2).
         """
         T, B, P, _, d = v.shape
         if self.activation == "relu":
@@ -308,7 +310,7 @@ class RFMove(TokenMove):
     def bound_factors(self, j: torch.Tensor) -> torch.Tensor:
         """Lip(act) ||V^(i)||_op for the position index j (T, B) of every sample, (T, B) float64.
 
-        See docs/theory.md §4.1.
+        See docs/theory/search.md §4.1.
         """
         # one d x d Gram matrix per trial and position in a batched product (the working dtype), its top eigenvalue in
         # float64: ||V^(i)||_op for every position, then picked per sample
@@ -339,7 +341,7 @@ def fresh_preactivations(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The pre-activations z = V flat(X) in float64 and the blocks V^(i) of T fresh maps.
 
-    Drawn from their joint law (docs/theory.md §3.6).
+    Drawn from their joint law (docs/theory/maps.md §3.6).
 
     For a fresh V with entries N(0, variance / D), write z = sum_{i in P} V^(i) x_i + g: the remainder
     g = V^(-P) flat(X_{-P}) is independent of the blocks, and for each neuron Gaussian across the samples with

@@ -1,4 +1,4 @@
-"""Row helpers of the maps whose output has one row per token (docs/theory.md §4.3).
+"""Row helpers of the maps whose output has one row per token (docs/theory/search.md §4.3).
 
 Unit directions, the mixes of the moved token with an attracting direction, the output rows read when a token moves,
 each row's direction and top right-singular vectors read off the map's Jacobian, the removal mixes, and the capture
@@ -31,7 +31,7 @@ def unit(v: Tensor) -> Tensor:
 
 
 # The mixes m x_i/||x_i|| + (1 - m) a of the moved token and an attracting direction a that start the ReLU-RAF
-# self-capture climbs and the generic path's row starts (docs/theory.md §4.3)
+# self-capture climbs and the generic path's row starts (docs/theory/search.md §4.3)
 SELF_CAPTURE_MIXES = (1.0, 0.7, 0.4, 0.0)
 
 
@@ -44,16 +44,16 @@ def token_mixes(x: Tensor, attract: Tensor) -> Tensor:
     return unit(torch.stack([m * xu + (1 - m) * attract for m in SELF_CAPTURE_MIXES], dim=-2))
 
 
-# Row starts (docs/theory.md §4.3, "Row starts"): read off the Jacobians of a map whose output is one d-row per token.
-# At most ROW_LIMIT output rows besides the moved token's own are read (evenly spaced); each row's direction takes
-# ROW_POWER_STEPS power steps (2 brought the cosine with RAF's W^T x_k from about 0.5 to 0.999, measured)
+# Row starts (docs/theory/search.md §4.3, "Row starts"): read off the Jacobians of a map whose output is one d-row per
+# token. At most ROW_LIMIT output rows besides the moved token's own are read (evenly spaced); each row's direction
+# takes ROW_POWER_STEPS power steps (2 brought the cosine with RAF's W^T x_k from about 0.5 to 0.999, measured)
 ROW_LIMIT = 64
 ROW_POWER_STEPS = 2
 ROW_CHUNK_ELEMENTS = 2**21  # float64 elements of the samples one batch of row copies holds
 # Capture descent: steps of cosine-decayed length (CAPTURE_ETA[0] r down to CAPTURE_ETA[1] r) on the sphere
 CAPTURE_STEPS = 100
 CAPTURE_ETA = (0.05, 0.002)
-# Removal starts (docs/theory.md §4.3, "Removal starts"): the moved token nearly taken out of the sample, leaning
+# Removal starts (docs/theory/search.md §4.3, "Removal starts"): the moved token nearly taken out of the sample, leaning
 # toward +- one of the REMOVAL_SINGULAR top right-singular vectors of one row's Jacobian, at each angle (degrees)
 # from -x_i, for at most REMOVAL_ROWS of the rows read (evenly spaced). The pre-trained layer's maxima at n = 8 lie
 # there and are narrow. A row's top singular values are close (ratios 0.4-0.99), so the vectors take
@@ -260,8 +260,8 @@ def captured(moves: Moves, X: Tensor, i: int, dirs: Tensor, radius: float) -> Te
 
     From r dirs, CAPTURE_STEPS normalised descent steps along the sphere of radius r on ||row_i(X^i(Delta)) - (x_i +
     Delta)||^2 / ||x_i + Delta||^2, the best point of each kept. Where that is 0 the moved query attends to itself alone
-    (ReLU-RAF's self-capture region, docs/theory.md §4.3); the generic path's stand-in for the closed form's capture
-    steps, for a map whose output rows live where its tokens do.
+    (ReLU-RAF's self-capture region, docs/theory/search.md §4.3); the generic path's stand-in for the closed form's
+    capture steps, for a map whose output rows live where its tokens do.
 
     Args:
         moves: the map's moved copies in float64 (`Moves`).

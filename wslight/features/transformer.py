@@ -1,4 +1,4 @@
-"""A random transformer block at initialisation (docs/theory.md §12.3), and the forward of one BERT layer.
+"""A random transformer block at initialisation (docs/theory/maps.md §12.3), and the forward of one BERT layer.
 
 Multi-head softmax attention with query, key, value and output projections, a residual connection and LayerNorm
 (post-LN, as BERT), optionally followed by a feed-forward sublayer. `attention_sublayer`, `feed_forward_sublayer` and
@@ -52,7 +52,7 @@ def attention_sublayer(
 
 
 class OneTokenAttention:
-    """`attention_sublayer` of samples with one token moved, at O(n d + d^2) a move (docs/theory.md §12.4).
+    """`attention_sublayer` of samples with one token moved, at O(n d + d^2) a move (docs/theory/maps.md §12.4).
 
     Moving token i changes its query, key and value only. Row r != i of head h keeps its scores against the other
     tokens, so with e_rj = exp(s_rj - m_r) over j != i (m_r their max), Z_r = sum_j e_rj and A_r = sum_j e_rj v_j,

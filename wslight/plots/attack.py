@@ -1,8 +1,8 @@
 """Scatter figures of the Delta attack: test error against gamma (paper Figures 4 and 5).
 
 Records are the results.jsonl dicts (README, "Evaluations"; experiment, map, training, loss, p, d, n, N, trial, y, t0,
-t1, D0, D1, err, sign_err, gamma, proj_ratio, seed). Working definitions (docs/theory.md §6.1): err = (D1 + y)^2 against
-the flipped label, gamma = max(|t0|, |D0|).
+t1, D0, D1, err, sign_err, gamma, proj_ratio, seed). Working definitions (docs/theory/attack.md §6.1): err = (D1 + y)^2
+against the flipped label, gamma = max(|t0|, |D0|).
 """
 
 from __future__ import annotations

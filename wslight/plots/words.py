@@ -1,4 +1,4 @@
-"""The one-word substitution against n (docs/theory.md §13).
+"""The one-word substitution against n (docs/theory/words.md §13).
 
 The continuous S and the exact best real word per map (`plot_words_vs_n`), the share of reviews where one real word
 flips a head (`plot_flip_rates`), and for a trained head the flipping words against the clean margin

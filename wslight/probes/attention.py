@@ -29,8 +29,8 @@ def attention_edit(
 ) -> dict:
     """Attention of one layer for two sentences that differ in one word, without [CLS] and [SEP] (Figure 1 left).
 
-    Paper (authors' bert.ipynb, docs/theory.md §7.1): `attentions[layer][0][:, 1:-1, 1:-1]` averaged over the heads;
-    rows are not renormalised after the slice.
+    Paper (authors' bert.ipynb, docs/theory/probes.md §7.1): `attentions[layer][0][:, 1:-1, 1:-1]` averaged over the
+    heads; rows are not renormalised after the slice.
 
     Args:
         encoder: encoder name for `wslight.data.encoders.load_encoder`.
@@ -116,10 +116,11 @@ def attention_under_delta(
 ) -> dict:
     """Attention matrix of one head before and after token `position` is moved by Delta (Figure 3, panel 4).
 
-    Paper (figure caption, docs/theory.md §7.3): head 1 of layer 1 of BERT-Base on the paper's title, token 6 perturbed
-    by the Delta that attracts all the attention. Working definition: position 6 is counted in the tokenised sequence
-    with [CLS] at 0 (the word "of" in the title); Delta is added to hidden_states[0] and built from the first layer's
-    query/key weights of `delta_heads` (default: the head shown), with norm ||x_position|| unless `delta_norm` is set.
+    Paper (figure caption, docs/theory/probes.md §7.3): head 1 of layer 1 of BERT-Base on the paper's title, token 6
+    perturbed by the Delta that attracts all the attention. Working definition: position 6 is counted in the tokenised
+    sequence with [CLS] at 0 (the word "of" in the title); Delta is added to hidden_states[0] and built from the first
+    layer's query/key weights of `delta_heads` (default: the head shown), with norm ||x_position|| unless `delta_norm`
+    is set.
 
     Args:
         encoder: encoder name for `wslight.data.encoders.load_encoder`.
@@ -128,7 +129,7 @@ def attention_under_delta(
         layer: layer shown, 0-based (Delta is always injected before the first layer).
         head: head shown, 0-based.
         delta_heads: first-layer heads that Delta targets: "shown" (= [head]), "all", an int or a list.
-        method: "optimised" (projected gradient ascent) or "closed_form" (docs/theory.md §7.4).
+        method: "optimised" (projected gradient ascent) or "closed_form" (docs/theory/probes.md §7.4).
         delta_norm: ||Delta||; None = ||x_position||.
         steps: steps of the projected gradient ascent.
         lr: step size of the projected gradient ascent.

@@ -1,7 +1,7 @@
 """The attention-attracting perturbation Delta of one token at the input of a BERT encoder's first layer.
 
-Paper (docs/theory.md §7.4, inferred construction; the paper does not give its exact recipe): the RAF proof idea, where
-Delta aligned with W^T sum_l x_l makes key i win every query's softmax, transposed to a real head with
+Paper (docs/theory/probes.md §7.4, inferred construction; the paper does not give its exact recipe): the RAF proof idea,
+where Delta aligned with W^T sum_l x_l makes key i win every query's softmax, transposed to a real head with
 W <-> W_Q^{hT} W_K^h. Two variants:
 
 * `closed_form_delta`: Delta = c * W_K^T sum_l q_l / ||.||, summed over the chosen heads. It maximises, at fixed norm c,
@@ -82,7 +82,7 @@ def _check(model, H0: torch.Tensor, position: int, heads, norm):
 
 @torch.no_grad()
 def closed_form_delta(model, H0: torch.Tensor, position: int, heads=None, norm: float | None = None) -> torch.Tensor:
-    """Closed-form attention-attracting Delta (docs/theory.md §7.4, inferred).
+    """Closed-form attention-attracting Delta (docs/theory/probes.md §7.4, inferred).
 
     Delta = c * u / ||u||, u = sum_{h in heads} W_K^{hT} sum_l q_l^h, with q_l^h = W_Q^h x_l + b_Q^h the clean queries
     of every position l (the perturbed token's own query included, taken at its clean value).

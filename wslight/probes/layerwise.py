@@ -1,8 +1,8 @@
 """Layer-wise relative change of a BERT encoder's hidden states when one input token is perturbed (Figure 3, panel 3).
 
-Paper (figure caption, docs/theory.md §7.2): the relative change ||H_l(X') - H_l(X)||_F / ||H_l(X)||_F of every layer
-l = 0..L when token 42 of a ~200-token text is moved by the attention-attracting Delta, against Gaussian noise of the
-same norm. The paper's injection point, norm and heads are not stated; working definitions implemented here:
+Paper (figure caption, docs/theory/probes.md §7.2): the relative change ||H_l(X') - H_l(X)||_F / ||H_l(X)||_F of every
+layer l = 0..L when token 42 of a ~200-token text is moved by the attention-attracting Delta, against Gaussian noise of
+the same norm. The paper's injection point, norm and heads are not stated; working definitions implemented here:
 Delta is added to hidden_states[0] (the output of the embedding layer, which feeds the first attention layer directly in
 a post-LN BERT) with a forward hook, so layer 0 shows the input change itself (= ||Delta|| / ||X||_F); its norm defaults
 to ||x_i|| (the analogue of sqrt(d) under the paper's input assumption); it targets all first-layer heads, summed.

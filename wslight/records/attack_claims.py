@@ -1,4 +1,4 @@
-"""The paper's claims on the attack (checks 8-11 of docs/theory.md §8), checked on the `attack` records of a run.
+"""The paper's claims on the attack (checks 8-11 of docs/theory/checks.md §8), checked on the `attack` records of a run.
 
 Each check returns a `Check` row of kind CLAIM (PASS, FAIL, or N/A with the reason when the run holds no records it
 could be computed from); `wslight.records.paper_claims` lists them in the paper's order.
@@ -63,7 +63,7 @@ def check_rf_cannot_flip(att: list[dict]) -> Check:
         "9. RF cannot flip: D1 stays on the side of y (every loss, both trainings), at the paper's N / D <= 0.042",
         "flip rate <= 0.1, mean y*D1 > 0",
     )
-    # the negative result needs N << D (docs/theory.md §8.9): the check reads the trials in the paper's range of
+    # the negative result needs N << D (docs/theory/checks.md §8.9): the check reads the trials in the paper's range of
     # N / D; with a smaller d the same N lies beyond it, and those trials are reported beside it, not tested
     every = attack_of(att, "rf")
     recs = [r for r in every if r["N"] / (r["n"] * r["d"]) <= PAPER_MAX_N_OVER_D + 1e-12]
@@ -114,7 +114,7 @@ def decisive_setting(settings: set[tuple[str, float]]) -> tuple[str, float] | No
 
     The paper's claim can only show where RAF's attack does not already reach Err = 0 for every map: with loss err at
     d = 384 both maps flip every head (both medians are 0 to rounding); the penalty, which keeps the pre-trained
-    head's output near 0, leaves the flip to the features' own sensitivity (docs/theory.md §8, check 11).
+    head's output near 0, leaves the flip to the features' own sensitivity (docs/theory/checks.md §8, check 11).
     """
     penalized = sorted(p for loss, p in settings if loss == "penalized" and p > 0)
     if penalized:

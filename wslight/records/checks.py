@@ -5,8 +5,8 @@ package tests beyond the paper reads as a finding, supported / not supported: it
 failed reproduction. Either reads N/A / not measured, with the reason, when the run holds no records it could be
 computed from, and TIE / undecided when it compares two quantities that agree within their resolution (`ordered`):
 a verdict there would be decided by rounding, and flip from machine to machine. `checks_report` renders the two kinds
-as two parts of the report. The checks themselves: `wslight.records.paper_claims` (docs/theory.md §8) and
-`wslight.records.hypotheses` (docs/theory.md §13).
+as two parts of the report. The checks themselves: `wslight.records.paper_claims` (docs/theory/checks.md §8) and
+`wslight.records.hypotheses` (docs/theory/words.md §13).
 """
 
 from __future__ import annotations
@@ -88,14 +88,14 @@ CHECK_COLUMNS = ("check", "measured", "expected", "status")
 # each kind's part of the report: its heading, the one sentence that says what it is, and its table's columns
 PARTS: dict[Kind, tuple[str, str, tuple[str, str, str, str]]] = {
     CLAIM: (
-        "The paper's claims (docs/theory.md §8)",
+        "The paper's claims (docs/theory/checks.md §8)",
         "What the paper claims, and the sanity checks a faithful reproduction of it must pass, each computed from "
         "the results files: PASS or FAIL, N/A where the run holds no records to compute it from, TIE where its two "
         "sides agree within their resolution (a verdict there would be decided by rounding).",
         CHECK_COLUMNS,
     ),
     HYPOTHESIS: (
-        "Beyond the paper: this package's hypotheses (docs/theory.md §13)",
+        "Beyond the paper: this package's hypotheses (docs/theory/words.md §13)",
         "Hypotheses this package tests beyond the paper, each with its measured value and what it found: supported "
         "or not supported (a finding either way, never a failed reproduction), not measured where its stage has no "
         "results, undecided where its two sides agree within their resolution.",

@@ -1,4 +1,4 @@
-"""This package's hypotheses beyond the paper (docs/theory.md §13), checked on a run's one-real-word records.
+"""This package's hypotheses beyond the paper (docs/theory/words.md §13), checked on a run's one-real-word records.
 
 Checks 16-17: each returns a `Check` row of kind HYPOTHESIS, a verdict worded as a finding (supported, not supported,
 or not measured when the run has no one-word records): its being wrong is a result, not a failed reproduction.
@@ -95,5 +95,5 @@ def check_words_rf(words: list[dict]) -> Check:
 
 
 def hypotheses(words: list[dict]) -> list[Check]:
-    """Every hypothesis beyond the paper, one real word (16-17, docs/theory.md §13), from the one-word records."""
+    """Every hypothesis beyond the paper, one real word (16-17, docs/theory/words.md §13), from the one-word records."""
     return [check_words_raf(words), check_words_rf(words)]

@@ -1,4 +1,6 @@
-"""Every check of a run: the paper's claims (docs/theory.md §8), then this package's hypotheses (docs/theory.md §13).
+"""Every check of a run: the paper's claims (docs/theory/checks.md §8), then this package's hypotheses.
+
+See docs/theory/words.md §13.
 
 Computed from the records of a run's results.jsonl files (never written by hand): the claims in
 `wslight.records.paper_claims`, the hypotheses in `wslight.records.hypotheses`, the row and the report's two parts in

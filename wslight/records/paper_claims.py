@@ -1,4 +1,4 @@
-"""The paper's claims (docs/theory.md §8), checked on the records of a run's results.jsonl files.
+"""The paper's claims (docs/theory/checks.md §8), checked on the records of a run's results.jsonl files.
 
 Checks 1-15: each returns a `Check` row of kind CLAIM (PASS, FAIL, or N/A with the reason when the run holds no records
 it could be computed from); `paper_claims` lists them in the paper's order. Never written by hand. The claims on word
@@ -104,7 +104,7 @@ TIGHT_SHARE = 95  # percent of the records whose best a second chain confirmed
 
 
 def check_tightness(records: list[dict]) -> Check:
-    """Share of word-sensitivity records whose best a second chain confirmed (docs/theory.md §4.3).
+    """Share of word-sensitivity records whose best a second chain confirmed (docs/theory/search.md §4.3).
 
     The attack's share is shown beside it, not gated: its restarts descend on a loss whose minimisers are many (any
     Delta that flips the sign ends near 0 loss at its own point), so a lone best restart there is no sign of a loose
@@ -112,7 +112,7 @@ def check_tightness(records: list[dict]) -> Check:
     """
     what = "15. Tightness: share of word-sensitivity records whose best was confirmed by a second chain"
     expected = f">= {TIGHT_SHARE}%"
-    # the ws searches and the attack's objectives record `chains` and `near_best` (docs/theory.md §4.3)
+    # the ws searches and the attack's objectives record `chains` and `near_best` (docs/theory/search.md §4.3)
     ws = [r for r in records if r.get("experiment") == "ws" and r.get("near_best") is not None]
     attack = [r for r in records if r.get("experiment") == "attack" and r.get("near_best") is not None]
     if not ws:
@@ -142,7 +142,7 @@ ATTACK_CHECKS: list[Callable[[list[dict]], Check]] = [
 
 
 def paper_claims(ws: list[dict], doubled: list[dict], attack: list[dict], probes: list[dict]) -> list[Check]:
-    """Every claim of docs/theory.md §8 the records allow, in the paper's order.
+    """Every claim of docs/theory/checks.md §8 the records allow, in the paper's order.
 
     13 (Llama-2) is never applicable; then the tightness of the ws and attack searches (15).
     """

@@ -1,11 +1,12 @@
 """Summaries of records, shared by the evaluations, the callbacks, the run summary and the paper's checks.
 
 Tables: `cell_table` (mean, sd, count per cell), `markdown_table`, `slope_table` (the fitted slope of log S against
-log n with its confidence interval, per map and d); the search's evidence (`chains`, `near_best`: docs/theory.md §4.3)
-as columns of those tables: `confirmed_share`, `evidence_columns`, `evidence`; filters: `nonfinite`, `trusted`; the
-attack's numbers: `attack_stats` (median Err, flip rate, mean y*D1, median gamma), `attack_table` and `attack_scalars`
-(the logged `attack/err_<training>` and `attack/flip_rate_<training>`); and `write_summary`, the one writer of a run's
-summary.md. The probes' tables are in `wslight.records.probe_tables`. Plain Python on dicts: no torch, no Lightning.
+log n with its confidence interval, per map and d); the search's evidence (`chains`, `near_best`:
+docs/theory/search.md §4.3) as columns of those tables: `confirmed_share`, `evidence_columns`, `evidence`; filters:
+`nonfinite`, `trusted`; the attack's numbers: `attack_stats` (median Err, flip rate, mean y*D1, median gamma),
+`attack_table` and `attack_scalars` (the logged `attack/err_<training>` and `attack/flip_rate_<training>`); and
+`write_summary`, the one writer of a run's summary.md. The probes' tables are in `wslight.records.probe_tables`. Plain
+Python on dicts: no torch, no Lightning.
 """
 
 from __future__ import annotations

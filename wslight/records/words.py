@@ -1,4 +1,4 @@
-"""Summaries of one-word substitution records (experiment="words", docs/theory.md §13).
+"""Summaries of one-word substitution records (experiment="words", docs/theory/words.md §13).
 
 The per-cell table and the words themselves. Plain Python on dicts: no torch, no Lightning.
 """

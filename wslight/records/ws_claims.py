@@ -1,4 +1,4 @@
-"""The paper's claims on word sensitivity (checks 1-7 of docs/theory.md §8), checked on the `ws` records of a run.
+"""The paper's claims on word sensitivity (checks 1-7, docs/theory/checks.md §8), checked on the `ws` records of a run.
 
 Each check returns a `Check` row of kind CLAIM (PASS, FAIL, or N/A with the reason when the run holds no records it
 could be computed from); `wslight.records.paper_claims` lists them in the paper's order.

@@ -1,4 +1,6 @@
-"""The word-sensitivity search (docs/theory.md §4), over the chain engine it shares with the attack (`wslight.chains`).
+"""The word-sensitivity search, over the chain engine it shares with the attack (`wslight.chains`).
+
+See docs/theory/search.md §4.
 
 Modules, from the top down:
 - `sensitivity`: `word_sensitivity(map, X)`, the estimator of S (closed-form token moves or autograd);

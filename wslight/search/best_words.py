@@ -1,4 +1,4 @@
-"""The exact best words over chunks of candidate rows, given a token-move algebra (docs/theory.md §13).
+"""The exact best words over chunks of candidate rows, given a token-move algebra (docs/theory/words.md §13).
 
 Every admissible word of a chunk is one move of the token, evaluated at once by the map's algebra; the largest change
 and, with linear heads, the words that flip each head are kept across the chunks.

@@ -1,4 +1,4 @@
-"""The word-sensitivity estimate of T trials x B samples, chunk by chunk of positions (docs/theory.md §4.2-4.3).
+"""The word-sensitivity estimate of T trials x B samples, chunk by chunk of positions (docs/theory/search.md §4.2-4.3).
 
 The positions (then the chains) are chunked for memory; each chunk's first round starts from `first_starts`, its
 rounds run by `Rounds`; the best few chains of every chunk are kept, their S recomputed in float64, and the largest
@@ -38,8 +38,8 @@ class _Candidates:
     def add(self, move: TokenMove, pos: list[int], radius: float, f: Tensor, delta: Tensor, j: Tensor) -> None:
         """Keep one chunk's candidates (f, delta, j: index into pos), with exact values where the move has them."""
         # Deviation: the ball is centred on the clean token; the authors centre it at the noisy start
-        # x_i + 0.1 xi, so their ||Delta|| can reach about 1.1 sqrt(d) (docs/theory.md §9.1); we keep
-        # docs/theory.md §1.3's
+        # x_i + 0.1 xi, so their ||Delta|| can reach about 1.1 sqrt(d) (docs/theory/checks.md §9.1); we keep
+        # docs/theory/index.md §1.3's
         delta = project_ball(delta, radius)  # float32 may leave ||Delta|| a hair out
         ws, norm, factor = (torch.full(f.shape, math.nan, dtype=torch.float64) for _ in range(3))
         if move.exact64 is not None:  # every candidate in one call (DeepRF reads its weights once)
@@ -103,7 +103,7 @@ def _best(kept: _Candidates, exact: Callable[[Tensor], Tensor] | None, X: Tensor
     if bool(ws.isnan().any()):
         ws, phi_norm = candidate_values(exact, X, position, delta)
     # the candidate whose float64 value is largest: a float32 objective can be off at a discontinuity of the map
-    # (ReLU-RAF's row whose only positive score is ~0, docs/theory.md §4.3), so the reported S is the best of the
+    # (ReLU-RAF's row whose only positive score is ~0, docs/theory/search.md §4.3), so the reported S is the best of the
     # best few chains' exact values
     pick = torch.where(f.isfinite(), ws, -math.inf).argmax(dim=-1, keepdim=True)  # (T, B, 1)
 

@@ -1,4 +1,4 @@
-"""The first round's starting points of the word-sensitivity search (docs/theory.md §4.3).
+"""The first round's starting points of the word-sensitivity search (docs/theory/search.md §4.3).
 
 +- the top curvature direction, the radius shared out among blocks, the map's own constructions, then random ones; on
 the generic path (a structure-blind move) also the module's own starts, the row starts, the homotopy starts and more
@@ -69,8 +69,8 @@ def _homotopy_starts(
     of radius s r (plain steps), scaled to norm 1.
 
     A measured heuristic, not a guarantee: in high dimension random chains on the ball of radius r rarely reach
-    the basins that the attention maps' own starts aim at (the attracting direction, docs/theory.md §3.5), and
-    the best points of larger balls, brought back to radius r, start closer to them (docs/theory.md §4.3).
+    the basins that the attention maps' own starts aim at (the attracting direction, docs/theory/maps.md §3.5), and
+    the best points of larger balls, brought back to radius r, start closer to them (docs/theory/search.md §4.3).
     """
     T, B, _, d = X.shape
     scales, per_ball = rounds.plan.homotopy_scales, rounds.plan.homotopy_chains

@@ -1,4 +1,4 @@
-"""The chains a word-sensitivity search keeps across its rounds, and their float64 values (docs/theory.md §4.3).
+"""The chains a word-sensitivity search keeps across its rounds, and their float64 values (docs/theory/search.md §4.3).
 
 A search keeps the FINAL_CANDIDATES best chains of each sample by its working-dtype objective; their S is recomputed in
 float64 with the full map and the largest is reported (a float32 objective can be off at a discontinuity of the map).

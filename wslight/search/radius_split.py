@@ -1,4 +1,4 @@
-"""A start for maps whose change is a sum over blocks of Delta (docs/theory.md §12.1).
+"""A start for maps whose change is a sum over blocks of Delta (docs/theory/maps.md §12.1).
 
 The radius is shared out among the blocks.
 

@@ -1,6 +1,6 @@
 """What the searches return: a word-sensitivity estimate (`word_sensitivity`) and an exact substitution.
 
-S per sample, its maximiser and the search's evidence (docs/theory.md §4); the best real word (§13).
+S per sample, its maximiser and the search's evidence (docs/theory/search.md §4); the best real word (§13).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ class WSResult:
         phi_norm: (B,) float64, ||phi(X)|| of the clean sample.
         steps: (B,) long, the most ascent steps any chain of that sample ran.
         chains: (B,) long, chains run for that sample (every position and round): the search's evidence
-            (docs/theory.md §4.3).
+            (docs/theory/search.md §4.3).
         near_best: (B,) long, how many of them ended within 1% of the best (in S); 1 means a lone best chain.
         bound: (B,) float64 upper bound on S at the realised ||Delta|| (RF: Lip ||V^(i)||_op ||Delta|| / ||phi||,
-            docs/theory.md §3.2), or None for maps without one.
+            docs/theory/maps.md §3.2), or None for maps without one.
     """
 
     ws: Tensor

@@ -1,4 +1,4 @@
-"""The rounds of chains of the word-sensitivity search and their stop rule (docs/theory.md §4.3).
+"""The rounds of chains of the word-sensitivity search and their stop rule (docs/theory/search.md §4.3).
 
 `Rounds` runs every (trial, sample, position, chain) of a chunk of positions at once, round after round, until each
 sample's best is tight (`wslight.chains.engine.more_chains`), then a confirmation round for a lone best and, on the
@@ -57,7 +57,7 @@ class Rounds:
         run = torch.arange(T)  # the trials of this round
         # "search": rounds until each best is tight; "confirm": a round of chains started near the start of a best
         # that stands alone; "polish": the generic path's last round, chains started next to the best point found
-        # (its ridge steps end a little short of a kinked maximum; docs/theory.md §4.3)
+        # (its ridge steps end a little short of a kinked maximum; docs/theory/search.md §4.3)
         phase = "search"
         round_ = 0
         while True:

@@ -1,4 +1,6 @@
-"""Screening the vocabulary before the exact substitution: the words most likely to flip a head (docs/theory.md §13.5).
+"""Screening the vocabulary before the exact substitution: the words most likely to flip a head.
+
+See docs/theory/words.md §13.5.
 
 The exact check of one word costs one forward of the map; through a whole pre-trained encoder on a CPU the whole
 admissible vocabulary at one position takes minutes. A screen ranks every word at the cost of a few forwards and
@@ -29,9 +31,9 @@ from ..features.forwards import weight_dtype
 
 CENTROID_SEED = 0  # the k-means start is drawn from its own generator: the same words give the same anchors
 CENTROID_ITERATIONS = 8
-# The default expansion points besides the clean review (docs/theory.md §13.5). 64: on the real classifier at n = 128,
-# over the whole vocabulary at 78 positions the screen was not tuned on, 64 centroids found 31 of the 32 flipped
-# positions and 16 found 28 (docs/results/gpu_words.md).
+# The default expansion points besides the clean review (docs/theory/words.md §13.5). 64: on the real classifier at
+# n = 128, over the whole vocabulary at 78 positions the screen was not tuned on, 64 centroids found 31 of the 32
+# flipped positions and 16 found 28 (docs/results/gpu_words.md).
 SCREEN_CENTROIDS = 64
 
 

@@ -1,9 +1,11 @@
-"""Word sensitivity S_phi(X) of any feature map: a pure, batched estimator (docs/theory.md §4, §1.4, §3).
+"""Word sensitivity S_phi(X) of any feature map: a pure, batched estimator.
+
+See docs/theory/search.md §4, docs/theory/index.md §1.4, docs/theory/maps.md §3.
 
     S_phi(X) = sup_i sup_{||Delta|| <= r} ||phi(X^i(Delta)) - phi(X)|| / ||phi(X)||,   X^i(Delta) = X + e_i Delta^T,
 
-with r = sqrt(d) by default (docs/theory.md §1.3). `word_sensitivity` maximises the inner sup for a batch of samples,
-several positions and several chains at once, in one tensor program per chunk of positions (no Python loop over
+with r = sqrt(d) by default (docs/theory/index.md §1.3). `word_sensitivity` maximises the inner sup for a batch of
+samples, several positions and several chains at once, in one tensor program per chunk of positions (no Python loop over
 samples or chains). Each evaluation goes through the map's token-move algebra (`wslight.features.move`): RF
 and DeepRF move only z + V^{(i)} Delta (O(k d) per step; the memory-bounded RF never holds V), RAF / ReLU-RAF recompute
 only row and column i of the scores (O(n d + d^2) per step), and any other module is differentiated through its full
@@ -43,7 +45,7 @@ def word_sensitivity(
     start_plan: StartPlan | None = None,
     **changes: Any,
 ) -> WSResult:
-    """Estimate the word sensitivity S_phi(X) of each sample of a batch (docs/theory.md §1.3).
+    """Estimate the word sensitivity S_phi(X) of each sample of a batch (docs/theory/index.md §1.3).
 
     All samples, positions and chains ascend together; positions (then chains) are chunked only to keep about
     search.chunk_elements working-dtype elements alive. The search maximises ||phi(X^i(Delta)) - phi(X)||^2 by the
@@ -54,10 +56,10 @@ def word_sensitivity(
     and minus the top eigenvector of the Hessian of the squared change at Delta = 0 (the direction in which phi moves
     fastest, found by search.power_iters Hessian-vector products; a small-step ascent from near the clean token, as in
     the authors' code, drifts towards it). Then come the map's own starting directions (RAF/ReLU-RAF: the
-    attention-attracting construction of docs/theory.md §3.5, Delta = radius W^T xbar / ||W^T xbar|| (an inferred
+    attention-attracting construction of docs/theory/maps.md §3.5, Delta = radius W^T xbar / ||W^T xbar|| (an inferred
     construction), and a start that steers query i onto the key m that changes its output most, Delta ∝ W x_m;
     RAF also: the Delta that maximises query i's self score and its mix with the attracting one; ReLU-RAF: starts
-    where query i attends to itself alone, docs/theory.md §4.3). Further chains start at random
+    where query i attends to itself alone, docs/theory/search.md §4.3). Further chains start at random
     points, drawn from `wslight.base.seeding.generator(seed, "ws.init", position)` (round r > 0: `(seed, "ws.init",
     position, r)`), so a chain does not depend on the chunking or on the other positions requested.
 
@@ -69,7 +71,7 @@ def word_sensitivity(
         feature_map: any nn.Module mapping (B, n, d) to (B, p) with an int attribute `d` (and `n` when it is built for
             one length): the four maps of `wslight.features` use their closed forms, any other module autograd.
             A list of T maps (trials), or `FreshMaps` (T fresh maps of one kind, the paper's protocol: RF and DeepRF
-            drawn from the law of (z, V^(i)), docs/theory.md §3.6), takes X of shape (T, B, n, d) and searches
+            drawn from the law of (z, V^(i)), docs/theory/maps.md §3.6), takes X of shape (T, B, n, d) and searches
             all trials in one program.
         X: (B, n, d) clean samples (rows of norm sqrt(d) under the paper's assumption); (T, B, n, d) with T maps.
         positions: "first" (token 0, the paper's figures), "all" (the true sup over i), or a list of token indices.
@@ -78,7 +80,7 @@ def word_sensitivity(
             every field at its default, which searches as tightly as the shipped config of the map.
         seed: seed of the random starts (a list: one per trial).
         dtype: working dtype of the search ("float32" or "float64"); None means the map's dtype (FreshMaps: theirs).
-        radius: radius of the ball of Delta; None means search.radius_scale * sqrt(d) (docs/theory.md §1.3). > 0.
+        radius: radius of the ball of Delta; None means search.radius_scale * sqrt(d) (docs/theory/index.md §1.3). > 0.
         start_plan: where chains start beyond the map's own starts (`StartPlan`: the generic path's wider first round,
             homotopy and polishing, the confirmation round's jitter); None: the shipped plan.
         **changes: fields of `search` to change for this call (`chains_per_round=12`); an unknown name is refused.
@@ -238,7 +240,7 @@ def ws_bound_rf(
     delta_norm: float | Tensor,
     phi_norm: Tensor | None = None,
 ) -> Tensor:
-    """Upper bound on the RF word sensitivity at one position (docs/theory.md §3.2, §8.3).
+    """Upper bound on the RF word sensitivity at one position (docs/theory/maps.md §3.2, docs/theory/checks.md §8.3).
 
         S <= Lip(phi) ||V^{(i)}||_op ||Delta|| / ||phi(X)||,
 

@@ -1,4 +1,6 @@
-"""Where the search's chains start beyond a map's own starts: a frozen plan, measured defaults (docs/theory.md §4.3).
+"""Where the search's chains start beyond a map's own starts: a frozen plan, measured defaults.
+
+See docs/theory/search.md §4.3.
 
 A map on the generic path (a structure-blind move: each evaluation is its whole forward) gets a wider first round,
 homotopy starts and a polishing round; every map's lone best chain gets a confirmation round. `StartPlan()` is what

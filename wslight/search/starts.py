@@ -1,4 +1,4 @@
-"""Building blocks of the word-sensitivity search's starting points (docs/theory.md §4.2-4.3).
+"""Building blocks of the word-sensitivity search's starting points (docs/theory/search.md §4.2-4.3).
 
 The top curvature direction at the clean token and seeded Gaussian draws (one stream per trial seed and position). The
 row, removal and self-capture helpers of maps with one output row per token sit beside the maps, in

@@ -1,4 +1,4 @@
-"""The exact one-word substitution (docs/theory.md §13).
+"""The exact one-word substitution (docs/theory/words.md §13).
 
 Of all the real words that could stand at position i, which moves phi(X) most, and which flip a linear head.
 
@@ -51,7 +51,8 @@ def word_substitution(
 ) -> SubstitutionResult:
     """For each sample and position, the exact maximum over admissible words of the relative change of phi(X).
 
-    Also the word that attains it, its distance, and (given heads) how many words flip each head (docs/theory.md §13).
+    Also the word that attains it, its distance, and (given heads) how many words flip each head
+    (docs/theory/words.md §13).
 
     Args:
         feature_map: one map, or a list of T maps (one per trial, X then (T, B, n, d)).
@@ -146,8 +147,8 @@ def _best_of(
 
 
 # A float32 forward is good to about 1e-6 of the scale of its output (through a whole encoder: 2.4e-6 measured, docs/
-# theory.md §12.5); a word within 1e-4 of a decision (in units of ||phi(X)||, or of ||theta|| ||phi|| for an output)
-# is evaluated again in float64.
+# theory/maps.md §12.5); a word within 1e-4 of a decision (in units of ||phi(X)||, or of ||theta|| ||phi|| for an
+# output) is evaluated again in float64.
 DOUBT = 1e-4
 
 

@@ -1,9 +1,9 @@
 """Lightning callbacks that run evaluations of the paper on a fitted head and log them.
 
 `DeltaAttackCallback`: after the fit (or the test) of a `FeatureMapClassifier`, the single-token Delta attack
-(docs/theory.md §6) on held-out context samples, with the heads theta*, theta_f, theta_r re-derived in closed form from
-the training split; records go to `attack_results.jsonl`, scalars and the Figure-4-style scatter to the logger. The
-callback only schedules the work: the attacks, their records, the summary and the figures are those of
+(docs/theory/attack.md §6) on held-out context samples, with the heads theta*, theta_f, theta_r re-derived in closed
+form from the training split; records go to `attack_results.jsonl`, scalars and the Figure-4-style scatter to the
+logger. The callback only schedules the work: the attacks, their records, the summary and the figures are those of
 `wslight.tasks.DeltaAttackSweep`.
 """
 
@@ -53,11 +53,13 @@ def _attackable(fmap: torch.nn.Module, device: torch.device) -> torch.nn.Module:
 
 
 class DeltaAttackCallback(AfterFitOrTest):
-    """Run the single-token Delta attack (docs/theory.md §6) on the fitted model's feature map and log what it finds.
+    """Run the single-token Delta attack on the fitted model's feature map and log what it finds.
+
+    See docs/theory/attack.md §6.
 
     At the chosen hook, the training split of the datamodule (`trainer.datamodule`: an EmbeddingDataModule or any
     datamodule with `embeddings`, `train_indices`, `test_indices`, `n`, `d`) gives the N training samples of the
-    closed-form heads (docs/theory.md §5.2: theta* = Phi^+ Y, the minimum-norm interpolator, and its fine-tuned /
+    closed-form heads (docs/theory/attack.md §5.2: theta* = Phi^+ Y, the minimum-norm interpolator, and its fine-tuned /
     re-trained updates theta_f / theta_r on each context sample); `num_contexts` context samples are drawn from the test
     split (never training samples) and attacked with `wslight.attack.delta_attacks`, all (training, loss) in one search.
 

@@ -132,7 +132,7 @@ class AttackCase:
 
 
 class DeltaAttackSweep(EmbeddingsEvaluation):
-    """The single-token Delta attack on fine-tuned and re-trained heads (docs/theory.md §6, Figures 4-5).
+    """The single-token Delta attack on fine-tuned and re-trained heads (docs/theory/attack.md §6, Figures 4-5).
 
     One trial = a case (map, n), a training-set size N and a trial index: N + `contexts` distinct reviews drawn at
     random from the embeddings (the first `contexts` are the context samples, never in the training set), a fresh random
@@ -240,7 +240,8 @@ class DeltaAttackSweep(EmbeddingsEvaluation):
         trials, Xs, ys, id_rows = [], [], [], []
         for s in specs:
             trial_seed = derive_seed(self.seed, "attack", m, n, L, N, s["trial"])
-            # distinct reviews: a review the source holds twice would make the Gram singular (docs/theory.md §8.8)
+            # distinct reviews: a review the source holds twice would make the Gram singular
+            # (docs/theory/checks.md §8.8)
             every = torch.arange(len(self.store))
             index = draw_samples(every, N + c, trial_seed, "attack.samples", keep=self.store.first_copies())
             if len(index) < N + c:

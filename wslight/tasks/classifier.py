@@ -23,7 +23,9 @@ class TrainingDiverged(RuntimeError):
 
 
 class FeatureMapClassifier(pl.LightningModule):
-    """A linear head theta on a frozen feature map: f(X) = phi(X)^T theta, trained on +/-1 labels (docs/theory.md §5.2).
+    """A linear head theta on a frozen feature map: f(X) = phi(X)^T theta, trained on +/-1 labels.
+
+    See docs/theory/attack.md §5.2.
 
     Batches are `(X (B, n, d), y (B,), sample_id (B,))`. The map's random weights are frozen buffers (they land in the
     checkpoint); only `theta` is trainable.

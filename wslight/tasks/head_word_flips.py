@@ -1,7 +1,7 @@
 """`HeadWordFlips`: after a fit (or a test), the words that flip the fitted head: the `DeltaAttackCallback`'s twin.
 
 The records are those of `wslight.tasks.TrainedHeadWords` (`review_word_records`), computed on the model in memory
-instead of a run read back from its files (docs/theory.md §13.4).
+instead of a run read back from its files (docs/theory/words.md §13.4).
 """
 
 from __future__ import annotations

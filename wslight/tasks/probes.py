@@ -68,7 +68,9 @@ class _Probe(Evaluation):
 
 
 class AttentionEditProbe(_Probe):
-    """Attention of two sentences that differ in one word, without [CLS] and [SEP] (Figure 1 left, docs/theory.md §7.1).
+    """Attention of two sentences that differ in one word, without [CLS] and [SEP].
+
+    Figure 1 left, docs/theory/probes.md §7.1.
 
     Args:
         encoder: 'bundled-minilm' (offline), 'bert-base-uncased' (the paper) or a local folder.
@@ -112,8 +114,8 @@ class AttentionEditProbe(_Probe):
 class LayerwiseChangeProbe(_Probe):
     """Relative change of every layer when one token moves by the attention-attracting Delta.
 
-    Against Gaussian noise of the same norm and the best real replacement word (Figure 3, panel 3, docs/theory.md §7.2
-    and §7.4).
+    Against Gaussian noise of the same norm and the best real replacement word (Figure 3, panel 3,
+    docs/theory/probes.md §7.2 and §7.4).
 
     Args:
         encoder: 'bundled-minilm' (offline), 'bert-base-uncased' (the paper) or a local folder.
@@ -189,7 +191,8 @@ class AttentionUnderDeltaProbe(_Probe):
         layer: layer shown, 0-based (the paper: the first).
         head: head shown, 0-based (the paper: the first).
         delta_heads: heads Delta targets: "shown", "all" or a list.
-        method: "optimised" (projected gradient ascent on the attention mass) or "closed_form" (docs/theory.md §7.4).
+        method: "optimised" (projected gradient ascent on the attention mass) or "closed_form"
+            (docs/theory/probes.md §7.4).
         delta_norm: ||Delta||; None = the norm of the clean token.
         steps: ascent steps of the optimised Delta.
         lr: their step size.

@@ -1,4 +1,4 @@
-"""The words of one review that flip a trained head: one record per word position (docs/theory.md §13.4).
+"""The words of one review that flip a trained head: one record per word position (docs/theory/words.md §13.4).
 
 What `TrainedHeadWords` (a finished train.py run) and the `HeadWordFlips` callback (the model in memory) both record:
 the exact one-word substitution (`wslight.search.word_substitution`) against the head theta and its bias, over the

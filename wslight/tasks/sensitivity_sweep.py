@@ -24,16 +24,16 @@ SQRT_N_MAPS = ("rf", "deep_rf")
 
 
 class WordSensitivitySweep(MapGridEvaluation):
-    """Word sensitivity of random feature maps on token embeddings, over a grid (docs/theory.md §4, Figures 2-3).
+    """Word sensitivity of random feature maps on token embeddings, over a grid (docs/theory/search.md §4, Figures 2-3).
 
     One trial = one sample drawn at random from the embeddings (seeded by `seed` and the trial index, so trial t uses
     the same review in every cell) and, by default, a fresh random map (seeded by `seed`, the cell and the trial):
     the paper's "independent trials". Each trial records the stable results.jsonl fields (README, "Evaluations":
     experiment="ws", map, d, n, L, trial, sample_id, position, ws, delta_norm, phi_norm, steps, seed: the sweep's
-    seed) plus the search's evidence `chains` and `near_best` (docs/theory.md §4.3), plus `map_seed` (the
-    seed of the trial's map), `radius`, `bound` (RF: the operator-norm bound of docs/theory.md §8.3 at the realised
-    ||Delta||), `ws_sqrt_n` and `nonfinite` (a flag: S is not a finite number, e.g. phi(X) = 0 for a ReLU-RAF sample
-    whose scores are all <= 0; such records are left out of the summary).
+    seed) plus the search's evidence `chains` and `near_best` (docs/theory/search.md §4.3), plus `map_seed` (the
+    seed of the trial's map), `radius`, `bound` (RF: the operator-norm bound of docs/theory/checks.md §8.3 at the
+    realised ||Delta||), `ws_sqrt_n` and `nonfinite` (a flag: S is not a finite number, e.g. phi(X) = 0 for a ReLU-RAF
+    sample whose scores are all <= 0; such records are left out of the summary).
 
     Args:
         grid: the cells and their trials (`GridSettings`: maps, d_values, n_values, depths, trials, rf_width_ratio).
@@ -42,7 +42,7 @@ class WordSensitivitySweep(MapGridEvaluation):
         search: the word-sensitivity search's settings (`wslight.search.SearchSettings`: chains_per_round,
             max_chains, gain_tol, max_steps, tol, window, radius_scale...), taken whole by every trial's search; a
             field left unset takes each map's family default (its class's `search_defaults`, the settings its
-            shipped config was measured with), else the generic one (docs/theory.md §4.3).
+            shipped config was measured with), else the generic one (docs/theory/search.md §4.3).
         shared_weights: False (the paper): a fresh map per trial; True: one map per cell shared by its trials, which
             batches the trials of a cell in one search.
         dtype: working dtype of the maps and the search.

@@ -1,4 +1,4 @@
-"""The one-word substitution sweep run by `evaluate.py` (docs/theory.md §13).
+"""The one-word substitution sweep run by `evaluate.py` (docs/theory/words.md §13).
 
 The exact best real word against the continuous Delta, and the heads it flips, over map x d x n.
 """
@@ -28,12 +28,14 @@ from .grid_settings import GridSettings
 
 WORDS_REQUIRED = ("ws_words",)  # the value every summarised record needs (ws is absent with continuous: false)
 # The heads a sweep can flip: theta* = Phi^+ Y (min_norm: the head `train.py` fits with fit_mode closed_form) and the
-# attack's fine-tuned and re-trained heads (docs/theory.md §5.2)
+# attack's fine-tuned and re-trained heads (docs/theory/attack.md §5.2)
 HEADS = ("min_norm", *TRAININGS)
 
 
 class WordSubstitutionSweep(MapGridEvaluation):
-    """The exact one-word substitution on real reviews, next to the continuous word sensitivity (docs/theory.md §13).
+    """The exact one-word substitution on real reviews, next to the continuous word sensitivity.
+
+    See docs/theory/words.md §13.
 
     One trial = one review (trial t uses the same review in every cell: the t-th review, in a seeded order, whose token
     at `position` is a word) and a fresh random map (seeded by `seed`, the cell and the trial). For that review and
@@ -44,8 +46,8 @@ class WordSubstitutionSweep(MapGridEvaluation):
     - the continuous S at the same position and radius (`ws`, with the search's `chains` and `near_best`) and the
       ratio `ws_ratio` = ws_words / ws;
     - with N > 0, for each head of `trainings`: theta* on N other reviews (`min_norm`, what `train.py` fits) and the
-      attack's heads (docs/theory.md §5.2) on them plus this one, how many admissible words flip the head's sign on
-      this review (`flips_<training>`),
+      attack's heads (docs/theory/attack.md §5.2) on them plus this one, how many admissible words flip the head's sign
+      on this review (`flips_<training>`),
       whether any does (`flipped_<training>`) and the flipping word that pushes the output furthest
       (`flip_word_<training>`);
     - `admissible` (words evaluated) and `round_trip_rejected` (words that pass the vocabulary rules but whose edited
@@ -149,8 +151,8 @@ class WordSubstitutionSweep(MapGridEvaluation):
         """N reviews drawn by the trial's seed (the heads' training set), distinct in their first n tokens.
 
         Their first n tokens differ from each other's and from the trial's own review: two equal samples would make the
-        Gram singular (docs/theory.md §8.8), and at small n distinct reviews often share their first tokens ("i saw this
-        movie ...").
+        Gram singular (docs/theory/checks.md §8.8), and at small n distinct reviews often share their first tokens ("i
+        saw this movie ...").
         """
         order = torch.randperm(len(self.store), generator=generator(trial_seed, "words.train")).tolist()
         prefixes = self.store.input_ids(order)[:, :n]

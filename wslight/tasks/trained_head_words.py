@@ -1,4 +1,4 @@
-"""Which real words flip a head trained with train.py, where, and how often (docs/theory.md §13.4).
+"""Which real words flip a head trained with train.py, where, and how often (docs/theory/words.md §13.4).
 
 The exact one-word substitution (`wslight.search.word_substitution`) asked of the model a user trained, not of heads
 the sweep fits itself: the run's map rebuilt, its fitted head with its bias, its own held-out reviews.
@@ -43,8 +43,8 @@ class TrainedHeadWords(EmbeddingsEvaluation):
             and padding are no words) or a list of indices (a review is evaluated at those of them that are words).
         chunk_elements: working elements one chunk of words may hold (bounds the memory of the substitution).
         screen: None (every admissible word checked, exact) or K: per position only the K words a first-order score
-            ranks most likely to flip the head, each checked exactly (docs/theory.md §13.5): for maps whose forward
-            is costly (a whole pre-trained encoder on a CPU). Every flip reported is real; some may be missed.
+            ranks most likely to flip the head, each checked exactly (docs/theory/words.md §13.5): for maps whose
+            forward is costly (a whole pre-trained encoder on a CPU). Every flip reported is real; some may be missed.
         screen_centroids: with `screen`, the k-means centroids of the words' rows at which the screen expands the
             head too, besides the clean review (each costs a forward and a backward; 0: the clean expansion alone).
         recall_reviews: with `screen`, the first this many reviews are also checked over the whole admissible

@@ -2,7 +2,7 @@
 
 `TrainedRun.load(run)` rebuilds what the run trained from the files it wrote, the saved `config.yaml` (the map's class
 and arguments, the data's embeddings, n, d and split) and a checkpoint (the map's buffers, the head theta and the
-bias), so an evaluation can ask questions of the model a user trained (docs/theory.md §13.4).
+bias), so an evaluation can ask questions of the model a user trained (docs/theory/words.md §13.4).
 """
 
 from __future__ import annotations

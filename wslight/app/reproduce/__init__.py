@@ -8,7 +8,7 @@ its first line: the grid of the reproduction and the log folder, every differenc
 in a log directory named by its run key under `reports/<run-id>/tensorboard/<stage>`, so re-running after an
 interruption resumes from the finished trials. The report (`reports/<run-id>/report.md`) describes every stage of the
 plan whose results are on disk (an `--only` run updates its own stages and keeps the others): figures, per-cell
-tables, the checks computed from the results files in two parts (the paper's claims of docs/theory.md §8, PASS or
+tables, the checks computed from the results files in two parts (the paper's claims of docs/theory/checks.md §8, PASS or
 FAIL; this package's hypotheses beyond the paper, each a finding: supported or not), and a provenance block.
 
 `--full 1` runs the plan's `full` list instead: the paper-size configs under configs/paper/ (a GPU machine with hub

@@ -93,7 +93,8 @@ def write_pages(
     pages = [write_page(report_dir / REPRODUCTION_PAGE, f"Reproduction{size}", header, body)]
     if beyond:
         body = [
-            "What this package tests beyond the paper on the reproduction's one-real-word stages (docs/theory.md §13),"
+            "What this package tests beyond the paper on the reproduction's one-real-word stages "
+            "(docs/theory/words.md §13),"
             f" from their `results.jsonl` files; the paper's claims are on the [reproduction]({REPRODUCTION_PAGE})"
             " page.",
             "",
