@@ -245,11 +245,11 @@ PHASES = (
     ("Gram Phi Phi^T (float64)", "wslight/base/numerics.py", ("gram",)),
     ("cond(G) (eigenvalues)", "wslight/attack/heads.py", ("gram_condition",)),
     ("theta*, P phi (passes over Phi)", "wslight/attack/heads.py", ("min_norm", "project", "min_norm_and_projection")),
-    ("contexts' algebra (AttentionMove, working dtype)", "wslight/features/move.py", ("token_move",)),
-    ("chains (all steps)", "wslight/search/chains.py", ("run_chains",)),
-    ("  their read-out phi(X')^T h (forward)", "wslight/features/attention.py", ("readout", "readout_and_grad")),
+    ("contexts' algebra (AttentionMove, working dtype)", "wslight/features/generic_move.py", ("token_move",)),
+    ("chains (all steps)", "wslight/chains/engine.py", ("run_chains",)),
+    ("  their read-out phi(X')^T h (forward)", "wslight/features/attention_move.py", ("readout", "readout_and_grad")),
     ("  autograd backward", "torch/autograd/__init__.py", ("grad",)),
-    ("float64 algebra and read-out at the kept Delta", "wslight/features/move.py", ("float64_twin",)),
+    ("float64 algebra and read-out at the kept Delta", "wslight/features/generic_move.py", ("float64_twin",)),
 )
 
 

@@ -126,7 +126,7 @@ class GenericMove(TokenMove):
             return _own_starts(self.maps, self.X, self.positions, self.dtype)
 
     @torch.no_grad()
-    def row_starts(self, radius: float, draws: Tensor, lean: Tensor) -> Tensor | None:
+    def row_starts(self, radius: float, draws: Tensor, lean: Tensor, removal: bool = True) -> Tensor | None:
         """Starts read off the maps' Jacobians when their output has one d-row per token (docs/theory/search.md §4.3).
 
         The generic path's stand-in for an attention map's attracting and self-capture constructions, and removal
@@ -141,6 +141,7 @@ class GenericMove(TokenMove):
             radius: r.
             draws: (T, B, P, K, d) the power iterations' start vectors, K >= len(read_rows(n, i)).
             lean: (T, B, P, REMOVAL_ROWS REMOVAL_SINGULAR, d) the subspace iterations' start vectors.
+            removal: False leaves the removal starts out (S = 8).
         """
         T, B, n, d = self.X.shape
         if self.phi0.shape[-1] != n * d or n < 2:
@@ -158,11 +159,13 @@ class GenericMove(TokenMove):
                 xi = unit(X64[:, i])
                 attract = torch.where(total.norm(dim=-1, keepdim=True) > 0, unit(total), xi)
                 mixes = token_mixes(X64[:, i], attract)  # (B, 4, d)
-                leaning = evenly_spaced(rows, REMOVAL_ROWS)
-                v1 = lean[t, :, j, : len(leaning) * REMOVAL_SINGULAR].to(X64).unflatten(1, (len(leaning), -1))
-                tops = row_subspaces(moves, X64, i, leaning, radius, v1).flatten(1, 2)  # (B, K' s, d)
-                removal = removal_mixes(X64[:, i], torch.cat([tops, -tops], dim=1))
-                per_position.append(torch.cat([mixes, captured(moves, X64, i, mixes, radius), removal], dim=1))
+                starts = [mixes, captured(moves, X64, i, mixes, radius)]
+                if removal:
+                    leaning = evenly_spaced(rows, REMOVAL_ROWS)
+                    v1 = lean[t, :, j, : len(leaning) * REMOVAL_SINGULAR].to(X64).unflatten(1, (len(leaning), -1))
+                    tops = row_subspaces(moves, X64, i, leaning, radius, v1).flatten(1, 2)  # (B, K' s, d)
+                    starts.append(removal_mixes(X64[:, i], torch.cat([tops, -tops], dim=1)))
+                per_position.append(torch.cat(starts, dim=1))
             out.append(torch.stack(per_position, dim=1))  # (B, P, S, d)
         return torch.stack(out).to(self.dtype)
 

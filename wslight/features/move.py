@@ -141,7 +141,7 @@ class TokenMove:
         """The module's own starting directions of the search, (T, B, P, k, d) unit vectors; None: none."""
         return None
 
-    def row_starts(self, radius: float, draws: Tensor, lean: Tensor) -> Tensor | None:
+    def row_starts(self, radius: float, draws: Tensor, lean: Tensor, removal: bool = True) -> Tensor | None:
         """Starts read off the maps' Jacobians rows, (T, B, P, S, d) unit vectors; None: none (see `GenericMove`)."""
         return None
 

@@ -52,7 +52,7 @@ def first_starts(
         n = X.shape[2]
         power = seeded_draws(seeds, pos, B, min(n, ROW_LIMIT + 1), d, "rows").to(X.device)
         lean = seeded_draws(seeds, pos, B, REMOVAL_ROWS * REMOVAL_SINGULAR, d, "removal").to(X.device)
-        rows = move.row_starts(rounds.radius, power, lean)
+        rows = move.row_starts(rounds.radius, power, lean, plan.removal_starts) if plan.row_starts else None
         rows = rows if rows is not None else none
         extra = seeded_draws(seeds, pos, B, (plan.generic_first_round - 1) * R, d, "generic")
         homotopy = _homotopy_starts(rounds, move, pos, seeds, dt, X, chain_chunk)

@@ -35,6 +35,10 @@ class StartPlan:
             one draw of 20 reviews and maps but not on a second).
         confirm_jitter: the confirmation round's chains start this far (relative to the radius) from where a lone
             best chain started (>= 0).
+        row_starts: the generic path's starts read off the Jacobian of a map with one d-row per token (attracting
+            mixes and captured points; `GenericMove.row_starts`). False: none (an ablation).
+        removal_starts: among the row starts, those near the removed token leaning toward the rows' top singular
+            vectors. False: none (an ablation).
     """
 
     generic_first_round: int = 4
@@ -42,11 +46,15 @@ class StartPlan:
     homotopy_scales: tuple[float, ...] = (1.25, 1.5, 2.0, 3.0, 4.0)
     homotopy_chains: int = 16
     confirm_jitter: float = 0.3
+    row_starts: bool = True
+    removal_starts: bool = True
 
     def __post_init__(self) -> None:
         validate.integer("start_plan.generic_first_round", self.generic_first_round, 1)
         validate.number("start_plan.polish_jitter", self.polish_jitter, 0.0)
         validate.integer("start_plan.homotopy_chains", self.homotopy_chains, 1)
         validate.number("start_plan.confirm_jitter", self.confirm_jitter, 0.0)
+        validate.boolean("start_plan.row_starts", self.row_starts)
+        validate.boolean("start_plan.removal_starts", self.removal_starts)
         scales = tuple(validate.number("start_plan.homotopy_scales", s, 0.0, strict=True) for s in self.homotopy_scales)
         object.__setattr__(self, "homotopy_scales", scales)
