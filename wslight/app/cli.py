@@ -19,6 +19,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ..records.results import RunLock
+from ..records.shards import Shard, parse_shard
 from . import interrupts, run_watch
 from .config_files import resolve_config_args
 from .errors import ParseError, UsageError
@@ -80,11 +81,18 @@ class WSLightCLI(LightningCLI):
     """
 
     def __init__(
-        self, *args: Any, evaluate: bool = False, prog: str | None = None, every_core: bool = False, **kwargs: Any
+        self,
+        *args: Any,
+        evaluate: bool = False,
+        prog: str | None = None,
+        every_core: bool = False,
+        shard: Shard | None = None,
+        **kwargs: Any,
     ) -> None:
         self.evaluate = evaluate
         self.prog = prog
         self.every_core = every_core
+        self.shard = shard  # `--shard i/N`: outside the config, so the run key and folder are the whole run's
         kwargs.setdefault("subclass_mode_model", True)
         kwargs.setdefault("subclass_mode_data", True)
         kwargs.setdefault("save_config_kwargs", {"overwrite": True})
@@ -169,8 +177,8 @@ class WSLightCLI(LightningCLI):
         if not self.evaluate:
             return
         metrics = final_metrics(self.trainer.callback_metrics, self._callback_metrics())
-        results = getattr(self.model, "results", None)
-        new = record_metrics(results.records()) if results is not None and self.trainer.is_global_zero else {}
+        merged = getattr(self.model, "merged_records", None)  # the shards' on disk with this one's
+        new = record_metrics(merged()) if merged is not None and self.trainer.is_global_zero else {}
         log_run_hparams(self.trainer, run_hparams(self._resolved_config()), metrics, new)
 
     def after_fit(self) -> None:
@@ -202,6 +210,10 @@ class WSLightCLI(LightningCLI):
             getattr(part, "_hparams_initial", {}).pop("_instantiator", None)
         if hasattr(self.model, "run_key"):
             self.model.run_key = self.run_key
+        if self.shard is not None:
+            if not hasattr(self.model, "shard"):
+                raise UsageError(f"--shard {self.shard}: {type(self.model).__name__} is no evaluation with trials")
+            self.model.shard = self.shard
         global _new_run_dir
         logger = self.trainer.logger
         log_dir = logger.log_dir if isinstance(logger, TensorBoardLogger) else None  # not created yet
@@ -287,10 +299,11 @@ def main(
     interrupts.stop_on_signals(interrupts.RESUME_HINT if evaluate else None)
     run_watch.watch_workers(lambda: remove_empty_run_dir(_new_run_dir))
     try:
+        args, shard = take_shard(args, evaluate)
         args = check_command(resolve_config_args(args), evaluate)
         with warnings.catch_warnings():
             ignore_known_warnings(is_rank_zero())
-            cli = WSLightCLI(args=args, run=run, evaluate=evaluate, prog=prog, every_core=every_core)
+            cli = WSLightCLI(args=args, run=run, evaluate=evaluate, prog=prog, every_core=every_core, shard=shard)
     except (KeyboardInterrupt, SystemExit) as stop:
         # Lightning turns SIGINT/SIGTERM into a graceful shutdown and exits with 1: the signal's own status instead
         remove_empty_run_dir(_new_run_dir)
@@ -336,6 +349,42 @@ def _command_line(args: list[str] | None, evaluate: bool, prog: str | None) -> t
         sub = args[0] if args and not args[0].startswith("-") else ""
         prog = "evaluate.py" if evaluate else f"train.py {sub}".strip()
     return args, evaluate, debug, prog
+
+
+def take_shard(args: list[str], evaluate: bool) -> tuple[list[str], Shard | None]:
+    """The arguments without `--shard i/N` (or `--shard=i/N`), and that shard (None when not given).
+
+    The shard stays out of the parsed config: shards of one run share its run key and folder (wslight.records.shards).
+
+    Raises:
+        UsageError: a malformed or out-of-range value, `--shard` given twice or to a training run.
+    """
+    rest: list[str] = []
+    given: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--shard":
+            if i + 1 >= len(args) or args[i + 1].startswith("--"):
+                raise UsageError("shard: --shard needs a value i/N (shard i of N, 0 <= i < N), e.g. --shard 0/3")
+            given.append(args[i + 1])
+            i += 2
+            continue
+        if arg.startswith("--shard="):
+            given.append(arg.split("=", 1)[1])
+        else:
+            rest.append(arg)
+        i += 1
+    if not given:
+        return rest, None
+    if len(given) > 1:
+        raise UsageError(f"shard: given {len(given)} times ({', '.join(given)}); give one --shard i/N")
+    if not evaluate:
+        raise UsageError(f"shard: {given[0]}: only an evaluation (evaluate.py) runs as shards; a fit has no trials")
+    try:
+        return rest, parse_shard(given[0])
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def _exit_with(failure: tuple[str, int], prog: str) -> None:

@@ -129,12 +129,13 @@ class ForeignResults(ResultsFileError):
     exit_status = 2
 
 
-def read_records(path: str | os.PathLike, repair: bool = False) -> list[dict]:
+def read_records(path: str | os.PathLike, repair: bool = False, quiet_tail: bool = False) -> list[dict]:
     """All complete records of a results file ([] when it does not exist).
 
     A last line without its newline or that does not parse is a torn write: it is skipped with a warning and, with
     `repair=True`, cut off the file so that later appends start on a clean line. A bad line elsewhere is corruption and
-    raises CorruptResults naming the file and the line.
+    raises CorruptResults naming the file and the line. `quiet_tail=True` (a file another process may be appending to
+    right now, e.g. another shard's): that last line is skipped without a warning.
     """
     path = Path(path)
     if not path.exists():
@@ -157,15 +158,15 @@ def read_records(path: str | os.PathLike, repair: bool = False) -> list[dict]:
                 "over), then run the same command again"
             ) from e
         good_bytes += len(line) + 1
-    if tail:
+    if tail and not quiet_tail:
         warnings.warn(
             f"{path}: dropping a torn last line ({len(tail)} bytes) left by an interrupted write", stacklevel=2
         )
-        if repair:
-            with open(path, "r+b") as f:
-                f.truncate(good_bytes)
-                f.flush()
-                os.fsync(f.fileno())
+    if tail and repair:
+        with open(path, "r+b") as f:
+            f.truncate(good_bytes)
+            f.flush()
+            os.fsync(f.fileno())
     return records
 
 
@@ -179,16 +180,19 @@ class ResultsFile:
     Args:
         path: the file (its folder is created on the first append).
         run_key: identity of the resolved config; only records with this key count.
+        shared: another process may be appending to the file (another shard's, `wslight.records.shards`): its
+            incomplete last line is that write in progress, skipped without a warning.
     """
 
-    def __init__(self, path: str | os.PathLike, run_key: str) -> None:
+    def __init__(self, path: str | os.PathLike, run_key: str, shared: bool = False) -> None:
         self.path = Path(path)
         self.run_key = run_key
+        self.shared = shared
 
     def records(self, repair: bool = False) -> list[dict]:
         """Records of this run's finished trials, one per (trial_key, record_key), in file order."""
         by_trial: dict[str, dict[str, dict]] = {}
-        for r in read_records(self.path, repair=repair):
+        for r in read_records(self.path, repair=repair, quiet_tail=self.shared):
             if r.get("run_key") == self.run_key:
                 by_trial.setdefault(str(r["trial_key"]), {}).setdefault(str(r.get("record_key", r["trial_key"])), r)
         out: list[dict] = []
@@ -205,7 +209,7 @@ class ResultsFile:
             ForeignResults: naming the file, what it holds and what to do.
         """
         others: dict[str, int] = {}
-        for r in read_records(self.path):
+        for r in read_records(self.path, quiet_tail=self.shared):
             if r.get("run_key") != self.run_key:
                 exp = f" ({r['experiment']})" if "experiment" in r else ""
                 kind = f"run {r.get('run_key')}{exp}"
@@ -265,18 +269,40 @@ class RunFolderBusy(Exception):
 
 
 class RunLock:
-    """One writer per run folder: an exclusive `flock` on `<folder>/results.lock`, held for the whole run.
+    """One writer per results file: an exclusive `flock` on `<folder>/results.lock`, held for the whole run.
 
     The lock belongs to the open file, so it is released when the holder closes it or dies (a killed run leaves no
     stale lock). The file keeps the holder's pid and host, for the message of a second process. Where the platform
-    has no `fcntl` (Windows) runs are not locked.
+    has no `fcntl` (Windows) runs are not locked. A shard of a run locks a file of its own (`name`), beside it.
     """
 
     _held: set[RunLock] = set()  # the locks this process holds, for `release_all` at the end of a run
 
-    def __init__(self, folder: str | os.PathLike) -> None:
-        self.path = Path(folder) / LOCK_NAME
+    def __init__(self, folder: str | os.PathLike, name: str = LOCK_NAME) -> None:
+        self.path = Path(folder) / name
         self._file: Any = None
+
+    @staticmethod
+    def holder(path: str | os.PathLike) -> str | None:
+        """Who holds the lock file `path` now (its pid and host), or None: no such file, or no process holds it.
+
+        Takes the lock shared for an instant when it is free; where the platform has no `fcntl`, None.
+        """
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            return None
+        try:
+            f = open(path)
+        except FileNotFoundError:
+            return None
+        with f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return f.read().strip() or "another process"
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        return None
 
     def acquire(self) -> None:
         """Take the lock, or raise RunFolderBusy naming the holder. Creates the folder if needed."""

@@ -5,11 +5,17 @@ a batch of them (`run_trials`). Lightning's test loop shards the trials over the
 with duplicates); each step gathers the records of every rank and rank 0 appends the new ones to results.jsonl, so an
 interruption loses at most the trials in flight. Trials already in the file for the same run key are skipped, so
 re-running a command resumes it. At the end every rank reads the whole file and `summarize` logs scalars and figures.
+
+A run may also be split into independent jobs (`shard`, `--shard i/N` on the command line: `wslight.records.shards`):
+shard i runs every N-th step, appends to a results file of its own in the same run folder, and summarizes the records
+of every shard on disk, naming the shards still missing; a later run without a shard computes what is missing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,7 +29,18 @@ from torch.utils.data import DataLoader
 
 from ..base import validate
 from ..base.paths import user_path
-from ..records.results import RESULTS_NAME, ResultsFile, RunFolderBusy, RunLock, unwritable_reason
+from ..records.results import LOCK_NAME, RESULTS_NAME, ResultsFile, RunFolderBusy, RunLock, unwritable_reason
+from ..records.shards import (
+    RunResults,
+    Shard,
+    missing_shards,
+    missing_text,
+    note_missing,
+    shard_files,
+    shard_of_file,
+    summary_lock,
+)
+from ..records.summary import SUMMARY_NAME
 from .figures import save_figure
 
 
@@ -106,6 +123,10 @@ class Evaluation(pl.LightningModule):
         trials_per_step: trials computed together in one test step (they are batched in one tensor program).
         output_dir: where results.jsonl and figures go; None means the logger's log directory (or
             trainer.default_root_dir without a logger). A leading `~` is the home folder (`wslight.base.paths`).
+
+    Attributes:
+        shard: None (the whole run), or the Shard this process runs (set by the command line's `--shard i/N`; not
+            an argument: a shard is the same run, with the same run key and folder).
     """
 
     # The config key of the maps a trial's `map` comes from, named when a trial fails
@@ -118,6 +139,7 @@ class Evaluation(pl.LightningModule):
         self.run_key = "default"  # set by the CLI to a hash of the resolved config
         self._results: ResultsFile | None = None
         self._lock: RunLock | None = None
+        self.shard: Shard | None = None
 
     # --- to implement -------------------------------------------------------------------------------------------
     def trial_specs(self) -> list[dict]:
@@ -175,27 +197,70 @@ class Evaluation(pl.LightningModule):
         out_dir = self.out_dir_of(trainer)
         if unwritable_reason(out_dir.absolute()) is not None:
             return  # the checks of check_logger_dirs / check_output_dir name the folder
-        lock = RunLock(out_dir)
+        self._lock = self._take_lock(out_dir)
+        RunResults(out_dir, self.run_key, out_dir / self.results_name).check_single_run()
+
+    @property
+    def results_name(self) -> str:
+        """The name of the results file this process appends to: results.jsonl, or its shard's own."""
+        return RESULTS_NAME if self.shard is None else self.shard.results_name
+
+    def _take_lock(self, out_dir: Path) -> RunLock:
+        """Lock this process's results file; refuse while a writer of the other kind runs in the folder.
+
+        A shard beside a run of the whole (or the whole beside a shard) would compute the same trials twice.
+
+        Raises:
+            RunFolderBusy: naming the holder.
+        """
+        lock = RunLock(out_dir, LOCK_NAME if self.shard is None else self.shard.lock_name)
         lock.acquire()
-        self._lock = lock
-        ResultsFile(out_dir / RESULTS_NAME, self.run_key).check_single_run()
+        if self.shard is None:
+            others = [p.with_suffix(".lock") for p in shard_files(out_dir)]
+        else:
+            others = [out_dir / LOCK_NAME]
+        for path in others:
+            holder = RunLock.holder(path)
+            if holder is not None:
+                lock.release()
+                shard = shard_of_file(path.with_suffix(".jsonl"))
+                what = f"shard {shard} of this run" if shard is not None else "this run without --shard"
+                raise RunFolderBusy(
+                    f"{out_dir} is being written by {holder} ({what}): this run would compute the same trials "
+                    "again; wait for it to finish (or stop it), then run the same command to resume"
+                )
+        return lock
 
     @property
     def results(self) -> ResultsFile:
-        """The run's results file in `out_dir`."""
+        """The results file this process appends to in `out_dir` (`results_name`)."""
         if self._results is None:
-            self._results = ResultsFile(self.out_dir / RESULTS_NAME, self.run_key)
+            self._results = ResultsFile(self.out_dir / self.results_name, self.run_key)
         return self._results
 
     @property
+    def run_results(self) -> RunResults:
+        """Every results file of the run folder (results.jsonl and the shards'), read as one."""
+        return RunResults(self.out_dir, self.run_key, self.results.path)
+
+    def merged_records(self) -> list[dict]:
+        """The run's records: those of its results file, merged with the shards' when any is on disk.
+
+        Merged, they are in the order of the trials (`trial_specs`), each finished trial once.
+        """
+        if self.shard is None and not shard_files(self.out_dir):
+            return self.results.records()
+        return self.run_results.records(order=[s["trial_key"] for s in self.trial_specs()])
+
+    @property
     def results_path(self) -> Path | None:
-        """The path of results.jsonl once a trainer runs the evaluation, else None."""
+        """The path of the results file (`results`) once a trainer runs the evaluation, else None."""
         return self.results.path if self._trainer is not None else None
 
     def output_dir_problem(self) -> str | None:
         """Why results.jsonl cannot be written in `out_dir` (`wslight.records.results.unwritable_reason`), or None."""
         out = self.out_dir.absolute()
-        return unwritable_reason(out, out / RESULTS_NAME)
+        return unwritable_reason(out, out / self.results_name)
 
     def check_output_dir(self) -> None:
         """Fail before any trial runs when results.jsonl cannot be written in `out_dir`.
@@ -211,17 +276,34 @@ class Evaluation(pl.LightningModule):
             raise PermissionError(f"output_dir: {reason}; {hint}")
 
     def remaining_specs(self) -> list[dict]:
-        """The trials not yet in the results file, in order; ValueError when two trials share a `trial_key`."""
+        """The trials not yet in the results files, in order; ValueError when two trials share a `trial_key`.
+
+        A shard's: those of its share (`shard_steps`). Trials finished in any results file of the folder count.
+        """
         specs = self.trial_specs()
         keys = [s["trial_key"] for s in specs]
         if len(set(keys)) != len(keys):
             raise ValueError("trial_specs: trial_key values must be unique")
-        self.results.check_single_run()
-        done = self.results.finished_keys()
+        if self.shard is None and not shard_files(self.out_dir):  # a run of the whole, alone in its folder
+            self.results.check_single_run()
+            done = self.results.finished_keys()
+        else:
+            self.run_results.check_single_run()
+            done = self.run_results.finished_keys()
+            specs = [s for step in self.shard_steps(specs) for s in step]
         return [s for s in specs if s["trial_key"] not in done]
 
+    def shard_steps(self, specs: list[dict]) -> list[list[dict]]:
+        """The steps of the whole run (`step_batches` of every trial) that this process runs: all without a shard.
+
+        Shard i of N takes every N-th step from the i-th: the split is the same on every machine, spreads each
+        shard over the whole grid, and computes each trial in the batch a run of the whole computes it in.
+        """
+        steps = self.step_batches(specs)
+        return steps if self.shard is None else self.shard.take(steps)
+
     def claim_run_folder(self) -> None:
-        """Take the run folder's lock on rank 0 (one writer per results.jsonl) before its finished trials are read.
+        """Take the results file's lock on rank 0 (one writer per results file) before its finished trials are read.
 
         Unless `claim_before_launch` has.
 
@@ -232,10 +314,8 @@ class Evaluation(pl.LightningModule):
         """
         busy = None
         if self.trainer.is_global_zero and self._lock is None:
-            lock = RunLock(self.out_dir)
             try:
-                lock.acquire()
-                self._lock = lock
+                self._lock = self._take_lock(self.out_dir)
             except RunFolderBusy as err:
                 busy = str(err)
         busy = self.trainer.strategy.broadcast(busy)
@@ -257,10 +337,23 @@ class Evaluation(pl.LightningModule):
         self.claim_run_folder()
         remaining = self.remaining_specs()
         # a list of steps is a map-style dataset (__getitem__, __len__), which DataLoader's annotation does not admit
-        steps = self.step_batches(remaining)
+        if self.shard is None:
+            steps = self.step_batches(remaining)
+        else:  # the shard's own steps, as the whole run forms them, less their finished trials
+            left = {s["trial_key"] for s in remaining}
+            steps = [
+                kept
+                for step in self.shard_steps(self.trial_specs())
+                if (kept := [s for s in step if s["trial_key"] in left])
+            ]
         if self.trainer.is_global_zero:
-            total = len(self.trial_specs())
-            line = f"{type(self).__name__}: {total - len(remaining)} of {total} trials already in {self.results.path}"
+            total = sum(map(len, self.shard_steps(self.trial_specs())))
+            name = type(self).__name__ if self.shard is None else f"{type(self).__name__} shard {self.shard}"
+            files = self.run_results.files()
+            where: Path | str = self.results.path
+            if files and files != [self.results.path]:
+                where = f"{self.out_dir} ({', '.join(p.name for p in files)})"
+            line = f"{name}: {total - len(remaining)} of {total} trials already in {where}"
             world = self.trainer.world_size
             if world > 1 and steps:  # the progress bar counts this process's steps only
                 line += f"; {len(steps)} steps over {world} processes (the progress bar counts rank 0's share)"
@@ -349,15 +442,40 @@ class Evaluation(pl.LightningModule):
         self._finished = True
         if self.trainer.world_size > 1 and dist.is_initialized():
             dist.barrier()  # rank 0 has written every gathered record
-        records = self.results.records()
+        sharded = self.shard is not None or bool(shard_files(self.out_dir))
         if self.trainer.is_global_zero:
             os.makedirs(self.out_dir, exist_ok=True)
-        self._log_enabled = log
-        self.summarize(records, self.out_dir)
+        # shards ending together write their summaries in turn (rank 0 writes; the others only log)
+        with summary_lock(self.out_dir) if sharded and self.trainer.is_global_zero else contextlib.nullcontext():
+            records = self.merged_records()
+            self._log_enabled = log
+            self.summarize(records, self.out_dir)
+            if sharded and self.trainer.is_global_zero:
+                self._note_missing_shards(records)
         if self.trainer.world_size > 1 and dist.is_initialized():
             # every rank waits for rank 0's figures: a rank that exits first tears down its connections, and its
             # peers' process group fails (seen under torchrun as an abort of the idle rank)
             dist.barrier()
+
+    def _note_missing_shards(self, records: list[dict]) -> None:
+        """Name the shards whose trials are not all on disk: on stderr and at the end of summary.md.
+
+        The shards of this process's split, or, in a run of the whole, of every split with a results file on disk.
+        """
+        steps = self.step_batches(self.trial_specs())
+        if self.shard is not None:
+            splits = {self.shard.count}
+        else:
+            splits = {s.count for p in shard_files(self.out_dir) if (s := shard_of_file(p)) is not None}
+        shares = {
+            Shard(i, count): [s["trial_key"] for step in Shard(i, count).take(steps) for s in step]
+            for count in sorted(splits)
+            for i in range(count)
+        }
+        missing = missing_shards(shares, {str(r["trial_key"]) for r in records})
+        note_missing(self.out_dir / SUMMARY_NAME, missing, self.out_dir)
+        if missing:
+            print(f"{type(self).__name__}: {missing_text(missing, self.out_dir)}", file=sys.stderr)
 
     def log_scalar(self, name: str, value: float) -> None:
         """Log an end-of-evaluation scalar (computed identically on every rank from the results file)."""

@@ -1,0 +1,209 @@
+"""Shards of one evaluation run: independent jobs (`--shard i/N`) writing into one run folder.
+
+Shard i of N runs every N-th step of the run's trials (steps formed as the whole run forms them, so a trial is
+computed in the same batch as in one job) and appends to a results file of its own, `results.shard-<i>-of-<N>.jsonl`,
+under a lock of its own: shards running at the same time never write the same file. Whoever reads the run (the end of
+every shard, a later run without `--shard`) merges every results file of the folder, `results.jsonl` first, keeps one
+copy of each finished trial and names the shards whose trials are not all on disk yet. Plain Python: no torch, no
+Lightning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from .results import RESULTS_NAME, ResultsFile
+
+T = TypeVar("T")
+SHARD_FILES = "results.shard-*-of-*.jsonl"  # glob of the shards' results files in a run folder
+_SHARD_FILE = re.compile(r"results\.shard-(\d+)-of-(\d+)\.jsonl")
+SUMMARY_LOCK_NAME = "summary.lock"  # one summary writer at a time in a folder that shards write
+MISSING_HEADING = "## Shards missing"  # the section of summary.md that names them
+
+
+@dataclass(frozen=True, order=True)
+class Shard:
+    """Shard `index` of `count` (0 <= index < count): written `index/count`, as the command line takes it."""
+
+    index: int
+    count: int
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    @property
+    def results_name(self) -> str:
+        """The name of this shard's results file in the run folder."""
+        return f"results.shard-{self.index}-of-{self.count}.jsonl"
+
+    @property
+    def lock_name(self) -> str:
+        """The name of this shard's lock file in the run folder (`RunLock`)."""
+        return f"results.shard-{self.index}-of-{self.count}.lock"
+
+    def take(self, items: Sequence[T]) -> list[T]:
+        """This shard's share of `items`: every `count`-th from `index` (the same split on every machine)."""
+        return list(items[self.index :: self.count])
+
+    def siblings(self) -> list[Shard]:
+        """Every shard of the same split, this one included."""
+        return [Shard(i, self.count) for i in range(self.count)]
+
+
+def parse_shard(text: str, key: str = "shard") -> Shard:
+    """The Shard written `i/N` (whole numbers, 0 <= i < N).
+
+    Raises:
+        ValueError: naming `key` and the value, e.g. `shard: 3/3: i must be below N`.
+    """
+    match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", str(text))
+    if match is None:
+        raise ValueError(f"{key}: {text}: give i/N, shard i of N with whole numbers 0 <= i < N (e.g. 0/3, 1/3, 2/3)")
+    index, count = int(match[1]), int(match[2])
+    if count < 1:
+        raise ValueError(f"{key}: {text}: N must be at least 1")
+    if index >= count:
+        raise ValueError(
+            f"{key}: {text}: i must be below N (the shards of {count} are 0/{count} to {count - 1}/{count})"
+        )
+    return Shard(index, count)
+
+
+def shard_of_file(path: str | os.PathLike) -> Shard | None:
+    """The shard whose results file `path` is (by its name), or None (results.jsonl, another file)."""
+    match = _SHARD_FILE.fullmatch(Path(path).name)
+    if match is None or int(match[1]) >= int(match[2]):
+        return None
+    return Shard(int(match[1]), int(match[2]))
+
+
+def shard_files(folder: str | os.PathLike) -> list[Path]:
+    """The shards' results files in `folder`, by split then shard (none when the folder does not exist)."""
+    found = [(shard_of_file(p), p) for p in Path(folder).glob(SHARD_FILES)]
+    return [
+        p for s, p in sorted(((s, p) for s, p in found if s is not None), key=lambda sp: (sp[0].count, sp[0].index))
+    ]
+
+
+def results_files(folder: str | os.PathLike) -> list[Path]:
+    """Every results file of a run folder that exists: results.jsonl first, then the shards' (`shard_files`)."""
+    whole = Path(folder) / RESULTS_NAME
+    return ([whole] if whole.exists() else []) + shard_files(folder)
+
+
+class RunResults:
+    """The records of a run folder, merged over its results files (results.jsonl and the shards').
+
+    Args:
+        folder: the run folder.
+        run_key: the run's key; only records with it count.
+        own: the file this process appends to (read as written; the others may be in the middle of a write, so an
+            incomplete last line of theirs is skipped without a warning).
+    """
+
+    def __init__(self, folder: str | os.PathLike, run_key: str, own: str | os.PathLike) -> None:
+        self.folder = Path(folder)
+        self.run_key = run_key
+        self.own = Path(own)
+
+    def files(self) -> list[Path]:
+        """The results files on disk, in merge order (`results_files`)."""
+        return results_files(self.folder)
+
+    def _file(self, path: Path) -> ResultsFile:
+        return ResultsFile(path, self.run_key, shared=path.absolute() != self.own.absolute())
+
+    def records(self, order: Sequence[str] | None = None) -> list[dict]:
+        """Every finished trial's records once: from the first file (`files`) that holds the whole trial.
+
+        With `order` (the run's trial keys), in that order (a trial's records as written, trials not in it last);
+        else in the order of the files.
+        """
+        taken: dict[str, list[dict]] = {}
+        for path in self.files():
+            trials: dict[str, list[dict]] = {}
+            for r in self._file(path).records():
+                trials.setdefault(str(r["trial_key"]), []).append(r)
+            for key, recs in trials.items():
+                taken.setdefault(key, recs)
+        keys = list(taken)
+        if order is not None:
+            rank = {key: i for i, key in enumerate(order)}
+            keys.sort(key=lambda k: rank.get(k, len(rank)))
+        return [r for key in keys for r in taken[key]]
+
+    def finished_keys(self) -> set[str]:
+        """The `trial_key`s of the trials finished in any of the files."""
+        return {str(r["trial_key"]) for path in self.files() for r in self._file(path).records()}
+
+    def check_single_run(self) -> None:
+        """Refuse a folder whose results files (any of them) hold records of another run (`ForeignResults`)."""
+        for path in self.files():
+            self._file(path).check_single_run()
+
+
+def missing_shards(shares: dict[Shard, list[str]], finished: set[str]) -> dict[Shard, tuple[int, int]]:
+    """{shard: (its trials not finished, its trials)} for each shard of `shares` with trials not finished."""
+    out = {}
+    for shard, keys in shares.items():
+        left = sum(key not in finished for key in keys)
+        if left:
+            out[shard] = (left, len(keys))
+    return out
+
+
+def missing_text(missing: dict[Shard, tuple[int, int]], folder: Path) -> str:
+    """One paragraph naming the shards whose trials are not all on disk, and how to complete the run."""
+    named = ", ".join(f"{s} ({left} of {total} trials)" for s, (left, total) in sorted(missing.items()))
+    first = min(missing)
+    return (
+        f"shards missing from the records in {folder}: {named}; this summary covers the other shards only. Run each "
+        f"missing one (e.g. --shard {first}), or the same command without --shard, which computes every missing "
+        "trial: the last run to finish writes the whole summary"
+    )
+
+
+def note_missing(summary: Path, missing: dict[Shard, tuple[int, int]], folder: Path) -> None:
+    """Put the section naming the missing shards at the end of summary.md, replacing an earlier one.
+
+    With nothing missing, an earlier section is removed (a summary.md holding nothing else is removed too).
+    """
+    text = summary.read_text() if summary.exists() else ""
+    cut = text.find(f"\n{MISSING_HEADING}\n") if not text.startswith(MISSING_HEADING) else 0
+    kept = text if cut < 0 else text[:cut]
+    if missing:
+        kept += ("\n" if kept else "") + f"{MISSING_HEADING}\n\n{missing_text(missing, folder)}.\n"
+    if kept == text:
+        return
+    if kept:
+        summary.write_text(kept)
+    else:
+        summary.unlink()
+
+
+@contextlib.contextmanager
+def summary_lock(folder: str | os.PathLike) -> Iterator[None]:
+    """Wait for, then hold, the folder's summary lock: two shards ending together write their figures in turn.
+
+    A blocking `flock` on `<folder>/summary.lock` (the file stays: removing it would let a waiter lock a removed file).
+    No lock where the platform has no `fcntl`.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    path = Path(folder) / SUMMARY_LOCK_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
