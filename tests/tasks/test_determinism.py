@@ -136,7 +136,7 @@ def test_evaluations_compute_on_one_thread(threads):
     On some CPUs a matrix product with a long reduction (the heads' N x N Gram of p features, the gradient of z + V^(i)
     Delta over k neurons) sums in another order with 1 and 2 threads (the slow test below compares the devices).
     """
-    from wslight.tasks.evaluation import one_cpu_thread
+    from wslight.tasks.steps import one_cpu_thread
 
     with threads(2):
         with one_cpu_thread(torch.device("cpu")):

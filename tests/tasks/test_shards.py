@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from wslight.app.cli import main, take_shard
+from wslight.app.cli import main
 from wslight.app.errors import UsageError
+from wslight.app.shard_option import take_shard
 from wslight.records.results import LOCK_NAME, RESULTS_NAME, ResultsFile, RunFolderBusy, RunLock, without_timing
 from wslight.records.shards import (
     MISSING_HEADING,
@@ -29,6 +30,7 @@ from wslight.records.shards import (
     parse_shard,
     results_files,
     shard_of_file,
+    take_run_lock,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -190,22 +192,22 @@ def test_a_shard_and_the_whole_run_refuse_to_write_the_folder_together(tmp_path)
     whole.acquire()
     try:
         with pytest.raises(RunFolderBusy, match="this run without --shard"):
-            evaluation._take_lock(tmp_path)
+            take_run_lock(tmp_path, evaluation.shard)
         assert not (tmp_path / Shard(0, 2).lock_name).exists()  # its own lock given back
     finally:
         whole.release()
-    evaluation._take_lock(tmp_path).release()  # free now
+    take_run_lock(tmp_path, evaluation.shard).release()  # free now
     shard = RunLock(tmp_path, Shard(1, 2).lock_name)
     shard.acquire()
     (tmp_path / Shard(1, 2).results_name).write_text("")
     evaluation.shard = None
     try:
         with pytest.raises(RunFolderBusy, match="shard 1/2 of this run"):
-            evaluation._take_lock(tmp_path)
+            take_run_lock(tmp_path, evaluation.shard)
         assert not (tmp_path / LOCK_NAME).exists()
         other = SquaresEvaluation(output_dir=str(tmp_path))
         other.shard = Shard(0, 2)  # another shard of the split: writes beside it
-        other._take_lock(tmp_path).release()
+        take_run_lock(tmp_path, other.shard).release()
     finally:
         shard.release()
 

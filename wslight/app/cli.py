@@ -19,7 +19,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ..records.results import RunLock
-from ..records.shards import Shard, parse_shard
+from ..records.shards import Shard
 from . import interrupts, run_watch
 from .config_files import resolve_config_args
 from .errors import ParseError, UsageError
@@ -37,6 +37,7 @@ from .runs import (
     remove_empty_run_dir,
     run_key,
 )
+from .shard_option import take_shard
 
 
 def _to_plain(value: Any) -> Any:
@@ -349,42 +350,6 @@ def _command_line(args: list[str] | None, evaluate: bool, prog: str | None) -> t
         sub = args[0] if args and not args[0].startswith("-") else ""
         prog = "evaluate.py" if evaluate else f"train.py {sub}".strip()
     return args, evaluate, debug, prog
-
-
-def take_shard(args: list[str], evaluate: bool) -> tuple[list[str], Shard | None]:
-    """The arguments without `--shard i/N` (or `--shard=i/N`), and that shard (None when not given).
-
-    The shard stays out of the parsed config: shards of one run share its run key and folder (wslight.records.shards).
-
-    Raises:
-        UsageError: a malformed or out-of-range value, `--shard` given twice or to a training run.
-    """
-    rest: list[str] = []
-    given: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg == "--shard":
-            if i + 1 >= len(args) or args[i + 1].startswith("--"):
-                raise UsageError("shard: --shard needs a value i/N (shard i of N, 0 <= i < N), e.g. --shard 0/3")
-            given.append(args[i + 1])
-            i += 2
-            continue
-        if arg.startswith("--shard="):
-            given.append(arg.split("=", 1)[1])
-        else:
-            rest.append(arg)
-        i += 1
-    if not given:
-        return rest, None
-    if len(given) > 1:
-        raise UsageError(f"shard: given {len(given)} times ({', '.join(given)}); give one --shard i/N")
-    if not evaluate:
-        raise UsageError(f"shard: {given[0]}: only an evaluation (evaluate.py) runs as shards; a fit has no trials")
-    try:
-        return rest, parse_shard(given[0])
-    except ValueError as err:
-        raise UsageError(str(err)) from None
 
 
 def _exit_with(failure: tuple[str, int], prog: str) -> None:

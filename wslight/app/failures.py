@@ -11,7 +11,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 
 from ..records.results import ResultsFileError, RunFolderBusy
 from ..tasks.classifier import TrainingDiverged
-from ..tasks.evaluation import TrialFailed
+from ..tasks.steps import TrialFailed
 from ..tasks.trained_run import state_dict_mismatch
 from .checkpoints import no_checkpoint_message
 from .error_lines import parse_error_message, value_error_message

@@ -260,6 +260,7 @@ def evaluations_help(prog: str) -> str:
         "",
         "Runs the evaluation a config names (its model.class_path) and prints `results: <path to results.jsonl>` last.",
         "A config is a file or a shipped name (ws/raf: configs/ws/raf.yaml).",
+        "--shard i/N runs shard i of N independent jobs of one run, in the same run folder (docs/tasks/gpus.md).",
         "",
         "evaluations:",
     ]

@@ -13,12 +13,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from .results import RESULTS_NAME, ResultsFile
+from .results import LOCK_NAME, RESULTS_NAME, ResultsFile, RunFolderBusy, RunLock
+from .summary import SUMMARY_NAME
 
 T = TypeVar("T")
 SHARD_FILES = "results.shard-*-of-*.jsonl"  # glob of the shards' results files in a run folder
@@ -207,3 +209,50 @@ def summary_lock(folder: str | os.PathLike) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def take_run_lock(out_dir: Path, shard: Shard | None) -> RunLock:
+    """Lock the results file of this writer (the whole run's, or its shard's); refuse while one of the other kind runs.
+
+    A shard beside a run of the whole (or the whole beside a shard) would compute the same trials twice.
+
+    Raises:
+        RunFolderBusy: naming the holder.
+    """
+    lock = RunLock(out_dir, LOCK_NAME if shard is None else shard.lock_name)
+    lock.acquire()
+    others = [p.with_suffix(".lock") for p in shard_files(out_dir)] if shard is None else [out_dir / LOCK_NAME]
+    for path in others:
+        holder = RunLock.holder(path)
+        if holder is not None:
+            lock.release()
+            other = shard_of_file(path.with_suffix(".jsonl"))
+            what = f"shard {other} of this run" if other is not None else "this run without --shard"
+            raise RunFolderBusy(
+                f"{out_dir} is being written by {holder} ({what}): this run would compute the same trials "
+                "again; wait for it to finish (or stop it), then run the same command to resume"
+            )
+    return lock
+
+
+def note_missing_shards(
+    out_dir: Path, shard: Shard | None, steps: Sequence[Sequence[dict]], records: list[dict], who: str
+) -> None:
+    """Name the shards whose trials are not all on disk: on stderr (as `who`) and at the end of summary.md.
+
+    The shards of this process's split, or, in a run of the whole, of every split with a results file on disk; `steps`
+    are the whole run's steps (each shard takes its share of them).
+    """
+    if shard is not None:
+        splits = {shard.count}
+    else:
+        splits = {s.count for p in shard_files(out_dir) if (s := shard_of_file(p)) is not None}
+    shares = {
+        Shard(i, count): [s["trial_key"] for step in Shard(i, count).take(list(steps)) for s in step]
+        for count in sorted(splits)
+        for i in range(count)
+    }
+    missing = missing_shards(shares, {str(r["trial_key"]) for r in records})
+    note_missing(out_dir / SUMMARY_NAME, missing, out_dir)
+    if missing:
+        print(f"{who}: {missing_text(missing, out_dir)}", file=sys.stderr)

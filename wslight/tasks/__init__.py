@@ -24,13 +24,14 @@ from .classifier import FeatureMapClassifier, TrainingDiverged
 from .classifier_words import ClassifierWords
 from .datamodule import EmbeddingDataModule, EmbeddingDataset, split_indices
 from .embeddings_evaluation import EmbeddingsEvaluation
-from .evaluation import Evaluation, gather_records
+from .evaluation import Evaluation
 from .figures import save_figure
 from .finetune import ReviewTextDataModule, SequenceClassifierFineTune
 from .grid_settings import GridSettings
 from .head_word_flips import HeadWordFlips
 from .probes import AttentionEditProbe, AttentionUnderDeltaProbe, LayerwiseChangeProbe
 from .sensitivity_sweep import WordSensitivitySweep
+from .steps import gather_records
 from .substitution_sweep import WordSubstitutionSweep
 from .trained_head_words import TrainedHeadWords
 from .trained_run import TrainedRun

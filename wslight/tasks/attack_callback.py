@@ -29,8 +29,8 @@ from ..records.results import ResultsFile, config_key
 from ..records.summary import ATTACK_REQUIRED, attack_scalars, trusted
 from .after_fit import AfterFitOrTest
 from .attack_sweep import attack_objectives, checked_penalties, run_attacks
-from .evaluation import gather_records, one_cpu_thread
 from .figures import attack_figures, save_figure
+from .steps import gather_records, one_cpu_thread
 
 ATTACK_RESULTS_NAME = "attack_results.jsonl"
 

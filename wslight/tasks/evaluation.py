@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,91 +26,21 @@ from torch.utils.data import DataLoader
 
 from ..base import validate
 from ..base.paths import user_path
-from ..records.results import LOCK_NAME, RESULTS_NAME, ResultsFile, RunFolderBusy, RunLock, unwritable_reason
+from ..records.results import RESULTS_NAME, ResultsFile, RunFolderBusy, RunLock, unwritable_reason
 from ..records.shards import (
     RunResults,
     Shard,
-    missing_shards,
-    missing_text,
-    note_missing,
+    note_missing_shards,
     shard_files,
-    shard_of_file,
     summary_lock,
+    take_run_lock,
 )
-from ..records.summary import SUMMARY_NAME
 from .figures import save_figure
-
-
-class TrialFailed(Exception):
-    """A step of an evaluation failed (a map that raises, a setting the maths refuses): every rank stops with it.
-
-    Its message is the one block the command line prints: what failed, where, and the finished trials kept.
-    `details` holds the failing rank's traceback (printed with WSLIGHT_DEBUG=1).
-    """
-
-    details: str = ""
-
-
-_OWN_CODE = (str(Path(torch.__file__).parent), str(Path(__file__).resolve().parents[1]))
-
-
-def failure_site(err: BaseException) -> str:
-    """The innermost frame of the traceback outside torch and wslight (the user's code).
-
-    For example `in forward (my_maps.py:12)`; "" when the error arose in them.
-    """
-    site = ""
-    for frame in traceback.extract_tb(err.__traceback__):
-        if not frame.filename.startswith(_OWN_CODE) and "/lightning/" not in frame.filename:
-            site = f"in {frame.name} ({Path(frame.filename).name}:{frame.lineno})"
-    return site
+from .steps import TrialFailed, failure_site, gather_step, one_cpu_thread
 
 
 def _first(batch: list) -> list:
     return batch[0]
-
-
-@contextmanager
-def one_cpu_thread(device: torch.device) -> Iterator[None]:
-    """Compute on one CPU thread per process (no effect on a GPU), then restore the thread count.
-
-    On some CPUs a matrix product with a long reduction (the N x N Gram of p features, with p in the tens of
-    thousands) sums its terms in a different order with 1 and 2 threads. A 1-device run would then differ in the last
-    bits from a 2-device run, where each process has half the threads. One thread per process makes the records
-    independent of the number of devices; the searches are many small tensor programs, which one thread runs about
-    as fast as two on a 2-core machine.
-    """
-    if device.type != "cpu":
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def gather_records(records: list[dict], world_size: int) -> list[dict]:
-    """The records of every rank, on every rank (rank order); the records themselves when not distributed.
-
-    A collective under DDP: every rank must call it, with the same `world_size`.
-    """
-    return gather_step(records, None, world_size)[0]
-
-
-def gather_step(records: list[dict], failure: str | None, world_size: int) -> tuple[list[dict], list[tuple[int, str]]]:
-    """The records of every rank and the failures of the ranks whose step failed, as (rank, message), on every rank.
-
-    A collective under DDP: a rank whose step failed still takes part, so that every rank learns of the failure and
-    stops with it instead of waiting for the failed rank in the next collective.
-    """
-    parts: list[Any] = [(records, failure)]
-    if world_size > 1 and dist.is_available() and dist.is_initialized():
-        parts = [None] * world_size
-        dist.all_gather_object(parts, (records, failure))
-    gathered = [r for part, _ in parts for r in part]
-    return gathered, [(rank, f) for rank, (_, f) in enumerate(parts) if f is not None]
 
 
 class Evaluation(pl.LightningModule):
@@ -197,39 +124,13 @@ class Evaluation(pl.LightningModule):
         out_dir = self.out_dir_of(trainer)
         if unwritable_reason(out_dir.absolute()) is not None:
             return  # the checks of check_logger_dirs / check_output_dir name the folder
-        self._lock = self._take_lock(out_dir)
+        self._lock = take_run_lock(out_dir, self.shard)
         RunResults(out_dir, self.run_key, out_dir / self.results_name).check_single_run()
 
     @property
     def results_name(self) -> str:
         """The name of the results file this process appends to: results.jsonl, or its shard's own."""
         return RESULTS_NAME if self.shard is None else self.shard.results_name
-
-    def _take_lock(self, out_dir: Path) -> RunLock:
-        """Lock this process's results file; refuse while a writer of the other kind runs in the folder.
-
-        A shard beside a run of the whole (or the whole beside a shard) would compute the same trials twice.
-
-        Raises:
-            RunFolderBusy: naming the holder.
-        """
-        lock = RunLock(out_dir, LOCK_NAME if self.shard is None else self.shard.lock_name)
-        lock.acquire()
-        if self.shard is None:
-            others = [p.with_suffix(".lock") for p in shard_files(out_dir)]
-        else:
-            others = [out_dir / LOCK_NAME]
-        for path in others:
-            holder = RunLock.holder(path)
-            if holder is not None:
-                lock.release()
-                shard = shard_of_file(path.with_suffix(".jsonl"))
-                what = f"shard {shard} of this run" if shard is not None else "this run without --shard"
-                raise RunFolderBusy(
-                    f"{out_dir} is being written by {holder} ({what}): this run would compute the same trials "
-                    "again; wait for it to finish (or stop it), then run the same command to resume"
-                )
-        return lock
 
     @property
     def results(self) -> ResultsFile:
@@ -315,7 +216,7 @@ class Evaluation(pl.LightningModule):
         busy = None
         if self.trainer.is_global_zero and self._lock is None:
             try:
-                self._lock = self._take_lock(self.out_dir)
+                self._lock = take_run_lock(self.out_dir, self.shard)
             except RunFolderBusy as err:
                 busy = str(err)
         busy = self.trainer.strategy.broadcast(busy)
@@ -451,31 +352,12 @@ class Evaluation(pl.LightningModule):
             self._log_enabled = log
             self.summarize(records, self.out_dir)
             if sharded and self.trainer.is_global_zero:
-                self._note_missing_shards(records)
+                steps = self.step_batches(self.trial_specs())
+                note_missing_shards(self.out_dir, self.shard, steps, records, type(self).__name__)
         if self.trainer.world_size > 1 and dist.is_initialized():
             # every rank waits for rank 0's figures: a rank that exits first tears down its connections, and its
             # peers' process group fails (seen under torchrun as an abort of the idle rank)
             dist.barrier()
-
-    def _note_missing_shards(self, records: list[dict]) -> None:
-        """Name the shards whose trials are not all on disk: on stderr and at the end of summary.md.
-
-        The shards of this process's split, or, in a run of the whole, of every split with a results file on disk.
-        """
-        steps = self.step_batches(self.trial_specs())
-        if self.shard is not None:
-            splits = {self.shard.count}
-        else:
-            splits = {s.count for p in shard_files(self.out_dir) if (s := shard_of_file(p)) is not None}
-        shares = {
-            Shard(i, count): [s["trial_key"] for step in Shard(i, count).take(steps) for s in step]
-            for count in sorted(splits)
-            for i in range(count)
-        }
-        missing = missing_shards(shares, {str(r["trial_key"]) for r in records})
-        note_missing(self.out_dir / SUMMARY_NAME, missing, self.out_dir)
-        if missing:
-            print(f"{type(self).__name__}: {missing_text(missing, self.out_dir)}", file=sys.stderr)
 
     def log_scalar(self, name: str, value: float) -> None:
         """Log an end-of-evaluation scalar (computed identically on every rank from the results file)."""

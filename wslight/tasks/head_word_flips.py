@@ -18,8 +18,8 @@ from ..records.results import ResultsFile, config_key
 from ..records.summary import trusted
 from .after_fit import AfterFitOrTest
 from .classifier import FeatureMapClassifier
-from .evaluation import gather_records, one_cpu_thread
 from .review_words import review_word_records
+from .steps import gather_records, one_cpu_thread
 from .trained_head_words import HEAD_WORDS_REQUIRED, head_words_table
 
 HEAD_WORDS_RESULTS_NAME = "head_words.jsonl"
