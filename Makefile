@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # evaluate.py); FULL=1 runs that plan's paper-size list (configs/paper/, a GPU machine with hub access).
 FULL ?= 0
 
-.PHONY: env test test-rounding test-slow reproduce lint typecheck bench classifier finetuned encoder-words authors-code results-pages gpu-check gpu-words encoder-continuous generic-speed docs clean
+.PHONY: env test test-rounding test-slow reproduce lint typecheck bench classifier finetuned encoder-words authors-code results-pages gpu-check gpu-words encoder-continuous generic-speed own-map-price docs clean
 
 env: $(VENV)/.installed
 
@@ -80,6 +80,15 @@ generic-speed: env
 	$(PY) -m benchmarks.generic --maps pretrained_attn transformer --n 16 64 --trials 4 --page reports/generic \
 		--page-name generic_attention.md
 	$(PY) -m benchmarks.generic_starts --page reports/generic
+
+# What each capability of a user's own map costs and buys (docs/tasks/own_map.md): RAF handed to the search as a
+# plain module, with `token_moves`, with `search_starts`, with both, and as the package's map (its move class), on the
+# same 20 bundled reviews at d = 384, n = 10 and 50, one thread (benchmarks/own_map_price.py); about an hour on one
+# thread. Writes docs/results/own_map_price.md and regenerates the table of docs/tasks/own_map.md between its
+# own-map-price markers; OWN_MAP_PRICE_ARGS="--trials 6 --n 10" runs one quick cell.
+OWN_MAP_PRICE_ARGS ?=
+own-map-price: env
+	$(PY) -m benchmarks.own_map_price $(OWN_MAP_PRICE_ARGS)
 
 # The authors' own code, the baseline of benchmarks/attack.py: their public repository at commit b984775, cloned
 # into benchmarks/authors/ (git-ignored; it has no license, so none of it is copied into this repository).
