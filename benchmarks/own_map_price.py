@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     rate = matmul_rate(1)
-    X, maps, _, settings = cell_inputs(MAP, D, min(a.n), argparse.Namespace(**{**vars(a), "trials": 1}))
+    X, maps, _, settings = cell_inputs(MAP, D, min(a.n), a)  # the first cell's reviews and maps
     error = moves_error(maps[0], X[0], settings.resolved().radius(D))
     print(f"token_moves against the full forward: largest difference {error:.2e}", flush=True)
     if not error <= CHECK_TOL:
