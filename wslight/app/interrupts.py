@@ -4,7 +4,9 @@ A module with no heavy imports: the verb table installs the handlers on its firs
 imported (seconds on a busy machine), so a Ctrl-C during the start-up of a command, or of one of the processes
 Lightning starts for a DDP run, stops it like one in the middle of a step: `KeyboardInterrupt`, then exit 130 for
 SIGINT and 143 for SIGTERM (wslight.app.errors), the command's message printed once, by rank 0. A process that
-Lightning's launcher started ends when the launcher does (`end_with_launcher`).
+Lightning's launcher started ends when the launcher does (`end_with_launcher`). Where no process of the run is the
+parent of the others (torchrun, srun, several nodes), a signal that reached one process stops every one through the
+process group's store (`StopRelay`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from .errors import EXIT_SIGNAL_BASE
@@ -30,10 +33,16 @@ _say_lock = threading.Lock()
 
 
 def raise_interrupt(signum: int, frame: Any) -> None:
-    """The SIGINT/SIGTERM handler: note the signal (the first one) and stop with KeyboardInterrupt."""
+    """The SIGINT/SIGTERM handler: note the signal (the first one) and stop with KeyboardInterrupt.
+
+    In a run whose other processes are no children of this one, the others have been told first (`StopRelay`).
+    """
     global received
     if received is None:
         received = signum
+    relay = _relay
+    if relay is not None:
+        relay.signalled()
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -127,16 +136,152 @@ def end_with_launcher() -> None:
 
 
 def keep_own_signal_handlers(trainer: pl.Trainer) -> None:
-    """Leave SIGTERM to `main`'s handler, which stops the run at once like Ctrl-C.
+    """Leave SIGTERM to `main`'s handler, which stops the run at once like Ctrl-C; relay a stop to the other processes.
 
     Lightning's own SIGTERM handler only notes the signal (the run goes on to the end of its step) and, under DDP,
-    broadcasts it from inside the handler: a second SIGTERM (the group's and the launcher's forwarded one) leaves a
-    process waiting in that broadcast for good. On SLURM with auto-requeue Lightning's handlers are kept: they
-    requeue the job.
+    broadcasts it from inside the handler: a SIGTERM that reached one process alone (or a second one: the group's and
+    the launcher's forwarded one) leaves a process waiting in that broadcast for good. On SLURM with auto-requeue
+    Lightning's requeue handler (SIGUSR1, `#SBATCH --signal`) is kept, SIGTERM still stops the run. Once the process
+    group exists, a run whose processes a launcher outside Lightning started (torchrun, srun) or that spans several
+    nodes relays a stop signal to every process (`StopRelay`).
     """
     from lightning.fabric.plugins.environments import SLURMEnvironment  # here: the module imports nothing heavy
 
+    connector = trainer._signal_connector
+    lightning_handlers = connector.register_signal_handlers
+    lightning_teardown = connector.teardown
     environment = trainer._accelerator_connector.cluster_environment
-    if isinstance(environment, SLURMEnvironment) and environment.auto_requeue:
+    requeue = isinstance(environment, SLURMEnvironment) and environment.auto_requeue
+
+    def register() -> None:  # Lightning calls it once the process group exists
+        if requeue:
+            own = signal.getsignal(signal.SIGTERM)
+            lightning_handlers()
+            signal.signal(signal.SIGTERM, own)
+        if environment.creates_processes_externally or trainer.num_nodes > 1:
+            start_relay()
+
+    def teardown() -> None:
+        stop_relay()
+        lightning_teardown()
+
+    connector.register_signal_handlers = register  # type: ignore[method-assign]
+    connector.teardown = teardown  # type: ignore[method-assign]
+
+
+# ------------------------------------------------------------------------------------------- across processes
+
+_STOP_KEY = "wslight/stop/signal"  # the first stop signal of the run, in the process group's store
+_SEEN_KEY = "wslight/stop/seen"  # how many processes know of it
+
+
+class StopRelay(threading.Thread):
+    """A stop signal that reached one process of a run stops every process, through the process group's store.
+
+    Under torchrun or srun (and on several nodes) no process of a run is the parent of the others: a signal that
+    reached one of them (a Ctrl-C on one node, `kill` of one task) would leave the others to fail in their next
+    collective with a traceback, or to compute on until it. The process the signal reached writes it into the store
+    and, from its handler, waits up to PEERS_S for every other process to have read it (the store may live in this
+    process: rank 0's under srun). Every POLL_S the others look for it; one that finds it notes the signal and sends
+    it to itself, so that it stops like the first: `KeyboardInterrupt`, then 128 + the signal and, on rank 0, the
+    resume hint. A process still running STOP_S after it knew of the stop (its main thread blocked in C++) is ended
+    by this thread: the run's locks released, the message said once, 128 + the signal.
+    """
+
+    POLL_S = 0.1
+    PEERS_S = 3.0
+    STOP_S = 10.0
+
+    def __init__(self, store: Any, world_size: int) -> None:
+        super().__init__(name="wslight-stop-relay", daemon=True)
+        self._store = store
+        self._world_size = world_size
+        self._signalled = threading.Event()  # this process's handler ran
+        self._relayed = threading.Event()  # the others know of the stop (or PEERS_S has passed, or the store is gone)
+        self._done = threading.Event()  # the run has ended
+        self._since: float | None = None  # when this process learnt of the stop
+
+    def signalled(self) -> None:
+        """From the handler of a stop signal: return once the other processes know of it (PEERS_S at most)."""
+        self._signalled.set()
+        self._relayed.wait(self.PEERS_S + 1)
+
+    def stand_down(self) -> None:
+        """The run has ended: stop looking for a stop (a stop already known keeps its STOP_S bound)."""
+        if self._since is None:
+            self._done.set()
+        self._relayed.set()
+
+    def run(self) -> None:
+        """Until the run ends: exchange stops through the store, then end the process if it outlives STOP_S."""
+        store_alive = True
+        while not self._done.is_set():
+            if self._since is None:
+                self._signalled.wait(self.POLL_S)
+            else:
+                self._done.wait(self.POLL_S)
+            if store_alive:
+                try:
+                    self._exchange()
+                except Exception:  # the store is gone (a process that held it has ended): nothing more to learn
+                    store_alive = False
+                    self._relayed.set()
+                    if self._since is None:
+                        return
+            if self._since is not None and time.monotonic() - self._since > self.STOP_S:
+                self._end_process()
+
+    def _exchange(self) -> None:
+        """Write this process's stop into the store, or read another's; note when every process knows of it."""
+        global received
+        if self._since is None and received is not None:
+            self._store.set(_STOP_KEY, str(received))
+            self._store.add(_SEEN_KEY, 1)
+            self._since = time.monotonic()
+        elif self._since is None and self._store.check([_STOP_KEY]):
+            signum = int(self._store.get(_STOP_KEY))
+            self._store.add(_SEEN_KEY, 1)
+            received = received or signum
+            self._since = time.monotonic()
+            self._relayed.set()
+            os.kill(os.getpid(), signum)  # the main thread stops as if the signal had come here
+        if self._since is not None and not self._relayed.is_set():
+            everyone = self._store.add(_SEEN_KEY, 0) >= self._world_size
+            if everyone or time.monotonic() - self._since > self.PEERS_S:
+                self._relayed.set()
+
+    def _end_process(self) -> None:
+        from ..records.results import RunLock  # here: the module imports nothing heavy
+
+        try:
+            RunLock.release_all()
+            say_once()
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+        finally:
+            os._exit(status())
+
+
+_relay: StopRelay | None = None  # the relay of this process's run, while it runs
+
+
+def start_relay() -> None:
+    """Relay stop signals between the processes of the run's process group (when it has more than one)."""
+    global _relay
+    import torch.distributed as dist  # here: the module imports nothing heavy
+
+    stop_relay()
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return
-    trainer._signal_connector.register_signal_handlers = lambda: None  # type: ignore[method-assign]
+    from torch.distributed.distributed_c10d import _get_default_store
+
+    _relay = StopRelay(_get_default_store(), dist.get_world_size())
+    _relay.start()
+
+
+def stop_relay() -> None:
+    """The run has ended: its relay stands down."""
+    global _relay
+    if _relay is not None:
+        _relay.stand_down()
+        _relay = None

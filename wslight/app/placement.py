@@ -6,7 +6,9 @@ An evaluation's records do not depend on its device count (the steps are formed 
 each process computes on one thread: tests/test_determinism.py), so a CPU evaluation whose `trainer.devices` is
 `auto` runs one DDP process per available core. Lightning's launcher starts the other processes by running the
 command line again, so this applies to the command line only (evaluate.py, `wslight evaluate`); called from Python,
-`devices: auto` keeps Lightning's own meaning (one process on the CPU).
+`devices: auto` keeps Lightning's own meaning (one process on the CPU). Under a launcher that started the processes
+itself (torchrun, srun) `auto` is the number it started on this node: Lightning requires devices x num_nodes to be the
+launcher's world size.
 """
 
 from __future__ import annotations
@@ -36,14 +38,32 @@ def on_cpu(accelerator: Any) -> bool:
     return not torch.cuda.is_available() and not (mps is not None and mps.is_available())
 
 
+def launcher_processes() -> int | None:
+    """The processes per node that a launcher outside Lightning started for this run, None without one.
+
+    torchrun's LOCAL_WORLD_SIZE (with the other variables Lightning's TorchElasticEnvironment detects it by), or srun's
+    SLURM_NTASKS_PER_NODE where Lightning's SLURMEnvironment applies (SLURM_NTASKS set, a job name other than `bash`
+    and `interactive`).
+    """
+    env = os.environ
+    if all(key in env for key in ("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")):
+        value = env["LOCAL_WORLD_SIZE"]
+    elif "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive"):
+        value = env.get("SLURM_NTASKS_PER_NODE", "")
+    else:
+        return None
+    return int(value) if value.strip().isdigit() else None
+
+
 def every_core(trainer: Any) -> int | None:
     """Set `devices` to the available cores (and `strategy` to ddp) in a CPU evaluation's trainer config.
 
-    Only when its `devices` is auto. Returns the processes set, or None when the config keeps its own placement.
+    Only when its `devices` is auto. Under torchrun or srun: the processes the launcher started on this node instead
+    (`launcher_processes`). Returns the processes set, or None when the config keeps its own placement.
     """
     if str(trainer.get("devices", "auto")) != "auto" or not on_cpu(trainer.get("accelerator")):
         return None
-    cores = available_cores()
+    cores = launcher_processes() or available_cores()
     trainer["devices"] = cores
     trainer["accelerator"] = "cpu"
     if cores > 1 and str(trainer.get("strategy") or "auto") == "auto":

@@ -7,13 +7,13 @@ the last checkpoint `--ckpt_path last` resumes, and the clean-up of a failed run
 from __future__ import annotations
 
 import glob
-import os
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ..records.results import LOCK_NAME, config_key, unwritable_reason
 from .checkpoints import check_checkpoint
@@ -132,9 +132,9 @@ def remove_empty_run_dir(folder: Path | None) -> None:
     """After a failed run: remove the log folder it created when it holds only what a run writes at its start.
 
     So that TensorBoard lists no empty run. A folder that existed before the run, or holds results or checkpoints,
-    stays.
+    stays. Rank 0 only: on several nodes each node has a local rank 0 (the same folder on a shared file system).
     """
-    if folder is None or not folder.is_dir() or os.environ.get("LOCAL_RANK", "0") != "0":
+    if folder is None or not folder.is_dir() or getattr(rank_zero_only, "rank", 0) != 0:
         return
     entries = list(folder.iterdir())
     if all(p.is_file() and any(p.match(pattern) for pattern in _EMPTY_RUN_FILES) for p in entries):
