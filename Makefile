@@ -83,9 +83,9 @@ generic-speed: env
 
 # What each capability of a user's own map costs and buys (docs/tasks/own_map.md): RAF handed to the search as a
 # plain module, with `token_moves`, with `search_starts`, with both, and as the package's map (its move class), on the
-# same 20 bundled reviews at d = 384, n = 10 and 50, one thread (benchmarks/own_map_price.py); about an hour on one
-# thread. Writes docs/results/own_map_price.md and regenerates the table of docs/tasks/own_map.md between its
-# own-map-price markers; OWN_MAP_PRICE_ARGS="--trials 6 --n 10" runs one quick cell.
+# same 20 bundled reviews at d = 384, n = 10 and 50, one thread (benchmarks/own_map_price.py); about 25 minutes on
+# the shared 2-core build machine. Writes docs/results/own_map_price.md and regenerates the table of
+# docs/tasks/own_map.md between its own-map-price markers; OWN_MAP_PRICE_ARGS="--trials 6 --n 10" runs one quick cell.
 OWN_MAP_PRICE_ARGS ?=
 own-map-price: env
 	$(PY) -m benchmarks.own_map_price $(OWN_MAP_PRICE_ARGS)

@@ -41,6 +41,7 @@ from torch import nn
 from benchmarks.common import ROOT, command_line, matmul_rate
 from benchmarks.generic import Plain, best_known, cell_inputs, tightness, timed, warm_up
 from wslight.records.pages import PageHeader, write_page
+from wslight.search.sensitivity import word_sensitivity
 
 MAP, D = "raf", 384
 COLUMNS = ["n", "declared", "s/trial", "ratio to move class", "within 1% (worst)"]
@@ -131,7 +132,7 @@ class WithBoth(WithMoves):
 
 # what the map declares -> how a built `raf` map is handed to the search
 LEVELS: dict[str, Callable[[nn.Module], nn.Module]] = {
-    "move class": lambda m: m,
+    "move class (`AttentionMove`)": lambda m: m,
     "nothing declared": Plain,
     "`token_moves`": WithMoves,
     "`search_starts`": WithStarts,
@@ -163,6 +164,7 @@ def moves_error(m: nn.Module, X: torch.Tensor, radius: float, moves: int = 8, se
 def cell(n: int, a: argparse.Namespace) -> list[list[str]]:
     """The rows of one n: the move class, then each capability level of the user's module."""
     X, maps, seeds, settings = cell_inputs(MAP, D, n, a)
+    word_sensitivity(maps[:1], X[:1], seed=seeds[:1], search=settings.replace(max_steps=5))  # first-call costs
     runs = {label: timed([wrap(m) for m in maps], X, seeds, settings) for label, wrap in LEVELS.items()}
     best = best_known([S for S, _ in runs.values()], maps, X, seeds, settings)
     base = runs[next(iter(LEVELS))][1]  # the move class's
