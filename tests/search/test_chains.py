@@ -4,6 +4,7 @@ Rounds only ever raise S, every sample ends confirmed or at the cap, the evidenc
 self-capture starts do what they say.
 """
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -49,7 +50,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 def shipped_search(cls: type) -> dict:
     """Every search setting a map family runs with at its defaults (those of its shipped config)."""
-    return SearchSettings().resolved(family_defaults(cls)).given()
+    return dataclasses.asdict(SearchSettings().resolved(family_defaults(cls)))
 
 
 def settings(**given) -> ResolvedSearch:

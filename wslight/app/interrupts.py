@@ -145,7 +145,8 @@ def keep_own_signal_handlers(trainer: pl.Trainer) -> None:
     group exists, a run whose processes a launcher outside Lightning started (torchrun, srun) or that spans several
     nodes relays a stop signal to every process (`StopRelay`).
     """
-    from lightning.fabric.plugins.environments import SLURMEnvironment  # here: the module imports nothing heavy
+    # here: the module imports nothing heavy
+    from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
 
     connector = trainer._signal_connector
     lightning_handlers = connector.register_signal_handlers
@@ -158,7 +159,10 @@ def keep_own_signal_handlers(trainer: pl.Trainer) -> None:
             own = signal.getsignal(signal.SIGTERM)
             lightning_handlers()
             signal.signal(signal.SIGTERM, own)
-        if environment.creates_processes_externally or trainer.num_nodes > 1:
+        # torchrun or srun started the processes (Lightning's own launcher, whose children see LOCAL_RANK, is not one:
+        # there rank 0 is the others' parent and a signal reaches them all)
+        external = isinstance(environment, (TorchElasticEnvironment, SLURMEnvironment))
+        if external or trainer.num_nodes > 1:
             start_relay()
 
     def teardown() -> None:
@@ -205,6 +209,10 @@ class StopRelay(threading.Thread):
         """From the handler of a stop signal: return once the other processes know of it (PEERS_S at most)."""
         self._signalled.set()
         self._relayed.wait(self.PEERS_S + 1)
+
+    def release_store(self) -> None:
+        """Drop this relay's reference to the process group's store (once its thread has ended)."""
+        self._store = None
 
     def stand_down(self) -> None:
         """The run has ended: stop looking for a stop (a stop already known keeps its STOP_S bound)."""
@@ -280,8 +288,15 @@ def start_relay() -> None:
 
 
 def stop_relay() -> None:
-    """The run has ended: its relay stands down."""
+    """The run has ended: its relay stands down, and lets go of the store before the process group is destroyed.
+
+    A thread still holding the store at the interpreter's exit would destroy it there, its server thread still
+    joinable: the C++ runtime aborts the process ("terminate called without an active exception", status 134).
+    """
     global _relay
     if _relay is not None:
         _relay.stand_down()
+        _relay.join(timeout=2 * StopRelay.POLL_S + 1.0)
+        if not _relay.is_alive():
+            _relay.release_store()
         _relay = None
