@@ -55,6 +55,24 @@ def stop_on_signals(message: str | None = None) -> None:
     received, _message, _said = None, message, False
     for sig in STOP_SIGNALS:
         signal.signal(sig, raise_interrupt)
+    if sys.unraisablehook is not _deliver_again:
+        _hooks.append(sys.unraisablehook)
+        sys.unraisablehook = _deliver_again
+
+
+_hooks: list[Any] = []  # the unraisable hook `stop_on_signals` replaced
+
+
+def _deliver_again(unraisable: Any) -> None:
+    """A stop raised where Python cannot propagate it (a callback, e.g. importlib's module-lock one): send it again.
+
+    Python would print the KeyboardInterrupt as an ignored exception (a traceback) and go on; the signal sent to this
+    process once more stops it from the main thread's next step instead, with the same status.
+    """
+    if isinstance(unraisable.exc_value, KeyboardInterrupt) and received is not None:
+        os.kill(os.getpid(), received)
+        return
+    _hooks[0](unraisable)
 
 
 def exit_on_signals() -> None:
