@@ -56,11 +56,11 @@ def stop_on_signals(message: str | None = None) -> None:
     for sig in STOP_SIGNALS:
         signal.signal(sig, raise_interrupt)
     if sys.unraisablehook is not _deliver_again:
-        _hooks.append(sys.unraisablehook)
+        _replaced[:] = [sys.unraisablehook]
         sys.unraisablehook = _deliver_again
 
 
-_hooks: list[Any] = []  # the unraisable hook `stop_on_signals` replaced
+_replaced: list[Any] = []  # the unraisable hook `stop_on_signals` replaced last
 
 
 def _deliver_again(unraisable: Any) -> None:
@@ -72,7 +72,7 @@ def _deliver_again(unraisable: Any) -> None:
     if isinstance(unraisable.exc_value, KeyboardInterrupt) and received is not None:
         os.kill(os.getpid(), received)
         return
-    _hooks[0](unraisable)
+    (_replaced[0] if _replaced else sys.__unraisablehook__)(unraisable)
 
 
 def exit_on_signals() -> None:
