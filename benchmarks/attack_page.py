@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.authors_gen import AUTHORS_COMMIT, how_to_get
+from benchmarks.floor import Rates, floor_lines, shares_lines
 from wslight.records.pages import PageHeader, write_page
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -61,8 +62,24 @@ def agreement(sides: dict) -> list[str]:
     return lines
 
 
-def write_attack_page(folder, sides: dict, largest: dict | None, data: str, a, command: list[str]) -> Path:
-    """Write attack_speed.md: the header (wslight.records.pages, `command` as typed), the protocol, the table."""
+def floor_section(ours: dict, trials: int, rates: Rates) -> list[str]:
+    """The package's side against the machine's floor, and where its time goes."""
+    per_trial = {dtype: flops // trials for dtype, flops in ours["flops"].items()}
+    row = ("the package's attack", per_trial, ours["time_s"] / trials, ours["threads"])
+    return [
+        "## Against the machine's floor",
+        "",
+        *floor_lines([row], rates),
+        "",
+        *shares_lines("the package's attack", ours["shares"]),
+        "",
+    ]
+
+
+def write_attack_page(
+    folder, sides: dict, largest: dict | None, data: str, a, command: list[str], rates: Rates
+) -> Path:
+    """Write attack_speed.md: the header (wslight.records.pages, `command` as typed), the protocol, the tables."""
     ours = sides["ours"]
     body = [
         PROTOCOL,
@@ -78,6 +95,7 @@ def write_attack_page(folder, sides: dict, largest: dict | None, data: str, a, c
         *(f"- {line}" for line in agreement(sides)),
         "",
     ]
+    body += floor_section(ours, a.trials, rates)
     if "authors" not in sides:
         body += [f"No row of the authors' code: {how_to_get(Path(a.authors_code))}.", ""]
     if largest is not None:

@@ -19,12 +19,15 @@ from __future__ import annotations
 import json
 import statistics
 from collections import Counter
+from collections.abc import Callable
 
 from benchmarks.common import evaluate, page_arguments
-from wslight.records.pages import PageHeader, write_page
+from benchmarks.floor import Rates, floor_lines, profile_call, shares_lines
+from wslight.records.pages import PageHeader, usable_cores, write_page
 from wslight.records.summary import markdown_table, slope_table
 
 CONFIG = "configs/words/encoder.yaml"
+FLOOR_WORDS = 64  # candidate words a cell's FLOPs and time shares are measured on
 FEWER_LAYERS = (1, 2)  # the encoder's first L layers, each its own run (one record name per run)
 
 
@@ -72,6 +75,52 @@ def best_words(records: list[dict], k: int = 6) -> str:
     return "\n".join(lines)
 
 
+def word_call(record: dict, words: int = FLOOR_WORDS) -> Callable[[], object]:
+    """`word_substitution` as the run calls it for one review of the record's cell, on `words` candidate words.
+
+    Random rows stand for the review and the words: the FLOPs of a word depend on the shapes only (the float64 re-check
+    of the words rounding could decide, a handful a review, aside).
+    """
+    import torch
+
+    from wslight.features.entries import resolve_map
+    from wslight.search.substitution import word_substitution
+
+    spec = {"class_path": record["map"], "init_args": record["map_args"]} if "map_args" in record else record["map"]
+    n, d = record["n"], record["d"]
+    feature_map = resolve_map(spec).build(n, d, 0, dtype="float32")
+    gen = torch.Generator().manual_seed(0)
+    X, rows = torch.randn(1, 1, n, d, generator=gen), torch.randn(words, d, generator=gen)
+    X, rows = X * d**0.5 / X.norm(dim=-1, keepdim=True), rows * d**0.5 / rows.norm(dim=-1, keepdim=True)
+    return lambda: word_substitution([feature_map], X, [record["position"]], rows)
+
+
+def floor_section(records: list[dict]) -> list[str]:
+    """Each cell's seconds per word against the machine's floor, and where the largest n's time goes, per map."""
+    rates = Rates.measure(usable_cores())
+    rows, shares = [], []
+    largest = max(r["n"] for r in records)
+    for name in dict.fromkeys(label(r) for r in records):
+        for n in sorted({r["n"] for r in records if label(r) == name}):
+            cell = [r for r in records if label(r) == name and r["n"] == n]
+            per_word = statistics.fmean(r["seconds"] / r["admissible"] for r in cell)
+            measured = profile_call(word_call(cell[0]))
+            flops = {dt: f // FLOOR_WORDS for dt, f in measured["flops"].items()}
+            rows.append((f"{name}, n = {n}", flops, per_word, 1))
+            if n == largest:
+                shares += [*shares_lines(f"{name} at n = {n} ({FLOOR_WORDS} words)", measured["shares"]), ""]
+    return [
+        "## Against the machine's floor",
+        "",
+        "Each process of the runs works on one thread (one process per core), so the floor is at the one-thread rate; "
+        "s / word: a review's seconds over its admissible words, mean over the cell's reviews.",
+        "",
+        *floor_lines(rows, rates, unit="word"),
+        "",
+        *shares,
+    ]
+
+
 def main() -> None:
     a, command = page_arguments(__file__, __doc__ or "", "encoder_words")
     runs = [evaluate(CONFIG, a.out)]
@@ -96,6 +145,8 @@ def main() -> None:
         markdown_table(slopes(records)),
         "",
         best_words(records),
+        "",
+        *floor_section(records),
     ]
     title = "One word through the whole encoder"
     print(write_page(a.page / "encoder_words.md", title, PageHeader.collect(command), body))

@@ -20,7 +20,8 @@ import json
 import re
 from pathlib import Path
 
-from benchmarks.common import evaluate, matmul_rate, page_arguments, train
+from benchmarks.common import evaluate, page_arguments, train
+from benchmarks.floor import Rates, rates_line
 from wslight.records.pages import PageHeader, usable_cores, write_page
 
 CONFIG = "configs/words/classifier.yaml"
@@ -115,7 +116,7 @@ def main() -> None:
     else:
         a.run, acc, seconds = train("configs/finetune/imdb.yaml", a.out)
         fit = f"test accuracy **{acc:.4f}** on the 2,500 held-out reviews, {seconds / 60:.1f} min of wall time"
-    rate_all, rate_one = matmul_rate(usable_cores()), matmul_rate(1)
+    rates = Rates.measure(usable_cores())
     base = ["--model.init_args.model", a.run, "--model.init_args.num_reviews", str(a.reviews)]
     base += ["--model.init_args.positions_per_review", str(a.positions)]
     sets = {
@@ -143,29 +144,28 @@ def main() -> None:
         f"The classifier: `{a.run}` (configs/finetune/imdb.yaml: the bundled MiniLM fine-tuned end to end, 128 "
         f"tokens); {fit}.",
         "",
-        f"Matrix-multiply rate of this machine, measured in this run (float32 (8192, 384) @ (384, 1536)): "
-        f"{rate_all:.1f} GFLOP/s on every core, {rate_one:.1f} GFLOP/s on one thread.",
+        rates_line(rates),
         "",
         f"{a.reviews} held-out reviews, {a.positions} positions each (spread over the words that are one token), "
         "each candidate checked exactly (a forward of the edited review):",
         "",
         "| candidates | clean acc | robust acc | attack success | flip rate | words / position | forwards | "
-        "wall s | forwards / s | review s | floor s | review s / floor |",
+        "wall s | forwards / s | review s | floor s | of floor |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row, seconds, forwards, compute, flops in rows:
-        floor = flops / (rate_one * 1e9)
+        floor = flops / (rates.at("float32", 1) * 1e9)
         lines.append(
             f"| {name} | {row['clean_accuracy']} | {row['robust_accuracy']} | {row['attack_success']} | "
             f"{row['flip_rate']} | {row['words_per_position']} | {forwards} | {seconds:.0f} | "
-            f"{forwards / seconds:.1f} | {compute:.0f} | {floor:.0f} | {compute / floor:.2f} |"
+            f"{forwards / seconds:.1f} | {compute:.0f} | {floor:.0f} | {100 * floor / compute:.1f}% |"
         )
     lines += [
         "",
         "wall s: the command as typed, its start included (loading the model, the reviews, the word vocabulary). "
         "review s: the reviews' own seconds summed over the processes (one per core, one thread each); floor s: "
-        "the forwards' FLOPs at the one-thread rate, so review s / floor is how far the forwards run from the "
-        "machine's own matrix products. A screened review also costs one backward.",
+        "the forwards' FLOPs (`forward_flops`) at the one-thread float32 rate, so 'of floor' (floor s / review s) is "
+        "how close the forwards run to the machine's own matrix products. A screened review also costs one backward.",
         "",
         f"The screen's recall ({a.recall_positions} positions of the correct review with the smallest clean margin "
         f"in the screened run, checked over the whole vocabulary too), {recall}",

@@ -38,7 +38,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from benchmarks.common import ROOT, command_line, matmul_rate
+from benchmarks.common import ROOT, command_line
+from benchmarks.floor import matmul_rate
 from benchmarks.generic import Plain, best_known, cell_inputs, tightness, timed, warm_up
 from wslight.records.pages import PageHeader, write_page
 from wslight.search.sensitivity import word_sensitivity

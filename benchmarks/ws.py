@@ -47,6 +47,7 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 
 from benchmarks.common import CONFIGS, command_line, run_part  # noqa: E402
+from benchmarks.floor import Rates, floor_lines, profile_call, shares_lines  # noqa: E402
 from wslight.base.seeding import derive_seed, generator  # noqa: E402
 from wslight.features import (  # noqa: E402
     MAPS,
@@ -55,7 +56,7 @@ from wslight.features import (  # noqa: E402
     make_map,
 )
 from wslight.features.rf import fresh_preactivations  # noqa: E402
-from wslight.records.pages import PageHeader, write_page  # noqa: E402
+from wslight.records.pages import PageHeader, usable_cores, write_page  # noqa: E402
 from wslight.search import SearchSettings  # noqa: E402
 from wslight.search.sensitivity import moved_token_objective, word_sensitivity  # noqa: E402
 
@@ -217,7 +218,10 @@ def part_package(a) -> dict:
     fm = FreshMaps(a.map, map_seeds(a.seed, a.trials))  # a fresh map per trial; RF drawn from its law
     res = word_sensitivity(fm, X, search=a.search, seed=start_seeds(a.seed, a.trials))
     wall = time.perf_counter() - t0
+    again = FreshMaps(a.map, map_seeds(a.seed, a.trials))  # the same call, untimed, for its FLOPs and time shares
+    floor = profile_call(lambda: word_sensitivity(again, X, search=a.search, seed=start_seeds(a.seed, a.trials)))
     return {
+        **floor,
         "ws": res.ws[:, 0].tolist(),
         "delta_norm_over_radius": (res.delta_norm[:, 0] / a.d**0.5).tolist(),
         "steps": res.steps[:, 0].tolist(),
@@ -483,6 +487,18 @@ def cell_row(c: dict) -> str:
     )
 
 
+def floor_section(cells: list[dict], rates: Rates, threads: int) -> list[str]:
+    """The package's side of each cell against the machine's floor, and where its time goes."""
+    rows = []
+    for c in cells:
+        per_trial = {dtype: flops // c["trials"] for dtype, flops in c["pkg"]["flops"].items()}
+        rows.append((c["name"], per_trial, c["pkg_per"], threads))
+    lines = ["## Against the machine's floor", "", *floor_lines(rows, rates), ""]
+    for c in cells:
+        lines += [*shares_lines(f"the package's {c['name']}", c["pkg"]["shares"]), ""]
+    return lines
+
+
 def step_lines(rows: list[dict]) -> list[str]:
     """The per-step table: RAF's cost of one step (value + gradient) against n."""
     lines = [
@@ -525,6 +541,8 @@ def write_ws_page(folder: Path, measured: dict, data: str, a: argparse.Namespace
             *map(cell_row, measured["cells"]),
             "",
         ]
+    if measured["cells"]:
+        body += floor_section(measured["cells"], measured["rates"], a.threads)
     if "step" in measured:
         body += step_lines(measured["step"])
     if "largest" in measured:
@@ -593,7 +611,7 @@ def main(argv: list[str] | None = None) -> None:
     data = "bundled IMDb reviews (MiniLM layer 0)" if a.data == "imdb" else "SYNTHETIC Gaussian rows (not reviews)"
     print(f"torch {torch.__version__}, {a.threads} thread(s), data: {data}, seed={a.seed}")
     raf, rf = with_flags(shipped_search("raf"), a), with_flags(shipped_search("rf"), a)
-    measured: dict = {"cells": []}
+    measured: dict = {"cells": [], "rates": Rates.measure(usable_cores())}
     if "raf" not in a.skip:
         measured["cells"].append(compare_cell("RAF cell", "raf", 384, 50, a, common, raf))
     if "rf" not in a.skip:
