@@ -12,10 +12,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import sys
+import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -101,7 +105,7 @@ def time_shares(call: Callable[[], object], top: int = 4) -> list[tuple[str, flo
     from torch.profiler import ProfilerActivity, profile
 
     start = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with _without_profiler_notes(), profile(activities=[ProfilerActivity.CPU]) as prof:
         call()
     wall_us = (time.perf_counter() - start) * 1e6
     own: Counter[str] = Counter()
@@ -115,6 +119,24 @@ def time_shares(call: Callable[[], object], top: int = 4) -> list[tuple[str, flo
     shares.append(("other torch operators", rest / wall_us))
     shares.append(("outside torch's operators", max(0.0, 1 - sum(s for _, s in shares))))
     return shares
+
+
+@contextlib.contextmanager
+def _without_profiler_notes() -> Iterator[None]:
+    """Standard error with the profiler's own start and stop notes left out (the rest of it written back)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [x for x in caught.read().decode(errors="replace").splitlines(True) if not x.startswith("USDT:")]
+            sys.stderr.write("".join(kept))
 
 
 def _is_matmul(key: str) -> bool:
