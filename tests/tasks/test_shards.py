@@ -169,8 +169,14 @@ def test_two_shards_in_process_give_the_records_of_one_job(tmp_path, squares, ca
     assert not (folder / RESULTS_NAME).exists()
     # a run without --shard finds every trial on disk and computes nothing
     again = main(["test", "--config", config], evaluate=True)
-    assert "7 of 7 trials already in" in capsys.readouterr().out
-    assert not (folder / RESULTS_NAME).exists()
+    out = capsys.readouterr().out
+    assert "7 of 7 trials already in" in out
+    # ... and writes them into results.jsonl, the file it names: every trial once, in the trials' order
+    assert out.splitlines()[-1] == f"results: {folder / RESULTS_NAME}"
+    assert [r["trial_key"] for r in ResultsFile(folder / RESULTS_NAME, again.model.run_key).records()] == [
+        f"t{i}" for i in range(7)
+    ]
+    assert not list(folder.glob("*.lock"))  # every lock file removed by its holder, summary.lock too
     key = whole.model.run_key
     want = _records(Path(whole.model.results_path).parent, key)
     assert _records(folder, key) == want and len(want) == 7
@@ -285,7 +291,7 @@ def test_three_shards_at_different_times_one_stopped_and_restarted_equal_one_job
     assert f"{done} of {SHARE[1]} trials already in" in out
     assert "shards missing" not in err
     assert (folder / Shard(1, 3).results_name).read_bytes().startswith(partial)  # kept, not recomputed
-    assert not list(folder.glob("*.lock")) or all(RunLock.holder(p) is None for p in folder.glob("*.lock"))
+    assert not list(folder.glob("*.lock"))  # results.shard-*.lock and summary.lock: removed by their last holder
 
     one = Path(reference.model.results_path).parent
     assert one.name == folder.name  # the same run key

@@ -4,22 +4,24 @@ Shard i of N runs every N-th step of the run's trials (steps formed as the whole
 computed in the same batch as in one job) and appends to a results file of its own, `results.shard-<i>-of-<N>.jsonl`,
 under a lock of its own: shards running at the same time never write the same file. Whoever reads the run (the end of
 every shard, a later run without `--shard`) merges every results file of the folder, `results.jsonl` first, keeps one
-copy of each finished trial and names the shards whose trials are not all on disk yet. Plain Python: no torch, no
-Lightning.
+copy of each finished trial and names the shards whose trials are not all on disk yet. A run without `--shard` ends by
+writing that merge into results.jsonl (`write_whole`), so the file it names holds the whole run; a reader of a run's
+records reads them with `run_records`, which merges the shards' files too. Plain Python: no torch, no Lightning.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from .results import LOCK_NAME, RESULTS_NAME, ResultsFile, RunFolderBusy, RunLock
+from .results import LOCK_NAME, RESULTS_NAME, ResultsFile, RunFolderBusy, RunLock, deferred_signals, read_records
 from .summary import SUMMARY_NAME
 
 T = TypeVar("T")
@@ -106,20 +108,20 @@ class RunResults:
         folder: the run folder.
         run_key: the run's key; only records with it count.
         own: the file this process appends to (read as written; the others may be in the middle of a write, so an
-            incomplete last line of theirs is skipped without a warning).
+            incomplete last line of theirs is skipped without a warning); None: a reader, which writes none of them.
     """
 
-    def __init__(self, folder: str | os.PathLike, run_key: str, own: str | os.PathLike) -> None:
+    def __init__(self, folder: str | os.PathLike, run_key: str, own: str | os.PathLike | None = None) -> None:
         self.folder = Path(folder)
         self.run_key = run_key
-        self.own = Path(own)
+        self.own = None if own is None else Path(own)
 
     def files(self) -> list[Path]:
         """The results files on disk, in merge order (`results_files`)."""
         return results_files(self.folder)
 
     def _file(self, path: Path) -> ResultsFile:
-        return ResultsFile(path, self.run_key, shared=path.absolute() != self.own.absolute())
+        return ResultsFile(path, self.run_key, shared=self.own is None or path.absolute() != self.own.absolute())
 
     def records(self, order: Sequence[str] | None = None) -> list[dict]:
         """Every finished trial's records once: from the first file (`files`) that holds the whole trial.
@@ -148,6 +150,61 @@ class RunResults:
         """Refuse a folder whose results files (any of them) hold records of another run (`ForeignResults`)."""
         for path in self.files():
             self._file(path).check_single_run()
+
+
+def run_records(path: str | os.PathLike) -> list[dict]:
+    """The records of a run, given its folder or one of its results files: what every reader of a finished run reads.
+
+    Without shards' files in the folder, those of its results.jsonl (or of the file given) as written (`read_records`);
+    with them, every finished trial of the run once over all its results files (`RunResults`: results.jsonl first, then
+    the shards' by split and shard), of the run key the files' first record carries.
+    """
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    if not shard_files(folder):
+        return read_records(folder / RESULTS_NAME if path.is_dir() else path)
+    first = next((r for p in results_files(folder) for r in read_records(p, quiet_tail=True)[:1]), None)
+    return [] if first is None else RunResults(folder, str(first.get("run_key"))).records()
+
+
+def write_whole(folder: str | os.PathLike, records: list[dict]) -> bool:
+    """Make the folder's results.jsonl hold `records`, the run's merge: every finished trial once, in the trials' order.
+
+    For the run without `--shard` only, which holds results.lock (no shard writes meanwhile: `take_run_lock`). The
+    records are those read from the files, so each line is the one a shard wrote (JSON reads and writes a float back to
+    the same text): no number changes. Atomic: a temporary file beside it, renamed over it once on disk, so a reader
+    sees the old file or the new one. Returns False (nothing written) when the file holds them already.
+    """
+    path = Path(folder) / RESULTS_NAME
+    data = "".join(json.dumps(r) + "\n" for r in records).encode("utf-8")
+    if path.exists() and path.read_bytes() == data:
+        return False
+    tmp = path.with_name(f".{RESULTS_NAME}.{os.getpid()}.tmp")  # not a results file: no reader takes it for one
+    with deferred_signals():
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+    return True
+
+
+def keep_results(folder: str | os.PathLike, shard: Shard | None, records: list[dict]) -> None:
+    """End a run in a folder that shards write: the results file the run names (`results: <path>`) is on disk.
+
+    Without `--shard`, results.jsonl holds the whole run, `records` (`write_whole`); a shard's own file exists even
+    when its share had no trial left to run (then empty).
+    """
+    if shard is None:
+        write_whole(folder, records)
+    else:
+        own = Path(folder) / shard.results_name
+        if not own.exists():
+            own.touch()
 
 
 def missing_shards(shares: dict[Shard, list[str]], finished: set[str]) -> dict[Shard, tuple[int, int]]:
@@ -193,8 +250,9 @@ def note_missing(summary: Path, missing: dict[Shard, tuple[int, int]], folder: P
 def summary_lock(folder: str | os.PathLike) -> Iterator[None]:
     """Wait for, then hold, the folder's summary lock: two shards ending together write their figures in turn.
 
-    A blocking `flock` on `<folder>/summary.lock` (the file stays: removing it would let a waiter lock a removed file).
-    No lock where the platform has no `fcntl`.
+    A blocking `flock` on `<folder>/summary.lock`, which its holder removes before it lets go (as `RunLock` does): a
+    waiter that then holds the removed file sees that the path is no longer that file and locks the path anew, so the
+    folder keeps no lock file once the last writer is done. No lock where the platform has no `fcntl`.
     """
     try:
         import fcntl
@@ -203,12 +261,31 @@ def summary_lock(folder: str | os.PathLike) -> Iterator[None]:
         return
     path = Path(folder) / SUMMARY_LOCK_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+    while True:
+        f = open(path, "a")
         try:
-            yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        except BaseException:  # e.g. Ctrl-C while waiting
+            f.close()
+            raise
+        if _is_file_at(f, path):
+            break
+        f.close()  # its holder removed it before letting go: lock the file at the path now
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()  # while still held: a waiter on this file sees it removed and locks the path anew
+        f.close()  # closing the file releases the lock
+
+
+def _is_file_at(f: Any, path: Path) -> bool:
+    """Whether the open file `f` is the file at `path` now (not one removed, or replaced by another)."""
+    try:
+        here, there = os.fstat(f.fileno()), os.stat(path)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def take_run_lock(out_dir: Path, shard: Shard | None) -> RunLock:

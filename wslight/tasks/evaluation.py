@@ -8,7 +8,8 @@ re-running a command resumes it. At the end every rank reads the whole file and 
 
 A run may also be split into independent jobs (`shard`, `--shard i/N` on the command line: `wslight.records.shards`):
 shard i runs every N-th step, appends to a results file of its own in the same run folder, and summarizes the records
-of every shard on disk, naming the shards still missing; a later run without a shard computes what is missing.
+of every shard on disk, naming the shards still missing; a later run without a shard computes what is missing and
+writes the whole run into results.jsonl.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..records.results import RESULTS_NAME, ResultsFile, RunFolderBusy, RunLock,
 from ..records.shards import (
     RunResults,
     Shard,
+    keep_results,
     note_missing_shards,
     shard_files,
     summary_lock,
@@ -232,7 +234,8 @@ class Evaluation(pl.LightningModule):
     def test_dataloader(self) -> DataLoader:
         """The steps of the trials still to run, after the checks of the output folder and the results file.
 
-        Rank 0 prints how many trials are already in the results file.
+        Rank 0 prints how many trials are already in the results file; with no step left in a folder that shards
+        write, it ends the run's results there (`keep_results`), as no hook of Lightning runs after this one.
         """
         self.check_output_dir()  # before any trial: a run that cannot save its results fails now, not after the work
         self.claim_run_folder()
@@ -259,6 +262,8 @@ class Evaluation(pl.LightningModule):
             if world > 1 and steps:  # the progress bar counts this process's steps only
                 line += f"; {len(steps)} steps over {world} processes (the progress bar counts rank 0's share)"
             print(line)
+            if not steps and (self.shard is not None or shard_files(self.out_dir)):
+                keep_results(self.out_dir, self.shard, self.merged_records())
         return DataLoader(steps, batch_size=1, collate_fn=_first, shuffle=False)  # type: ignore[arg-type]
 
     def step_batches(self, specs: list[dict]) -> list[list[dict]]:
@@ -354,6 +359,7 @@ class Evaluation(pl.LightningModule):
             if sharded and self.trainer.is_global_zero:
                 steps = self.step_batches(self.trial_specs())
                 note_missing_shards(self.out_dir, self.shard, steps, records, type(self).__name__)
+                keep_results(self.out_dir, self.shard, records)  # results.jsonl: the whole run; a shard's: its own
         if self.trainer.world_size > 1 and dist.is_initialized():
             # every rank waits for rank 0's figures: a rank that exits first tears down its connections, and its
             # peers' process group fails (seen under torchrun as an abort of the idle rank)
