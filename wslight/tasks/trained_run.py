@@ -17,6 +17,7 @@ import yaml
 
 from ..data import EmbeddingSpec
 from ..features import make_map, resolve_map
+from ..records.shards import results_files
 from .classifier import FeatureMapClassifier
 from .datamodule import EmbeddingDataModule
 
@@ -130,8 +131,9 @@ def _check_train_run(folder: Path, config: Any) -> None:
     model = config.get("model") if isinstance(config, dict) else None
     class_path = model.get("class_path") if isinstance(model, dict) else None
     signs = [f"its model is {class_path}" if class_path else "", f"its {CONFIG_NAME} has no data: block"]
-    if (folder / "results.jsonl").is_file():
-        signs.append("it holds results.jsonl")
+    held = results_files(folder)  # results.jsonl, or a shard's file (wslight.records.shards)
+    if held:
+        signs.append(f"it holds {held[0].name}")
     raise ValueError(
         f"run={folder}: an evaluate.py run ({', '.join(s for s in signs if s)}), not a train.py run; give the log "
         "folder `python train.py fit --config <training config>` printed (`logs: <folder>`)"

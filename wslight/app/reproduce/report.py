@@ -15,7 +15,8 @@ from pathlib import Path
 from ...records.checks import Check, checks_report
 from ...records.pages import cpu_model, device, usable_cores
 from ...records.paper_checks import all_checks
-from ...records.results import read_records
+from ...records.results import RESULTS_NAME
+from ...records.shards import run_records
 from .plan import PLAN, Stage
 from .stages import stage_results
 
@@ -66,7 +67,7 @@ class RunRecords:
     def read(cls, report_dir: Path, plan: list[Stage], ran: dict[str, Path] | None = None) -> RunRecords:
         """Read the records of the plan's stages under `report_dir` (this run's `ran` first) and check them."""
         results = stage_results(report_dir, plan, ran)
-        records = {name: read_records(path) for name, path in results.items()}
+        records = {name: run_records(path) for name, path in results.items()}  # a sharded run's: all its shards
         run = cls(results, records, [])
         ws = [r for name, recs in records.items() if name.startswith("ws_") and "2x" not in name for r in recs]
         doubled = records.get("ws_raf_2x_steps", [])
@@ -126,7 +127,7 @@ def stage_section(stage: Stage, path: Path, count: int, times: dict[str, float],
         f"## {stage.title or stage.name}",
         "",
         f"Config `{stage.config}` (alone: `python evaluate.py --config {stage.config}`); "
-        f"{count} records in `{os.path.relpath(path, report_dir)}`"
+        f"{count} records in `{os.path.relpath(path if path.name == RESULTS_NAME else path.parent, report_dir)}`"
         + (f"; wall time {seconds:.0f} s." if seconds is not None else ".")
         + (
             " Each cell's trials share one random map (`shared_weights: true`); the other word-sensitivity stages"

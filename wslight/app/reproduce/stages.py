@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ...records.results import RESULTS_NAME
+from ...records.shards import shard_of_file
 from ..errors import EXIT_BUSY, EXIT_FAILED, EXIT_SIGNAL_BASE, EXIT_USAGE
 from .plan import Stage
 from .signals import STOP_SIGNALS, Interrupted, run_passing_signals
@@ -199,15 +200,20 @@ def stage_results(report_dir: Path, plan: list[Stage], ran: dict[str, Path] | No
     """The results.jsonl of every stage of the plan that has a non-empty one on disk, in the plan's order.
 
     For each stage, the first that exists of: the one this run wrote (`ran`), the one its last run by `wslight
-    reproduce` wrote (stage_results.json), and the newest under its log folder `tensorboard/<stage>/run-<run key>/`
-    (where the stage's config writes when it runs alone).
+    reproduce` wrote (stage_results.json), and the newest results file under its log folder
+    `tensorboard/<stage>/run-<run key>/` (where the stage's config writes when it runs alone; a shard's file when only
+    shards of it ran there). A stage's records are those of the file's run folder (`records.shards.run_records`).
     """
     ran = ran or {}
     recorded = read_json(report_dir / RESULTS_FILE)
     found = {}
     for stage in plan:
         on_disk = sorted(
-            (report_dir / "tensorboard" / stage.name).glob(f"*/{RESULTS_NAME}"),
+            (
+                p
+                for p in (report_dir / "tensorboard" / stage.name).glob("*/*.jsonl")
+                if p.name == RESULTS_NAME or shard_of_file(p) is not None
+            ),
             key=lambda p: p.stat().st_mtime,
             reverse=True,
         )
