@@ -1,11 +1,12 @@
 """What several benchmarks share: the repository's folders, a benchmark's command line and parts, the commands.
 
 - `ROOT`, `CONFIGS`: the repository's root and its configs folder.
-- `command_line`: the command a results page's header shows (`python -m benchmarks.<name> ...`); `page_arguments`:
-  the arguments of a benchmark that runs the package's commands and writes one page.
+- `command_line`: the command a results page's header shows (`python -m benchmarks.<name> ...`); `page_header`: that
+  header; `page_arguments`: the arguments of a benchmark that runs the package's commands and writes one page.
 - `run_part`: one part of a benchmark in a fresh interpreter (its own peak memory, its JSON result); its progress
   line and its end on Ctrl-C are benchmarks/progress.py's.
-- `run`, `train`, `evaluate`: train.py and evaluate.py as a user types them, in a working folder.
+- `run`, `train`, `evaluate`: train.py and evaluate.py as a user types them, in a working folder; `stoppable`: a
+  command stopped as Ctrl-C stops it once its seconds are spent (a run keeps its finished trials).
 - `matmul_rate`: the machine's float32 matrix-multiply rate, measured; `Budget`: a wall-clock budget of parts.
 """
 
@@ -15,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -90,6 +92,23 @@ def run_part(
     return {**result, "peak_gib": usage.ru_maxrss / 1024**2, "process_s": seconds}  # ru_maxrss: KiB on Linux
 
 
+def page_header(command: list[str], commit: str | None = None):
+    """The header of a page written now by `command` (wslight.records.pages.PageHeader).
+
+    Args:
+        command: the command as typed.
+        commit: the commit of the tree, given where the tree is a copy without its git folder (a GPU machine's).
+    """
+    import dataclasses
+
+    from wslight.records.pages import PageHeader  # here: the drivers import this module before torch
+
+    header = PageHeader.collect(command)
+    if commit:  # a copy of the tree on another machine: its own git folder, if any, need not be the tree's
+        header = dataclasses.replace(header, commit=f"{commit} (as given: a copy of that tree)", dirty=False)
+    return header
+
+
 def page_arguments(
     script: str, doc: str, page: str, more: Callable[[argparse.ArgumentParser], None] | None = None
 ) -> tuple[argparse.Namespace, list[str]]:
@@ -128,14 +147,60 @@ def run(command: list[str], cwd: Path) -> tuple[str, float]:
     return proc.stdout + proc.stderr, time.perf_counter() - start
 
 
+def fit_result(out: str) -> tuple[str, float] | None:
+    """The log folder and test accuracy a train.py fit printed (None: it printed either not)."""
+    logs = re.search(r"^logs: (\S+)", out, re.M)
+    acc = re.search(r"test/acc\s*│\s*([0-9.]+)", out)
+    return None if logs is None or acc is None else (logs.group(1), float(acc.group(1)))
+
+
 def train(config: str, cwd: Path, *extra: str) -> tuple[str, float, float]:
     """train.py fit on `config` (and `extra` arguments): its log folder, test accuracy and wall seconds."""
     out, seconds = run([sys.executable, str(ROOT / "train.py"), "fit", "--config", config, *extra], cwd)
-    logs = re.search(r"^logs: (\S+)", out, re.M)
-    acc = re.search(r"test/acc\s*│\s*([0-9.]+)", out)
-    if logs is None or acc is None:
+    found = fit_result(out)
+    if found is None:
         sys.exit(f"train.py printed no logs folder or test accuracy:\n{out[-3000:]}")
-    return logs.group(1), float(acc.group(1)), seconds
+    return *found, seconds
+
+
+GRACE = 90  # seconds a stopped run may take to write its finished trials and exit
+
+
+def stoppable(
+    command: list[str], cwd: Path, seconds: float, log: str = "last_run.log", grace: float = GRACE, group: bool = False
+) -> tuple[int, float, str]:
+    """Run `command`; Ctrl-C it after `seconds` (a run keeps its finished trials). Status, wall seconds, output.
+
+    Args:
+        command: the command.
+        cwd: its working folder.
+        seconds: when it is sent SIGINT.
+        log: its output's file, in `cwd`.
+        grace: the seconds it has after SIGINT before it is killed.
+        group: start it in a process group of its own and signal the whole group (the commands it starts too).
+    """
+    start = time.perf_counter()
+    with open(cwd / log, "w") as out:
+        proc = subprocess.Popen(
+            command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, text=True, start_new_session=group
+        )
+
+        def send(sig: int) -> None:
+            try:
+                os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
+            except ProcessLookupError:  # it ended meanwhile
+                pass
+
+        try:
+            proc.wait(timeout=max(1.0, seconds))
+        except subprocess.TimeoutExpired:
+            send(signal.SIGINT)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                send(signal.SIGKILL)
+                proc.wait()
+    return proc.returncode, time.perf_counter() - start, (cwd / log).read_text()
 
 
 def evaluate(config: str, cwd: Path, *extra: str) -> tuple[Path, float]:

@@ -327,6 +327,24 @@ def part_deep_rf(args, budget: Budget, gpu: str, cells: list[tuple[int, int]], d
     return out
 
 
+def run_parts(args, budget: Budget, gpu: str, rows: list[dict], deep: list[dict]) -> None:
+    """The benchmark's parts in order, each one's rows appended to `rows` or `deep` as it ends (a stop keeps them).
+
+    The largest DeepRF cell first, then RAF, the attack and RF, then the rest of the DeepRF grid, smallest first.
+    """
+    d, n_values, depths, _ = deep_rf_grid(args)
+    largest = (max(n_values), max(depths))
+    deep += part_deep_rf(args, budget, gpu, [largest], [])
+    print(f"gpu_check: DeepRF n={largest[0]} L={largest[1]}: {deep[0]['status']}", flush=True)
+    rows += part_ws_raf(args, budget, gpu)
+    rows += part_attack(args, budget, gpu)
+    rows += part_ws_rf(args, budget, gpu)
+    print("gpu_check: RAF, attack and RF parts done", flush=True)
+    rest = sorted(((n, L) for n in n_values for L in depths if (n, L) != largest), key=lambda c: c[1] * c[0] ** 2)
+    for cell in rest:  # one at a time: each cell's time is estimated from those before it
+        deep += part_deep_rf(args, budget, gpu, [cell], deep)
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Report
 # ----------------------------------------------------------------------------------------------------------------------
@@ -352,6 +370,36 @@ def environment(gpu: str) -> dict:
     return env
 
 
+def parts_table(rows: list[dict]) -> list[str]:
+    """The markdown table of the GPU-against-CPU parts (a part skipped or failed: its status in the notes)."""
+    lines = ["| part | trials | GPU s | CPU s | ratio CPU/GPU | peak GPU GiB | notes |", "|" + "---|" * 7]
+    for r in rows:
+        if r.get("status") != "ok":
+            lines.append(f"| {r['part']} | {r.get('trials', '-')} | - | - | - | - | {r['status']} |")
+            continue
+        cpu = f"{r['cpu_s']:.3g}" + (f" (from {r['cpu_trials']}, scaled)" if r["cpu_trials"] != r["trials"] else "")
+        lines.append(
+            f"| {r['part']} | {r['trials']} | {r['gpu_s']:.3g} | {cpu} | {r['ratio']:.1f}x | "
+            f"{fmt(r['peak_gib'])} | {r['note']} |"
+        )
+    return lines
+
+
+def deep_rf_table(deep: list[dict]) -> list[str]:
+    """The markdown table of the DeepRF cells, by depth then n."""
+    lines = [
+        "| n | L | width | weights GB | draw s | WS s | S | steps | peak GPU GiB | status |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in sorted(deep, key=lambda c: (c["L"], c["n"])):
+        lines.append(
+            f"| {c['n']} | {c['L']} | {c['width']} | {c['weights_gb']:.1f} | {fmt(c.get('draw_s'))} | "
+            f"{fmt(c.get('ws_s'))} | {fmt(c.get('ws'), 4)} | {fmt(c.get('steps'))} | "
+            f"{fmt(c.get('peak_gib'))} | {c['status']} |"
+        )
+    return lines
+
+
 def render(env: dict, tests: dict | None, rows: list[dict], deep: list[dict], args, total_s: float) -> str:
     lines = [f"## make gpu-check on {env['device']}", ""]
     lines.append(
@@ -365,31 +413,15 @@ def render(env: dict, tests: dict | None, rows: list[dict], deep: list[dict], ar
         lines.append(f"GPU tests (`pytest -m gpu`): {tests['summary']} in {tests['seconds']:.0f} s (exit {rc})")
         lines += [f"- {x}" for x in tests["failed"][:20]]
         lines.append("")
-    lines += ["| part | trials | GPU s | CPU s | ratio CPU/GPU | peak GPU GiB | notes |", "|" + "---|" * 7]
-    for r in rows:
-        if r.get("status") != "ok":
-            lines.append(f"| {r['part']} | {r.get('trials', '-')} | - | - | - | - | {r['status']} |")
-            continue
-        cpu = f"{r['cpu_s']:.3g}" + (f" (from {r['cpu_trials']}, scaled)" if r["cpu_trials"] != r["trials"] else "")
-        lines.append(
-            f"| {r['part']} | {r['trials']} | {r['gpu_s']:.3g} | {cpu} | {r['ratio']:.1f}x | "
-            f"{fmt(r['peak_gib'])} | {r['note']} |"
-        )
+    lines += parts_table(rows)
     grid = DEEP_RF_CONFIG.relative_to(ROOT)
     lines += [
         "",
         f"DeepRF at the paper's width (d = {deep_rf_grid(args)[0]}, width D = n d, weights drawn on the "
         f"device, {args.deep_rf_trials} trial(s) per cell, GPU only; grid of {grid}):",
         "",
-        "| n | L | width | weights GB | draw s | WS s | S | steps | peak GPU GiB | status |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        *deep_rf_table(deep),
     ]
-    for c in sorted(deep, key=lambda c: (c["L"], c["n"])):
-        lines.append(
-            f"| {c['n']} | {c['L']} | {c['width']} | {c['weights_gb']:.1f} | {fmt(c.get('draw_s'))} | "
-            f"{fmt(c.get('ws_s'))} | {fmt(c.get('ws'), 4)} | {fmt(c.get('steps'))} | "
-            f"{fmt(c.get('peak_gib'))} | {c['status']} |"
-        )
     lines += [
         "",
         "Tokens: synthetic Gaussian rows of norm sqrt(d). CPU times cover fewer trials where the column says "
@@ -438,19 +470,19 @@ def main(argv: list[str] | None = None) -> int:
         tests = run_pytest(min(args.pytest_timeout_s, max(10.0, budget.left() - 120)))
         print(f"gpu_check: tests: {tests['summary']} ({tests['seconds']:.0f} s)", flush=True)
 
-    d, n_values, depths, _ = deep_rf_grid(args)
-    largest = (max(n_values), max(depths))
-    deep = part_deep_rf(args, budget, gpu, [largest], [])
-    print(f"gpu_check: DeepRF n={largest[0]} L={largest[1]}: {deep[0]['status']}", flush=True)
-    rows = part_ws_raf(args, budget, gpu)
-    rows += part_attack(args, budget, gpu)
-    rows += part_ws_rf(args, budget, gpu)
-    print("gpu_check: RAF, attack and RF parts done", flush=True)
-    rest = sorted(((n, L) for n in n_values for L in depths if (n, L) != largest), key=lambda c: c[1] * c[0] ** 2)
-    deep += part_deep_rf(args, budget, gpu, rest, deep)
+    rows: list[dict] = []
+    deep: list[dict] = []
+    stopped = False
+    try:
+        run_parts(args, budget, gpu, rows, deep)
+    except KeyboardInterrupt:  # Ctrl-C (or a driver's SIGINT at its budget): report the parts that finished
+        stopped = True
+        print("gpu_check: stopped (SIGINT); the parts that finished are reported", flush=True)
 
     total = time.perf_counter() - budget.start
     report = render(env, tests, rows, deep, args, total)
+    if stopped:
+        report += "\nStopped (SIGINT) before every part ran: the tables hold the parts that finished.\n"
     print(report, flush=True)
     if args.out:
         out = Path(args.out)
@@ -462,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
             "parts": rows,
             "deep_rf": deep,
             "total_s": total,
+            "stopped": stopped,
             "args": vars(args),
         }
         (out / "gpu_check.json").write_text(json.dumps(data, indent=1, default=str))

@@ -19,43 +19,21 @@ Writes gpu_words.md (the tables, with date, machine and commit) and each run's r
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-from benchmarks.common import ROOT, Budget, page_arguments, train
+from benchmarks.common import ROOT, Budget, page_arguments, page_header, stoppable, train
 from benchmarks.encoder_words import label, mean_sd, slopes
-from wslight.records.pages import PageHeader, write_page
+from wslight.records.pages import write_page
 from wslight.records.summary import markdown_table
 from wslight.tasks.trained_head_words import head_words_table, recall_text, screen_recall
 
 CLASSIFIER = "configs/encoder_classifier.yaml"
 WORDS = "configs/words/encoder_classifier.yaml"
 ENCODER = "configs/words/encoder.yaml"
-GRACE = 90  # seconds a stopped run may take to write its finished trials and exit
-
-
-def stoppable(command: list[str], cwd: Path, seconds: float) -> tuple[int, float, str]:
-    """Run `command`; Ctrl-C it after `seconds` (a run keeps its finished trials). Status, wall seconds, output."""
-    start = time.perf_counter()
-    with open(cwd / "last_run.log", "w") as log:
-        proc = subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, text=True)
-        try:
-            proc.wait(timeout=max(1.0, seconds))
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=GRACE)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    return proc.returncode, time.perf_counter() - start, (cwd / "last_run.log").read_text()
 
 
 def evaluate_until(config: str, cwd: Path, out_dir: Path, seconds: float, *extra: str) -> tuple[list[dict], dict]:
@@ -187,9 +165,7 @@ def main() -> None:
         continuous += recs
         runs.append((layers, run))
 
-    header = PageHeader.collect(command)
-    if a.commit:  # a copy of the tree on another machine: its own git folder, if any, need not be the tree's
-        header = dataclasses.replace(header, commit=f"{a.commit} (as given: a copy of that tree)", dirty=False)
+    header = page_header(command, a.commit)
     body = [
         __doc__ or "",
         "",
