@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # evaluate.py); FULL=1 runs that plan's paper-size list (configs/paper/, a GPU machine with hub access).
 FULL ?= 0
 
-.PHONY: env test test-rounding test-slow reproduce lint typecheck bench classifier finetuned encoder-words authors-code results-pages gpu-check gpu-words encoder-continuous generic-speed own-map-price docs clean
+.PHONY: env test test-rounding test-slow reproduce lint typecheck bench classifier finetuned encoder-words authors-code results-pages gpu-check gpu-words gpu-results encoder-continuous generic-speed own-map-price docs clean
 
 env: $(VENV)/.installed
 
@@ -133,7 +133,8 @@ encoder-continuous: env
 # figures, copied into docs/results/; exits 2 naming the run whose pages are missing. RUNS=bench copies one run's
 # (RUNS=classifier: the page of `make classifier`; RUNS=finetuned: that of `make finetuned`;
 # RUNS=encoder_words: that of `make encoder-words`;
-# RUNS=encoder_continuous: that of `make encoder-continuous`; RUNS=generic: those of `make generic-speed`). A page that
+# RUNS=encoder_continuous: that of `make encoder-continuous`; RUNS=generic: those of `make generic-speed`;
+# RUNS=gpu_results: those of `make gpu-results`, gpu.md among them). A page that
 # covers less than the one in docs/results/ (a section missing, fewer records: a run of a few stages) is refused with
 # exit 2 before anything is copied; REPLACE=1 replaces it anyway.
 RUNS ?= reproduce bench
@@ -155,6 +156,16 @@ gpu-check:
 GPU_WORDS_ARGS ?=
 gpu-words:
 	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1 $(GPU_PY) -m benchmarks.gpu_words --out reports/gpu_words/runs --page reports/gpu_words $(GPU_WORDS_ARGS)
+
+# On a lent GPU machine (one H200, no network), the GPU results pages in one command within its 10 minutes
+# (benchmarks/gpu_results.py, --budget 570 s): the maps at the paper's sizes (30% of it), the encoder classifier's exact
+# words at n = 128 with the screen's recall (30%), a short fine-tuning and its robustness on 1,000 held-out reviews
+# (40%); each part stops at its share keeping what finished. Writes gpu.md, gpu_words.md and gpu_finetuned.md into
+# reports/gpu_results (copies under $$OUT when OUT is set); `make results-pages RUNS=gpu_results` copies them into
+# docs/results/. On a copy of the tree without its git folder: GPU_RESULTS_ARGS="--commit <the tree's commit>".
+GPU_RESULTS_ARGS ?=
+gpu-results:
+	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1 $(GPU_PY) -m benchmarks.gpu_results --page reports/gpu_results $(GPU_RESULTS_ARGS)
 
 clean:
 	rm -rf $(VENV) lightning_logs reports .pytest_cache

@@ -7,7 +7,8 @@ one-word stages), `make bench` (reports/bench/: ws_speed.md, attack_speed.md), `
 textattack_side.md), `make encoder-words` (reports/encoder_words/: encoder_words.md), `make
 encoder-continuous` (reports/encoder_continuous/: encoder_continuous.md), `make generic-speed` (reports/generic/:
 generic_speed.md, generic_rf.md, generic_attention.md, generic_starts.md) and, on a GPU machine, `make gpu-words`
-(reports/gpu_words/: gpu_words.md); each page already carries its header (date, machine, commit, command:
+(reports/gpu_words/: gpu_words.md) and `make gpu-results` (reports/gpu_results/: gpu.md, gpu_words.md,
+gpu_finetuned.md); each page already carries its header (date, machine, commit, command:
 wslight.records.pages). A run whose pages are missing stops the copy before any file is
 written: one line naming the command that writes them, exit status 2. So does a page that covers less than the one it
 would replace in docs/results/ (a section of the committed page missing, or fewer records: a run of a few stages, as
@@ -63,6 +64,7 @@ RUNS = {
     "encoder_words": Run("make encoder-words", "encoder_words", ("encoder_words.md",)),
     "encoder_continuous": Run("make encoder-continuous", "encoder_continuous", ("encoder_continuous.md",)),
     "gpu_words": Run("make gpu-words", "gpu_words", ("gpu_words.md",)),
+    "gpu_results": Run("make gpu-results", "gpu_results", ("gpu.md", "gpu_words.md", "gpu_finetuned.md")),
     "generic": Run(
         "make generic-speed",
         "generic",
