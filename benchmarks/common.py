@@ -7,7 +7,7 @@
   line and its end on Ctrl-C are benchmarks/progress.py's.
 - `run`, `train`, `evaluate`: train.py and evaluate.py as a user types them, in a working folder; `stoppable`: a
   command stopped as Ctrl-C stops it once its seconds are spent (a run keeps its finished trials).
-- `matmul_rate`: the machine's float32 matrix-multiply rate, measured; `Budget`: a wall-clock budget of parts.
+- `Budget`: a wall-clock budget of parts.
 """
 
 from __future__ import annotations
@@ -213,26 +213,8 @@ def evaluate(config: str, cwd: Path, *extra: str) -> tuple[Path, float]:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The machine
+# A wall-clock budget
 # ----------------------------------------------------------------------------------------------------------------------
-
-
-def matmul_rate(threads: int, hidden: int = 384, rows: int = 64 * 128, seconds: float = 3.0) -> float:
-    """GFLOP/s of float32 (rows, H) @ (H, 4H) products, a transformer feed-forward's shape, on `threads` threads."""
-    import torch  # here: a benchmark's driver imports this module before torch (benchmarks/progress.py)
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        a, b = torch.randn(rows, hidden), torch.randn(hidden, 4 * hidden)
-        a @ b  # warm-up
-        count, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            a @ b
-            count += 1
-        return 2 * rows * hidden * 4 * hidden * count / (time.perf_counter() - start) / 1e9
-    finally:
-        torch.set_num_threads(before)
 
 
 class Budget:
