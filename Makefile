@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # evaluate.py); FULL=1 runs that plan's paper-size list (configs/paper/, a GPU machine with hub access).
 FULL ?= 0
 
-.PHONY: env test test-rounding test-slow reproduce lint typecheck bench classifier finetuned encoder-words authors-code results-pages gpu-check gpu-words gpu-results encoder-continuous generic-speed own-map-price docs clean
+.PHONY: env test test-rounding test-slow reproduce lint typecheck bench classifier finetuned encoder-words authors-code results-pages gpu-check gpu-words gpu-results gpu-wheels gpu-site encoder-continuous generic-speed own-map-price docs clean
 
 env: $(VENV)/.installed
 
@@ -146,16 +146,31 @@ results-pages: env
 # python that already holds a CUDA build of torch (no virtual environment is made); prints a markdown table and writes
 # gpu_check.md/.json under $$OUT when OUT is set. `make gpu-check GPU_PY=.venv/bin/python` uses the venv instead.
 GPU_PY ?= python3
+# A GPU machine without network: `make gpu-wheels` where pip works fetches into .whl/ the pure-Python wheels train.py
+# and evaluate.py need beyond what a CUDA image with torch and Lightning holds (jsonargparse's `signatures` extras);
+# carried there with the tree, each GPU target installs them into /tmp/wslight-site first.
+GPU_WHEELS ?= .whl
+GPU_SITE ?= /tmp/wslight-site
+GPU_RUN = PYTHONPATH="$(CURDIR)$(if $(wildcard $(GPU_WHEELS)),:$(GPU_SITE),)$${PYTHONPATH:+:$$PYTHONPATH}" \
+	PYTHONUNBUFFERED=1 $(GPU_PY)
+gpu-site:
+	@if [ -d $(GPU_WHEELS) ]; then $(GPU_PY) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+		--upgrade --target $(GPU_SITE) $(GPU_WHEELS)/*.whl; fi
+
+gpu-wheels:
+	python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		-d $(GPU_WHEELS) jsonargparse==4.53.0 docstring-parser==0.18.0 typeshed-client==2.15.0
+
 GPU_CHECK_ARGS ?=
-gpu-check:
-	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1 $(GPU_PY) -m benchmarks.gpu_check $(GPU_CHECK_ARGS)
+gpu-check: gpu-site
+	$(GPU_RUN) -m benchmarks.gpu_check $(GPU_CHECK_ARGS)
 
 # On a GPU machine: the real classifier's flips over the whole vocabulary and the screen's recall at n = 128, and the
 # continuous S of the whole encoder against n (benchmarks/gpu_words.py), in about 7 minutes (--budget); writes
 # reports/gpu_words/gpu_words.md and the runs' records beside it. Needs the bundled encoder and reviews (make env's).
 GPU_WORDS_ARGS ?=
-gpu-words:
-	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1 $(GPU_PY) -m benchmarks.gpu_words --out reports/gpu_words/runs --page reports/gpu_words $(GPU_WORDS_ARGS)
+gpu-words: gpu-site
+	$(GPU_RUN) -m benchmarks.gpu_words --out reports/gpu_words/runs --page reports/gpu_words $(GPU_WORDS_ARGS)
 
 # On a lent GPU machine (one H200, no network), the GPU results pages in one command within its 10 minutes
 # (benchmarks/gpu_results.py, --budget 570 s): the maps at the paper's sizes (30% of it), the encoder classifier's exact
@@ -164,8 +179,8 @@ gpu-words:
 # reports/gpu_results (copies under $$OUT when OUT is set); `make results-pages RUNS=gpu_results` copies them into
 # docs/results/. On a copy of the tree without its git folder: GPU_RESULTS_ARGS="--commit <the tree's commit>".
 GPU_RESULTS_ARGS ?=
-gpu-results:
-	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" PYTHONUNBUFFERED=1 $(GPU_PY) -m benchmarks.gpu_results --page reports/gpu_results $(GPU_RESULTS_ARGS)
+gpu-results: gpu-site
+	$(GPU_RUN) -m benchmarks.gpu_results --page reports/gpu_results $(GPU_RESULTS_ARGS)
 
 clean:
 	rm -rf $(VENV) lightning_logs reports .pytest_cache
