@@ -409,7 +409,8 @@ def test_a_stop_relay_hands_a_signal_to_the_other_process_and_the_first_waits_fo
     assert first.sent == []  # the first process signals nobody
 
 
-def test_under_slurm_sigterm_stays_the_packages_and_lightnings_requeue_handler_is_kept(monkeypatch):
+@pytest.mark.parametrize("fit", [True, False], ids=["fit", "evaluation"])
+def test_under_slurm_sigterm_stays_the_packages_and_sigusr1_requeues(monkeypatch, fit):
     import lightning.pytorch as pl
 
     from wslight.app import interrupts
@@ -423,13 +424,73 @@ def test_under_slurm_sigterm_stays_the_packages_and_lightnings_requeue_handler_i
     try:
         interrupts.stop_on_signals()
         trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
-        interrupts.keep_own_signal_handlers(trainer)
+        interrupts.keep_own_signal_handlers(trainer, checkpoint_on_requeue=fit)
         trainer._signal_connector.register_signal_handlers()
         assert signal.getsignal(signal.SIGTERM) is interrupts.raise_interrupt
         assert signal.getsignal(signal.SIGINT) is interrupts.raise_interrupt
-        assert signal.getsignal(signal.SIGUSR1) not in (signal.SIG_DFL, None)  # Lightning's requeue handler
+        usr1 = signal.getsignal(signal.SIGUSR1)
+        if fit:  # Lightning's: a checkpoint, then the requeue
+            assert usr1 not in (signal.SIG_DFL, None, interrupts.requeue_job)
+        else:  # an evaluation resumes from its records: the requeue alone
+            assert usr1 is interrupts.requeue_job
         assert interrupts._relay is None  # one process: nothing to relay
         trainer._signal_connector.teardown()
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def _scontrol(tmp_path: Path) -> Path:
+    """A stand-in `scontrol` on a bin folder: it appends its arguments to <bin>/scontrol.calls."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(f'#!/bin/sh\necho "$@" >> {bin_dir / "scontrol.calls"}\n')
+    scontrol.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.parametrize(
+    "env, job, said",
+    [
+        ({"SLURM_JOB_ID": "4242", "SLURM_PROCID": "0"}, "4242", "SIGUSR1: requeued SLURM job 4242"),
+        (
+            {"SLURM_JOB_ID": "4243", "SLURM_ARRAY_JOB_ID": "4240", "SLURM_ARRAY_TASK_ID": "3", "SLURM_PROCID": "0"},
+            "4240_3",
+            "SIGUSR1: requeued SLURM job 4240_3",
+        ),
+        ({"SLURM_JOB_ID": "4242", "SLURM_PROCID": "1"}, None, ""),  # rank 1: rank 0 requeues the job
+    ],
+    ids=["job", "array task", "rank 1"],
+)
+def test_requeue_job_asks_slurm_to_requeue_the_job_from_rank_0(tmp_path, monkeypatch, capsys, env, job, said):
+    from wslight.app import interrupts
+
+    bin_dir = _scontrol(tmp_path)
+    for key in LAUNCH_VARS:
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    interrupts.requeue_job(signal.SIGUSR1, None)
+    calls = bin_dir / "scontrol.calls"
+    assert (calls.read_text() if calls.exists() else None) == (None if job is None else f"requeue {job}\n")
+    assert capsys.readouterr().err.strip() == said
+
+
+@pytest.mark.slow(seconds=20)  # one process, then the docs' job script with SIGUSR1 to both tasks in the middle
+def test_sigusr1_to_an_evaluations_slurm_tasks_requeues_the_job_once_and_the_run_goes_on(tmp_path, one_process):
+    save_dir = tmp_path / "logs"
+    command, env = slurm_job(tmp_path, save_dir)
+    bin_dir = _scontrol(tmp_path)
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    launch = Launch([command], env, tmp_path / "job")
+    _wait_for_first_record(launch, save_dir)
+    for task in (tmp_path / "srun.pids").read_text().split():  # SLURM's --signal=USR1@T reaches every task
+        os.kill(int(task), signal.SIGUSR1)
+    assert launch.wait() == [0], launch.texts()  # the stand-in requeues nothing: the run goes on to its end
+    assert (bin_dir / "scontrol.calls").read_text() == f"requeue {env['SLURM_JOB_ID']}\n"  # once, by rank 0
+    err = launch.text(0)
+    assert err.count(f"SIGUSR1: requeued SLURM job {env['SLURM_JOB_ID']}") == 1 and "Traceback" not in err, err[-3000:]
+    assert not list(tmp_path.rglob("*.ckpt")) and not list(ROOT.glob("hpc_ckpt*")), "a checkpoint was written"
+    assert _records(save_dir) == one_process

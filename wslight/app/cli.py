@@ -219,7 +219,7 @@ class WSLightCLI(LightningCLI):
         logger = self.trainer.logger
         log_dir = logger.log_dir if isinstance(logger, TensorBoardLogger) else None  # not created yet
         _new_run_dir = Path(log_dir) if log_dir and not Path(log_dir).exists() else None
-        interrupts.keep_own_signal_handlers(self.trainer)
+        interrupts.keep_own_signal_handlers(self.trainer, checkpoint_on_requeue=self.subcommand == "fit")
         claim = getattr(self.model, "claim_before_launch", None)
         if self.subcommand is not None and claim is not None and is_rank_zero():
             claim(self.trainer)  # a busy folder or an unusable results file: before any other process starts

@@ -153,15 +153,17 @@ def end_with_launcher() -> None:
         return
 
 
-def keep_own_signal_handlers(trainer: pl.Trainer) -> None:
+def keep_own_signal_handlers(trainer: pl.Trainer, checkpoint_on_requeue: bool = True) -> None:
     """Leave SIGTERM to `main`'s handler, which stops the run at once like Ctrl-C; relay a stop to the other processes.
 
     Lightning's own SIGTERM handler only notes the signal (the run goes on to the end of its step) and, under DDP,
     broadcasts it from inside the handler: a SIGTERM that reached one process alone (or a second one: the group's and
-    the launcher's forwarded one) leaves a process waiting in that broadcast for good. On SLURM with auto-requeue
-    Lightning's requeue handler (SIGUSR1, `#SBATCH --signal`) is kept, SIGTERM still stops the run. Once the process
-    group exists, a run whose processes a launcher outside Lightning started (torchrun, srun) or that spans several
-    nodes relays a stop signal to every process (`StopRelay`).
+    the launcher's forwarded one) leaves a process waiting in that broadcast for good. On SLURM with auto-requeue,
+    SIGUSR1 (`#SBATCH --signal`) requeues the job: with Lightning's handler, which also writes a checkpoint
+    (`checkpoint_on_requeue`: a fit, which resumes from it), else with `requeue_job` (an evaluation, which resumes
+    from its records); SIGTERM still stops the run. Once the process group exists, a run whose processes a launcher
+    outside Lightning started (torchrun, srun) or that spans several nodes relays a stop signal to every process
+    (`StopRelay`).
     """
     # here: the module imports nothing heavy
     from lightning.fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
@@ -171,12 +173,17 @@ def keep_own_signal_handlers(trainer: pl.Trainer) -> None:
     lightning_teardown = connector.teardown
     environment = trainer._accelerator_connector.cluster_environment
     requeue = isinstance(environment, SLURMEnvironment) and environment.auto_requeue
+    requeue_signal = (
+        environment.requeue_signal if isinstance(environment, SLURMEnvironment) else None
+    ) or signal.SIGUSR1
 
     def register() -> None:  # Lightning calls it once the process group exists
         if requeue:
             own = signal.getsignal(signal.SIGTERM)
             lightning_handlers()
             signal.signal(signal.SIGTERM, own)
+            if not checkpoint_on_requeue:
+                signal.signal(requeue_signal, requeue_job)
         # torchrun or srun started the processes (Lightning's own launcher, whose children see LOCAL_RANK, is not one:
         # there rank 0 is the others' parent and a signal reaches them all)
         external = isinstance(environment, (TorchElasticEnvironment, SLURMEnvironment))
@@ -189,6 +196,28 @@ def keep_own_signal_handlers(trainer: pl.Trainer) -> None:
 
     connector.register_signal_handlers = register  # type: ignore[method-assign]
     connector.teardown = teardown  # type: ignore[method-assign]
+
+
+def requeue_job(signum: int, frame: Any) -> None:
+    """SIGUSR1 under SLURM with auto-requeue, in a run that resumes from its records: rank 0 requeues the job.
+
+    `scontrol requeue <job>` (`<array job>_<task>` in an array), as Lightning's handler does, without its checkpoint:
+    that one is written from inside the handler behind a barrier of every process (which a signal that reached one
+    process alone never passes) and an evaluation does not read it. SLURM then stops the job with SIGTERM (the
+    finished trials are kept) and starts it again, which resumes from them; the run goes on until then.
+    """
+    if rank_from_env() != 0:
+        return
+    import subprocess  # here: a handler that seldom runs
+
+    array = os.environ.get("SLURM_ARRAY_JOB_ID")
+    job = f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID')}" if array else os.environ.get("SLURM_JOB_ID", "")
+    try:
+        code = subprocess.call(["scontrol", "requeue", job])
+    except OSError as err:
+        code, job = -1, f"{job} ({err.strerror})"
+    said = f"requeued SLURM job {job}" if code == 0 else f"requeuing SLURM job {job} failed (status {code})"
+    print(f"{signal.Signals(signum).name}: {said}", file=sys.stderr, flush=True)
 
 
 # ------------------------------------------------------------------------------------------- across processes
