@@ -25,6 +25,11 @@ from benchmarks.floor import Rates, rates_line
 from wslight.records.pages import PageHeader, usable_cores, write_page
 
 CONFIG = "configs/words/classifier.yaml"
+CANDIDATE_SETS = {  # name: evaluate.py's arguments
+    "k = 10 neighbours": ["--model.init_args.k", "10"],
+    "k = 50 neighbours": ["--model.init_args.k", "50"],
+    "vocabulary, screened (32)": ["--model.init_args.candidates", "vocabulary", "--model.init_args.screen", "32"],
+}
 
 
 def summary_row(results: Path) -> dict[str, str]:
@@ -119,13 +124,8 @@ def main() -> None:
     rates = Rates.measure(usable_cores())
     base = ["--model.init_args.model", a.run, "--model.init_args.num_reviews", str(a.reviews)]
     base += ["--model.init_args.positions_per_review", str(a.positions)]
-    sets = {
-        "k = 10 neighbours": ["--model.init_args.k", "10"],
-        "k = 50 neighbours": ["--model.init_args.k", "50"],
-        "vocabulary, screened (32)": ["--model.init_args.candidates", "vocabulary", "--model.init_args.screen", "32"],
-    }
     rows = []
-    for name, extra in sets.items():
+    for name, extra in CANDIDATE_SETS.items():
         results, seconds = evaluate(CONFIG, a.out, *base, *extra)
         seconds = run_wall(results, seconds)
         forwards, tokens, compute = run_counts(results)

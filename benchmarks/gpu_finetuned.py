@@ -22,18 +22,14 @@ import argparse
 import sys
 
 from benchmarks.common import ROOT, Budget, fit_result, page_arguments, page_header, stoppable
+from benchmarks.finetuned_classifier import CANDIDATE_SETS
 from benchmarks.gpu_words import ended, evaluate_until, keep
 from wslight.records.classifier_words import classifier_table
 from wslight.records.pages import write_page
 
 FINETUNE = "configs/finetune/imdb.yaml"
 WORDS = "configs/words/classifier.yaml"
-# The candidate sets of `make finetuned` (benchmarks/finetuned_classifier.py), in the order they run here
-SETS = {
-    "k = 10 neighbours": ["--model.init_args.k", "10"],
-    "k = 50 neighbours": ["--model.init_args.k", "50"],
-    "vocabulary, screened (32)": ["--model.init_args.candidates", "vocabulary", "--model.init_args.screen", "32"],
-}
+SETS = CANDIDATE_SETS  # those of `make finetuned`, in the order they run there
 FIT_OVERHEAD = 45  # seconds of the fit's share outside its training loop: the start, the last validation, test, export
 FIT_GRACE = 30  # seconds a fit stopped by Ctrl-C (its timer having failed to stop it) may take to exit
 MIN_SET = 20  # a candidate set with fewer seconds left is not started (evaluate.py's start alone takes seconds)
