@@ -1,8 +1,8 @@
 """How far a workload runs from the machine's floor: its matrix-multiply FLOPs at the machine's measured rate.
 
 - `Rates`: the machine's matrix-multiply rate, float32 and float64, on one thread and on every usable core, measured
-  on a transformer feed-forward's shape ((8192, 384) @ (384, 1536)) in the run that reports it (the best of short
-  bursts, so that other work on a shared machine lowers it less).
+  in the run that reports it: the best of short bursts of a transformer feed-forward's two products and a square one
+  (other work on a shared machine lowers the best burst least).
 - `count_flops`: the FLOPs of the matrix products a call makes (torch's own formulas, `torch.utils.flop_counter`),
   split by dtype; elementwise work, reductions and factorisations are not counted, so the floor is a lower bound.
 - `time_shares`: where a call's time goes, by torch operator (the profiler's self CPU time), grouped.
@@ -27,30 +27,31 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry, sdpa_flop_count
 
-SHAPE = (8192, 384, 1536)  # rows, H, 4H: a transformer feed-forward's product, the shape the rates are measured on
+SHAPES = ((8192, 384, 1536), (8192, 1536, 384), (2048, 2048, 2048))  # (rows, inner, columns) of the products timed:
+# a transformer feed-forward's two products and a square one; the rate is the best of them, the machine's own
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 MATMULS = ("mm", "bmm", "addmm", "baddbmm", "linear", "matmul", "dot", "mv", "sdpa")
 
 
 def matmul_rate(threads: int, dtype: torch.dtype = torch.float32, seconds: float = 2.0, bursts: int = 4) -> float:
-    """GFLOP/s of `dtype` products of `SHAPE` on `threads` threads: the best of `bursts` bursts over `seconds`.
+    """GFLOP/s of `dtype` products on `threads` threads: the best burst over `SHAPES`, `seconds` a shape.
 
-    The best burst, not the mean: the floor is what the machine allows, and other work on a shared machine only
-    slows some bursts down.
+    The best, not the mean: the floor is what the machine allows, and other work on a shared machine only slows some
+    bursts down; the best shape, since a workload's own products may run at the machine's best rate.
     """
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
+    best = 0.0
     try:
-        rows, hidden, wide = SHAPE
-        a, b = torch.randn(rows, hidden, dtype=dtype), torch.randn(hidden, wide, dtype=dtype)
-        a @ b  # warm-up
-        best = 0.0
-        for _ in range(bursts):
-            count, start = 0, time.perf_counter()
-            while time.perf_counter() - start < seconds / bursts:
-                a @ b
-                count += 1
-            best = max(best, 2 * rows * hidden * wide * count / (time.perf_counter() - start) / 1e9)
+        for rows, inner, columns in SHAPES:
+            a, b = torch.randn(rows, inner, dtype=dtype), torch.randn(inner, columns, dtype=dtype)
+            a @ b  # warm-up
+            for _ in range(bursts):
+                count, start = 0, time.perf_counter()
+                while time.perf_counter() - start < seconds / bursts:
+                    a @ b
+                    count += 1
+                best = max(best, 2 * rows * inner * columns * count / (time.perf_counter() - start) / 1e9)
         return best
     finally:
         torch.set_num_threads(before)
@@ -159,12 +160,12 @@ def floor_seconds(flops: dict[str, int], rates: Rates, threads: int) -> float:
 
 def rates_line(rates: Rates) -> str:
     """One sentence: the machine's four measured rates."""
-    rows, hidden, wide = SHAPE
+    shapes = ", ".join(f"({m}, {k}) @ ({k}, {n})" for m, k, n in SHAPES)
     f32, f64 = rates.gflops["float32"], rates.gflops["float64"]
     return (
-        f"Matrix-multiply rate of this machine, measured in this run (({rows}, {hidden}) @ ({hidden}, {wide})): "
-        f"float32 {f32[0]:.1f} GFLOP/s on one thread, {f32[1]:.1f} on {rates.cores} cores; float64 {f64[0]:.1f} "
-        f"and {f64[1]:.1f}."
+        f"Matrix-multiply rate of this machine, measured in this run (the best burst of {shapes}): float32 "
+        f"{f32[0]:.1f} GFLOP/s on one thread, {f32[1]:.1f} on {rates.cores} cores; float64 {f64[0]:.1f} and "
+        f"{f64[1]:.1f}."
     )
 
 
