@@ -172,7 +172,7 @@ GPU_WORDS_ARGS ?=
 gpu-words: gpu-site
 	$(GPU_RUN) -m benchmarks.gpu_words --out reports/gpu_words/runs --page reports/gpu_words $(GPU_WORDS_ARGS)
 
-# On a lent GPU machine (one H200, no network), the GPU results pages in one command within its 10 minutes
+# On a GPU machine without network (one H200), the GPU results pages in one command within a 10-minute job
 # (benchmarks/gpu_results.py, --budget 570 s): the maps at the paper's sizes (30% of it), the encoder classifier's exact
 # words at n = 128 with the screen's recall (30%), a short fine-tuning and its robustness on 1,000 held-out reviews
 # (40%); each part stops at its share keeping what finished. Writes gpu.md, gpu_words.md and gpu_finetuned.md into

@@ -1,4 +1,4 @@
-"""The GPU results pages in one command (`make gpu-results`), within the 10 minutes of a lent GPU machine.
+"""The GPU results pages in one command (`make gpu-results`), within a 10-minute job on a GPU machine.
 
 Parts, one after the other, each in processes of its own (a process group), within one wall-clock budget (--budget,
 570 s by default). Each part gets its share (SHARES) of the time left, in proportion to the shares of the parts not
@@ -44,11 +44,11 @@ WHAT = {
     "words": "the encoder classifier's words at n = 128, benchmarks/gpu_words.py",
     "finetuned": "a fine-tuned classifier's robustness, benchmarks/gpu_finetuned.py",
 }
-BUDGET = 570.0  # a lent machine's 10-minute command, less the driver's start, its pages and a part's GRACE
+BUDGET = 570.0  # a 10-minute GPU job, less the driver's start, its pages and a part's GRACE
 SMOKE_BUDGET = 420.0  # --smoke on a 2-core CPU
 MARGIN = 15.0  # seconds of a part's share it does not give its own budget: its stop and its page
 GRACE = 15.0  # seconds a part sent SIGINT at the end of its share has to exit before it is killed
-OUT_LIMIT = 16 * 1024**2  # the largest file a lent machine returns from $OUT
+OUT_LIMIT = 16 * 1024**2  # the largest file a GPU job may return from $OUT
 
 
 def shares_of(budget: float, parts: list[str]) -> dict[str, float]:
@@ -209,7 +209,7 @@ def copy_out(a: argparse.Namespace, runs: list[dict], out: Path) -> None:
             tar.add(path, arcname=path.name)
         for path in [*a.out.glob("*.log"), *a.out.glob("*/*.json"), *a.out.glob("*/*.log")]:  # what each part said
             tar.add(path, arcname=f"runs/{path.relative_to(a.out).as_posix()}")
-    if archive.stat().st_size > OUT_LIMIT:  # a lent machine returns none of it then: say so instead
+    if archive.stat().st_size > OUT_LIMIT:  # none of it would come back then: say so instead
         archive.unlink()
         print(f"gpu_results: the records' archive is over {OUT_LIMIT // 1024**2} MiB: left in {a.page}", flush=True)
 
@@ -217,7 +217,7 @@ def copy_out(a: argparse.Namespace, runs: list[dict], out: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     a = arguments(argv)
     command = command_line(__file__, argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a lent machine has no network: the bundled models only
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a GPU machine without network: the bundled models only
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # the parts run as `python -m benchmarks.<name>` in the working folder: the checkout importable from there
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))

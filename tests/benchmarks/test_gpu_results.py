@@ -62,7 +62,7 @@ def test_a_bad_value_is_refused_naming_it(argv, named, capsys):
     assert named in capsys.readouterr().err
 
 
-def test_the_defaults_fit_a_lent_machines_ten_minutes_and_the_parts_keep_their_order(tmp_path):
+def test_the_defaults_fit_a_ten_minute_gpu_job_and_the_parts_keep_their_order(tmp_path):
     a = gr.arguments(["--page", str(tmp_path), "--parts", "finetuned", "maps"])
     assert a.budget == gr.BUDGET and gr.BUDGET + gr.GRACE < 600
     assert a.parts == ["maps", "finetuned"] and a.out == (tmp_path / "runs").resolve()
