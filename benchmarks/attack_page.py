@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.authors_gen import AUTHORS_COMMIT, how_to_get
-from benchmarks.floor import Rates, floor_lines, shares_lines
+from benchmarks.floor import Rates, floor_section, per_unit
 from wslight.records.pages import PageHeader, write_page
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -62,18 +62,10 @@ def agreement(sides: dict) -> list[str]:
     return lines
 
 
-def floor_section(ours: dict, trials: int, rates: Rates) -> list[str]:
+def attack_floor(ours: dict, trials: int, rates: Rates) -> list[str]:
     """The package's side against the machine's floor, and where its time goes."""
-    per_trial = {dtype: flops // trials for dtype, flops in ours["flops"].items()}
-    row = ("the package's attack", per_trial, ours["time_s"] / trials, ours["threads"])
-    return [
-        "## Against the machine's floor",
-        "",
-        *floor_lines([row], rates),
-        "",
-        *shares_lines("the package's attack", ours["shares"]),
-        "",
-    ]
+    row = ("the package's attack", per_unit(ours["flops"], trials), ours["time_s"] / trials, ours["threads"])
+    return floor_section([row], rates, [("the package's attack", ours["shares"])])
 
 
 def write_attack_page(
@@ -95,7 +87,7 @@ def write_attack_page(
         *(f"- {line}" for line in agreement(sides)),
         "",
     ]
-    body += floor_section(ours, a.trials, rates)
+    body += attack_floor(ours, a.trials, rates)
     if "authors" not in sides:
         body += [f"No row of the authors' code: {how_to_get(Path(a.authors_code))}.", ""]
     if largest is not None:

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from benchmarks.common import evaluate, page_arguments
-from benchmarks.floor import Rates, floor_lines, profile_call, shares_lines
+from benchmarks.floor import Rates, count_flops, floor_section, per_unit, time_shares
 from wslight.records.pages import PageHeader, usable_cores, write_page
 from wslight.records.summary import markdown_table, slope_table
 
@@ -95,7 +95,7 @@ def word_call(record: dict, words: int = FLOOR_WORDS) -> Callable[[], object]:
     return lambda: word_substitution([feature_map], X, [record["position"]], rows)
 
 
-def floor_section(records: list[dict]) -> list[str]:
+def words_floor(records: list[dict]) -> list[str]:
     """Each cell's seconds per word against the machine's floor, and where the largest n's time goes, per map."""
     rates = Rates.measure(usable_cores())
     rows, shares = [], []
@@ -104,21 +104,15 @@ def floor_section(records: list[dict]) -> list[str]:
         for n in sorted({r["n"] for r in records if label(r) == name}):
             cell = [r for r in records if label(r) == name and r["n"] == n]
             per_word = statistics.fmean(r["seconds"] / r["admissible"] for r in cell)
-            measured = profile_call(word_call(cell[0]))
-            flops = {dt: f // FLOOR_WORDS for dt, f in measured["flops"].items()}
-            rows.append((f"{name}, n = {n}", flops, per_word, 1))
-            if n == largest:
-                shares += [*shares_lines(f"{name} at n = {n} ({FLOOR_WORDS} words)", measured["shares"]), ""]
-    return [
-        "## Against the machine's floor",
-        "",
+            call = word_call(cell[0])
+            rows.append((f"{name}, n = {n}", per_unit(count_flops(call), FLOOR_WORDS), per_word, 1))
+            if n == largest:  # the profile of the largest n only
+                shares.append((f"{name} at n = {n} ({FLOOR_WORDS} words)", time_shares(call)))
+    preface = (
         "Each process of the runs works on one thread (one process per core), so the floor is at the one-thread rate; "
-        "s / word: a review's seconds over its admissible words, mean over the cell's reviews.",
-        "",
-        *floor_lines(rows, rates, unit="word"),
-        "",
-        *shares,
-    ]
+        "s / word: a review's seconds over its admissible words, mean over the cell's reviews."
+    )
+    return floor_section(rows, rates, shares, unit="word", preface=preface)
 
 
 def main() -> None:
@@ -146,7 +140,7 @@ def main() -> None:
         "",
         best_words(records),
         "",
-        *floor_section(records),
+        *words_floor(records),
     ]
     title = "One word through the whole encoder"
     print(write_page(a.page / "encoder_words.md", title, PageHeader.collect(command), body))

@@ -197,6 +197,30 @@ def floor_lines(rows: list[tuple[str, dict[str, int], float, int]], rates: Rates
     return lines
 
 
+def per_unit(flops: dict[str, int], count: int) -> dict[str, int]:
+    """FLOPs by dtype of `count` trials (or words) as FLOPs by dtype of one."""
+    return {dtype: f // count for dtype, f in flops.items()}
+
+
+def floor_section(
+    rows: list[tuple[str, dict[str, int], float, int]],
+    rates: Rates,
+    shares: list[tuple[str, list]],
+    unit: str = "trial",
+    preface: str | None = None,
+) -> list[str]:
+    """A page's section "Against the machine's floor".
+
+    Its `preface`, the floor table (`floor_lines`), and where the time of each named workload goes (`shares`: (name,
+    `time_shares`)).
+    """
+    lines = ["## Against the machine's floor", "", *([preface, ""] if preface else [])]
+    lines += [*floor_lines(rows, rates, unit), ""]
+    for name, parts in shares:
+        lines += [*shares_lines(name, parts), ""]
+    return lines
+
+
 def shares_lines(name: str, shares: list[tuple[str, float]]) -> list[str]:
     """Where the time of `name` goes, one table (from `time_shares`)."""
     lines = [f"Where the time of {name} goes (torch's profiler, self time per operator):", ""]

@@ -47,7 +47,7 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 
 from benchmarks.common import CONFIGS, command_line, run_part  # noqa: E402
-from benchmarks.floor import Rates, floor_lines, profile_call, shares_lines  # noqa: E402
+from benchmarks.floor import Rates, floor_section, per_unit, profile_call  # noqa: E402
 from wslight.base.seeding import derive_seed, generator  # noqa: E402
 from wslight.features import (  # noqa: E402
     MAPS,
@@ -487,16 +487,10 @@ def cell_row(c: dict) -> str:
     )
 
 
-def floor_section(cells: list[dict], rates: Rates, threads: int) -> list[str]:
+def cells_floor(cells: list[dict], rates: Rates, threads: int) -> list[str]:
     """The package's side of each cell against the machine's floor, and where its time goes."""
-    rows = []
-    for c in cells:
-        per_trial = {dtype: flops // c["trials"] for dtype, flops in c["pkg"]["flops"].items()}
-        rows.append((c["name"], per_trial, c["pkg_per"], threads))
-    lines = ["## Against the machine's floor", "", *floor_lines(rows, rates), ""]
-    for c in cells:
-        lines += [*shares_lines(f"the package's {c['name']}", c["pkg"]["shares"]), ""]
-    return lines
+    rows = [(c["name"], per_unit(c["pkg"]["flops"], c["trials"]), c["pkg_per"], threads) for c in cells]
+    return floor_section(rows, rates, [(f"the package's {c['name']}", c["pkg"]["shares"]) for c in cells])
 
 
 def step_lines(rows: list[dict]) -> list[str]:
@@ -542,7 +536,7 @@ def write_ws_page(folder: Path, measured: dict, data: str, a: argparse.Namespace
             "",
         ]
     if measured["cells"]:
-        body += floor_section(measured["cells"], measured["rates"], a.threads)
+        body += cells_floor(measured["cells"], measured["rates"], a.threads)
     if "step" in measured:
         body += step_lines(measured["step"])
     if "largest" in measured:
