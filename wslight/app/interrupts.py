@@ -70,7 +70,8 @@ def _deliver_again(unraisable: Any) -> None:
     process once more stops it from the main thread's next step instead, with the same status.
     """
     if isinstance(unraisable.exc_value, KeyboardInterrupt) and received is not None:
-        os.kill(os.getpid(), received)
+        # from another thread: sent from here, the handler would run inside this hook and be swallowed again
+        threading.Thread(target=os.kill, args=(os.getpid(), received), daemon=True).start()
         return
     (_replaced[0] if _replaced else sys.__unraisablehook__)(unraisable)
 
